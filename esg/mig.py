@@ -1,0 +1,233 @@
+"""MIG geometry: the GPU instance profiles of each supported GPU model and the placement rules.
+
+Facts come from NVIDIA's MIG user guide (``nvidia-smi mig -lgip`` / ``-lgipp`` tables). A placement is a
+(start, size) range of *memory slices*; a set of instances is valid when every instance can be given one
+of its profile's placements with no two ranges overlapping, no profile above its maximum count, and at
+most one media-extension (+me) instance per GPU. Valid layouts are derived from these rules, never listed
+by hand.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+
+from esg.errors import MigError
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """A GPU instance profile: its name, NVML profile id, size and where it may start."""
+
+    name: str
+    gi_profile_id: int
+    compute_slices: int
+    memory_slices: int
+    max_count: int
+    starts: tuple[int, ...]
+    memory_mb: int
+    media_extensions: bool = False
+
+    def placements(self) -> tuple[tuple[int, int], ...]:
+        return tuple((s, self.memory_slices) for s in self.starts)
+
+
+@dataclass(frozen=True)
+class GpuGeometry:
+    model: str
+    memory_slices: int
+    compute_slices: int
+    profiles: Mapping[str, MigProfile]
+
+    def profile(self, name: str) -> MigProfile:
+        try:
+            return self.profiles[name]
+        except KeyError:
+            known = ", ".join(self.profiles)
+            raise MigError(f"MIG profile {name!r} is unknown to {self.model} (known: {known})") from None
+
+
+def _geometry(model: str, mem: int, compute: int, rows: Iterable[tuple]) -> GpuGeometry:
+    profiles = {}
+    for name, gid, c, m, mx, starts, mb in rows:
+        profiles[name] = MigProfile(name, gid, c, m, mx, tuple(starts), mb, name.endswith("+me"))
+    return GpuGeometry(model, mem, compute, profiles)
+
+
+def _ampere_hopper(model: str, names: tuple[str, ...], gb: tuple[int, ...]) -> GpuGeometry:
+    """A100/H100/H200 share ids, sizes, maxima and placements; only names and memory differ."""
+    one, one_me, one_double, two, three, four, seven = names
+    g1, g1d, g2, g3, g4, g7 = gb
+    return _geometry(model, 8, 7, [
+        (one, 19, 1, 1, 7, range(7), g1 * 1024),
+        (one_me, 20, 1, 1, 1, range(7), g1 * 1024),
+        (one_double, 15, 1, 2, 4, (0, 2, 4, 6), g1d * 1024),
+        (two, 14, 2, 2, 3, (0, 2, 4), g2 * 1024),
+        (three, 9, 3, 4, 2, (0, 4), g3 * 1024),
+        (four, 5, 4, 4, 1, (0,), g4 * 1024),
+        (seven, 0, 7, 8, 1, (0,), g7 * 1024),
+    ])
+
+
+GEOMETRIES: dict[str, GpuGeometry] = {
+    "A100-40GB": _ampere_hopper(
+        "A100-40GB",
+        ("1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
+        (5, 10, 10, 20, 20, 40)),
+    "A100-80GB": _ampere_hopper(
+        "A100-80GB",
+        ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+        (10, 20, 20, 40, 40, 80)),
+    "H100-80GB": _ampere_hopper(
+        "H100-80GB",
+        ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+        (10, 20, 20, 40, 40, 80)),
+    "H200": _ampere_hopper(
+        "H200",
+        ("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
+        (18, 35, 35, 71, 71, 141)),
+    "A30": _geometry("A30", 4, 4, [
+        ("1g.6gb", 14, 1, 1, 4, range(4), 6 * 1024),
+        ("1g.6gb+me", 21, 1, 1, 1, range(4), 6 * 1024),
+        ("2g.12gb", 5, 2, 2, 2, (0, 2), 12 * 1024),
+        ("2g.12gb+me", 6, 2, 2, 1, (0, 2), 12 * 1024),
+        ("4g.24gb", 0, 4, 4, 1, (0,), 24 * 1024),
+    ]),
+}
+
+ALIASES = {"A100": "A100-40GB", "H100": "H100-80GB", "H200-141GB": "H200", "A30-24GB": "A30"}
+
+
+def geometry(model: str) -> GpuGeometry:
+    """The geometry of ``model`` (case-insensitive, common aliases accepted)."""
+    key = ALIASES.get(model, model)
+    for name, geo in GEOMETRIES.items():
+        if name.lower() == key.lower():
+            return geo
+    raise MigError(f"unknown GPU model {model!r} (known: {', '.join(GEOMETRIES)})")
+
+
+def compute_slices(model: str, profile: str | None) -> int:
+    """Compute slices of ``profile`` on ``model`` (0 for CPU only)."""
+    return 0 if profile is None else geometry(model).profile(profile).compute_slices
+
+
+Layout = tuple[tuple[str, int], ...]
+"""A layout as sorted (profile, start) pairs: which instances sit where."""
+
+
+def place(model: str, profiles: Iterable[str],
+          occupied: Iterable[tuple[str, int]] = ()) -> Layout | None:
+    """Explicit placements for ``profiles`` next to the instances already ``occupied``, or None.
+
+    Larger instances are placed first and each tries its starts in order, so the search is
+    deterministic; it is exhaustive (backtracking), so None means no placement exists.
+    """
+    geo = geometry(model)
+    wanted = sorted((geo.profile(p) for p in profiles), key=lambda p: (-p.memory_slices, p.name))
+    fixed = [(geo.profile(p), s) for p, s in occupied]
+    used = 0
+    for prof, start in fixed:
+        used |= _mask(prof, start)
+    counts = Counter(p.name for p, _ in fixed)
+    me = sum(p.media_extensions for p, _ in fixed)
+    if any(counts[n] > geo.profiles[n].max_count for n in counts) or me > 1:
+        return None
+    result = _backtrack(geo, wanted, 0, used, counts, me, [])
+    if result is None:
+        return None
+    return tuple(sorted([(p.name, s) for p, s in fixed] + result, key=lambda x: (x[1], x[0])))
+
+
+def _mask(prof: MigProfile, start: int) -> int:
+    return ((1 << prof.memory_slices) - 1) << start
+
+
+def _backtrack(geo, wanted, i, used, counts, me, acc):
+    if i == len(wanted):
+        return list(acc)
+    prof = wanted[i]
+    if counts[prof.name] >= prof.max_count or (prof.media_extensions and me >= 1):
+        return None
+    counts[prof.name] += 1
+    try:
+        for start in prof.starts:
+            m = _mask(prof, start)
+            if used & m:
+                continue
+            acc.append((prof.name, start))
+            found = _backtrack(geo, wanted, i + 1, used | m, counts, me + prof.media_extensions, acc)
+            acc.pop()
+            if found is not None:
+                return found
+        return None
+    finally:
+        counts[prof.name] -= 1
+
+
+def is_valid(model: str, profiles: Iterable[str]) -> bool:
+    """Whether instances of these profiles can all exist on one GPU of ``model`` at once."""
+    return place(model, list(profiles)) is not None
+
+
+@cache
+def all_placements(model: str) -> tuple[Layout, ...]:
+    """Every set of non-overlapping (profile, start) instances, by exhaustive enumeration."""
+    geo = geometry(model)
+    options = sorted(((p, s) for p in geo.profiles.values() for s in p.starts),
+                     key=lambda x: (x[1], x[0].name))
+    out: list[Layout] = []
+
+    def walk(i: int, used: int, counts: Counter, me: int, acc: list) -> None:
+        if i == len(options):
+            out.append(tuple(acc))
+            return
+        walk(i + 1, used, counts, me, acc)
+        prof, start = options[i]
+        m = _mask(prof, start)
+        if used & m or counts[prof.name] >= prof.max_count or (prof.media_extensions and me):
+            return
+        counts[prof.name] += 1
+        acc.append((prof.name, start))
+        walk(i + 1, used | m, counts, me + prof.media_extensions, acc)
+        acc.pop()
+        counts[prof.name] -= 1
+
+    walk(0, 0, Counter(), 0, [])
+    return tuple(out)
+
+
+def layout_counts(layout: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
+    """A layout reduced to sorted (profile, count) pairs: what mig-parted calls a config."""
+    return tuple(sorted(Counter(p for p, _ in layout).items()))
+
+
+@cache
+def valid_layouts(model: str, maximal_only: bool = True) -> tuple[tuple[tuple[str, int], ...], ...]:
+    """Every valid whole-GPU layout of ``model`` as profile counts, biggest instances first.
+
+    With ``maximal_only`` a layout is listed only when no further instance of any profile fits beside
+    some placement of it: the layouts an operator would carve a whole GPU into.
+    """
+    geo = geometry(model)
+    layouts = {layout_counts(pl) for pl in all_placements(model) if pl}
+    if maximal_only:
+        layouts = {lc for lc in layouts
+                   if not any(is_valid(model, _expand(lc) + [p]) for p in geo.profiles)}
+    size = {p.name: p.compute_slices for p in geo.profiles.values()}
+    return tuple(sorted(layouts, key=lambda lc: (
+        [-size[p] for p in _expand(lc)], lc)))
+
+
+def _expand(counts: Iterable[tuple[str, int]]) -> list[str]:
+    out: list[str] = []
+    for p, n in counts:
+        out.extend([p] * n)
+    return out
+
+
+def free_compute_slices(model: str, layout: Iterable[tuple[str, int]]) -> int:
+    geo = geometry(model)
+    return geo.compute_slices - sum(geo.profile(p).compute_slices for p, _ in layout)

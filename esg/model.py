@@ -1,0 +1,199 @@
+"""The data model: configurations, apps (validated DAGs), jobs and batches."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from esg.errors import AppError
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """One way to run a function: ``batch`` requests at once on ``vcpus`` vCPUs and MIG profile ``gpu``
+    (None = CPU only)."""
+
+    batch: int
+    vcpus: int
+    gpu: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch <= 0:
+            raise ValueError(f"batch must be a positive integer, got {self.batch!r}")
+        if not isinstance(self.vcpus, int) or isinstance(self.vcpus, bool) or self.vcpus <= 0:
+            raise ValueError(f"vcpus must be a positive integer, got {self.vcpus!r}")
+        if self.gpu is not None and (not isinstance(self.gpu, str) or not self.gpu):
+            raise ValueError(f"gpu must be a MIG profile name or null, got {self.gpu!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch": self.batch, "vcpus": self.vcpus, "gpu": self.gpu}
+
+    def label(self) -> str:
+        return f"b{self.batch}/{self.vcpus}c/{self.gpu or 'cpu'}"
+
+
+@dataclass(frozen=True)
+class App:
+    """A workflow: functions (profile names) joined by edges into a DAG, with an end-to-end SLO."""
+
+    name: str
+    slo_ms: float
+    functions: tuple[str, ...]
+    edges: tuple[tuple[str, str], ...] = ()
+    _preds: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    _succs: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    _order: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _validate_app(self.name, self.slo_ms, self.functions, self.edges)
+        preds: dict[str, list[str]] = {f: [] for f in self.functions}
+        succs: dict[str, list[str]] = {f: [] for f in self.functions}
+        for a, b in self.edges:
+            succs[a].append(b)
+            preds[b].append(a)
+        object.__setattr__(self, "_preds", {f: tuple(v) for f, v in preds.items()})
+        object.__setattr__(self, "_succs", {f: tuple(v) for f, v in succs.items()})
+        object.__setattr__(self, "_order", _topological_order(self.functions, self._succs, self._preds, self.name))
+
+    def predecessors(self, function: str) -> tuple[str, ...]:
+        return self._preds[function]
+
+    def successors(self, function: str) -> tuple[str, ...]:
+        return self._succs[function]
+
+    @property
+    def entries(self) -> tuple[str, ...]:
+        return tuple(f for f in self._order if not self._preds[f])
+
+    @property
+    def sinks(self) -> tuple[str, ...]:
+        return tuple(f for f in self._order if not self._succs[f])
+
+    @property
+    def topo_order(self) -> tuple[str, ...]:
+        return self._order
+
+    def descendants(self, function: str) -> tuple[str, ...]:
+        """``function`` and everything reachable from it, in topological order."""
+        seen = {function}
+        stack = [function]
+        while stack:
+            for s in self._succs[stack.pop()]:
+                if s not in seen:
+                    seen.add(s)
+                    stack.append(s)
+        return tuple(f for f in self._order if f in seen)
+
+    def sub_app(self, functions: Iterable[str], slo_ms: float | None = None) -> App:
+        """The app restricted to ``functions`` (edges among them only)."""
+        keep = set(functions)
+        return App(
+            name=self.name,
+            slo_ms=self.slo_ms if slo_ms is None else slo_ms,
+            functions=tuple(f for f in self._order if f in keep),
+            edges=tuple((a, b) for a, b in self.edges if a in keep and b in keep),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "slo_ms": self.slo_ms, "functions": list(self.functions),
+                "edges": [list(e) for e in self.edges]}
+
+
+def _validate_app(name: Any, slo_ms: Any, functions: Any, edges: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise AppError(f"app name must be a non-empty string, got {name!r}")
+    if isinstance(slo_ms, bool) or not isinstance(slo_ms, int | float) or not slo_ms > 0:
+        raise AppError(f"app {name!r}: slo_ms must be a positive number, got {slo_ms!r}")
+    if not functions:
+        raise AppError(f"app {name!r}: 'functions' must list at least one function")
+    for f in functions:
+        if not isinstance(f, str) or not f:
+            raise AppError(f"app {name!r}: function names must be non-empty strings, got {f!r}")
+    dupes = sorted({f for f in functions if list(functions).count(f) > 1})
+    if dupes:
+        raise AppError(f"app {name!r}: function names must be unique, repeated: {', '.join(dupes)}")
+    known = set(functions)
+    for e in edges:
+        if len(e) != 2:
+            raise AppError(f"app {name!r}: an edge must be a pair [from, to], got {e!r}")
+        a, b = e
+        for end in (a, b):
+            if end not in known:
+                raise AppError(f"app {name!r}: edge {[a, b]} names unknown function {end!r}")
+        if a == b:
+            raise AppError(f"app {name!r}: edge {[a, b]} is a self-loop (cycle at {a!r})")
+    if len(set(map(tuple, edges))) != len(edges):
+        raise AppError(f"app {name!r}: an edge is listed twice")
+
+
+def _topological_order(functions, succs, preds, name) -> tuple[str, ...]:
+    indeg = {f: len(preds[f]) for f in functions}
+    ready = [f for f in functions if indeg[f] == 0]
+    order: list[str] = []
+    while ready:
+        f = ready.pop(0)
+        order.append(f)
+        for s in succs[f]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                ready.append(s)
+    if len(order) != len(functions):
+        cyc = sorted(f for f in functions if indeg[f] > 0)
+        raise AppError(f"app {name!r}: the DAG has a cycle through {', '.join(cyc)}")
+    return tuple(order)
+
+
+def app_from_dict(data: Any, source: str = "app") -> App:
+    """Build an App from the DESIGN §5 app-file object; errors name ``source`` and the field."""
+    if not isinstance(data, dict):
+        raise AppError(f"{source}: an app must be a JSON object")
+    for key in ("name", "slo_ms", "functions"):
+        if key not in data:
+            raise AppError(f"{source}: missing field {key!r}")
+    functions = data["functions"]
+    edges = data.get("edges", [])
+    if not isinstance(functions, list):
+        raise AppError(f"{source}: 'functions' must be a list")
+    if not isinstance(edges, list) or not all(isinstance(e, list | tuple) for e in edges):
+        raise AppError(f"{source}: 'edges' must be a list of [from, to] pairs")
+    try:
+        return App(name=data["name"], slo_ms=data["slo_ms"], functions=tuple(functions),
+                   edges=tuple(tuple(e) for e in edges))
+    except AppError as exc:
+        raise AppError(f"{source}: {exc}") from None
+
+
+def load_app(path: str | Path) -> App:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise AppError(f"{path}: no such app file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise AppError(f"{path}: not a readable JSON app file ({exc})") from None
+    return app_from_dict(data, str(path))
+
+
+@dataclass
+class Job:
+    """One function invocation of one request of an app, waiting in an AFW queue.
+
+    ``deadline_ms`` is the request's end-to-end deadline (arrival + SLO); the budget left for this
+    function and everything after it is ``deadline_ms - now``.
+    """
+
+    job_id: str
+    request_id: str
+    app: str
+    function: str
+    arrival_ms: float
+    deadline_ms: float
+    enqueued_ms: float
+    pred_node: str | None = None
+    payload: Any = None
+
+    def budget_ms(self, now_ms: float) -> float:
+        return self.deadline_ms - now_ms

@@ -1,0 +1,157 @@
+"""Profile tables (DESIGN §5): per function, the measured latency of each configuration.
+
+A table is one JSON file ``<dir>/<function>.json``. Unknown fields are kept (``extra``) and ignored;
+a malformed file is rejected with a :class:`ProfileError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from esg.errors import MigError, ProfileError
+from esg.mig import geometry
+from esg.model import Config
+
+
+@dataclass(frozen=True)
+class ProfileEntry:
+    config: Config
+    latency_ms: float
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Profile:
+    function: str
+    gpu_model: str
+    entries: tuple[ProfileEntry, ...]
+    cold_start_ms: float = 0.0
+    output_bytes: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def latency(self, config: Config) -> float:
+        for e in self.entries:
+            if e.config == config:
+                return e.latency_ms
+        raise ProfileError(f"profile {self.function!r} has no configuration {config.label()}")
+
+    @property
+    def configs(self) -> tuple[Config, ...]:
+        return tuple(e.config for e in self.entries)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.extra)
+        out.update({
+            "function": self.function, "gpu_model": self.gpu_model,
+            "configs": [{**e.extra, **e.config.to_dict(), "latency_ms": e.latency_ms} for e in self.entries],
+            "cold_start_ms": self.cold_start_ms, "output_bytes": self.output_bytes,
+        })
+        return out
+
+
+_TOP_FIELDS = {"function", "gpu_model", "configs", "cold_start_ms", "output_bytes"}
+_ENTRY_FIELDS = {"batch", "vcpus", "gpu", "latency_ms"}
+
+
+def profile_from_dict(data: Any, source: str) -> Profile:
+    if not isinstance(data, dict):
+        raise ProfileError(f"{source}: a profile table must be a JSON object")
+    for key in ("function", "gpu_model", "configs"):
+        if key not in data:
+            raise ProfileError(f"{source}: missing field {key!r}")
+    function, model = data["function"], data["gpu_model"]
+    if not isinstance(function, str) or not function:
+        raise ProfileError(f"{source}: field 'function' must be a non-empty string")
+    if not isinstance(model, str):
+        raise ProfileError(f"{source}: field 'gpu_model' must be a string")
+    try:
+        geo = geometry(model)
+    except MigError as exc:
+        raise ProfileError(f"{source}: field 'gpu_model': {exc}") from None
+    configs = data["configs"]
+    if not isinstance(configs, list) or not configs:
+        raise ProfileError(f"{source}: field 'configs' must be a non-empty list")
+    entries = [_entry(c, i, source, geo) for i, c in enumerate(configs)]
+    seen: set[Config] = set()
+    for i, e in enumerate(entries):
+        if e.config in seen:
+            raise ProfileError(f"{source}: configs[{i}] repeats configuration {e.config.label()}")
+        seen.add(e.config)
+    cold = _number(data.get("cold_start_ms", 0.0), "cold_start_ms", source, allow_zero=True)
+    out_bytes = data.get("output_bytes", 0)
+    if isinstance(out_bytes, bool) or not isinstance(out_bytes, int) or out_bytes < 0:
+        raise ProfileError(f"{source}: field 'output_bytes' must be a non-negative integer")
+    extra = {k: v for k, v in data.items() if k not in _TOP_FIELDS}
+    return Profile(function, geo.model, tuple(entries), cold, out_bytes, extra)
+
+
+def _entry(c: Any, i: int, source: str, geo) -> ProfileEntry:
+    where = f"{source}: configs[{i}]"
+    if not isinstance(c, dict):
+        raise ProfileError(f"{where} must be an object")
+    for key in ("batch", "vcpus", "latency_ms"):
+        if key not in c:
+            raise ProfileError(f"{where}: missing field {key!r}")
+    for key in ("batch", "vcpus"):
+        v = c[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise ProfileError(f"{where}: field {key!r} must be a positive integer, got {v!r}")
+    gpu = c.get("gpu")
+    if gpu is not None:
+        if not isinstance(gpu, str):
+            raise ProfileError(f"{where}: field 'gpu' must be a MIG profile name or null")
+        try:
+            geo.profile(gpu)
+        except MigError as exc:
+            raise ProfileError(f"{where}: field 'gpu': {exc}") from None
+    latency = _number(c["latency_ms"], "latency_ms", where)
+    extra = {k: v for k, v in c.items() if k not in _ENTRY_FIELDS}
+    return ProfileEntry(Config(c["batch"], c["vcpus"], gpu), latency, extra)
+
+
+def _number(v: Any, name: str, where: str, allow_zero: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0 \
+            or (v == 0 and not allow_zero):
+        need = "a non-negative" if allow_zero else "a positive"
+        raise ProfileError(f"{where}: field {name!r} must be {need} number, got {v!r}")
+    return float(v)
+
+
+def load_profile(path: str | Path) -> Profile:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ProfileError(f"{path}: no such profile table") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProfileError(f"{path}: not a readable JSON profile table ({exc})") from None
+    return profile_from_dict(data, str(path))
+
+
+def load_profiles(directory: str | Path, functions: Iterable[str]) -> dict[str, Profile]:
+    """The tables ``<directory>/<f>.json`` for each function; a missing one is named."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ProfileError(f"{directory}: no such profiles directory")
+    out: dict[str, Profile] = {}
+    for f in functions:
+        path = directory / f"{f}.json"
+        if not path.exists():
+            raise ProfileError(f"function {f!r} has no profile: {path} does not exist")
+        prof = load_profile(path)
+        if prof.function != f:
+            raise ProfileError(f"{path}: field 'function' is {prof.function!r}, expected {f!r}")
+        out[f] = prof
+    models = {p.gpu_model for p in out.values()}
+    if len(models) > 1:
+        raise ProfileError(f"profiles in {directory} mix GPU models: {', '.join(sorted(models))}")
+    return out
+
+
+def save_profile(profile: Profile, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(profile.to_dict(), indent=1) + "\n")

@@ -1,0 +1,1 @@
+"""The ``esg`` command line: one module per subcommand, each exposing ``register(subparsers)``."""

@@ -1,0 +1,46 @@
+"""Entry point of the ``esg`` command.
+
+Each subcommand lives in its own module with ``register(subparsers)``, which adds its parser and sets
+``func``. A user-facing error (:class:`esg.errors.EsgError` or :class:`esg_cli.errors.CliError`) prints
+one line naming the problem and exits with status 2 -- never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from esg.errors import EsgError
+from esg_cli.errors import CliError
+
+SUBCOMMANDS = (
+    "esg_cli.plan",
+    "esg_cli.mig",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="esg", description="ESG scheduling of DNN workflows on OpenWhisk with MIG-shared GPUs")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (EsgError, CliError) as exc:
+        print(f"esg {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"esg {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

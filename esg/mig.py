@@ -130,7 +130,10 @@ def place(model: str, profiles: Iterable[str],
     fixed = [(geo.profile(p), s) for p, s in occupied]
     used = 0
     for prof, start in fixed:
-        used |= _mask(prof, start)
+        m = _mask(prof, start)
+        if start not in prof.starts or used & m:
+            return None
+        used |= m
     counts = Counter(p.name for p, _ in fixed)
     me = sum(p.media_extensions for p, _ in fixed)
     if any(counts[n] > geo.profiles[n].max_count for n in counts) or me > 1:
@@ -231,3 +234,24 @@ def _expand(counts: Iterable[tuple[str, int]]) -> list[str]:
 def free_compute_slices(model: str, layout: Iterable[tuple[str, int]]) -> int:
     geo = geometry(model)
     return geo.compute_slices - sum(geo.profile(p).compute_slices for p, _ in layout)
+
+
+@cache
+def best_start(model: str, profile: str, occupied: tuple[tuple[str, int], ...]) -> int | None:
+    """Where to put one new ``profile`` instance beside ``occupied`` so the GPU stays least fragmented.
+
+    Among the starts that are valid, pick the one after which the most compute slices' worth of
+    profiles can still be created (so a 1g does not land where it blocks the only 4g or 7g placement);
+    ties go to the highest start, as NVIDIA's driver fills small instances from the top.
+    """
+    geo = geometry(model)
+    prof = geo.profile(profile)
+    best: tuple[int, int] | None = None
+    for start in prof.starts:
+        after = occupied + ((profile, start),)
+        if place(model, [], after) is None:
+            continue
+        score = sum(p.compute_slices for p in geo.profiles.values() if place(model, [p.name], after))
+        if best is None or (score, start) > best:
+            best = (score, start)
+    return None if best is None else best[1]

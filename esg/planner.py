@@ -1,0 +1,135 @@
+"""ESG_1Q over a whole app (or the part of it still ahead of a job): options, grouping, search.
+
+``Planner.plan`` turns profiles into per-function options (cost from the cost model), cuts the app into
+dominator groups (unless ``exact``), and runs A* group by group: the first group yields the K cheapest
+paths; each is completed by the cheapest feasible plan of the later groups, every later group getting
+its SLO share plus what the earlier groups left unused, capped so the groups after it can still meet
+their fastest latency.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from esg.cost import Prices, config_cost
+from esg.errors import ProfileError
+from esg.model import App, Config
+from esg.profiles import Profile
+from esg.search import Group, Option, Path, SearchStats, astar_top_k, brute_force_top_k, longest_path
+from esg.slo_split import DEFAULT_MAX_GROUP, group_latency, split_slo
+
+OptionFilter = Callable[[str, Config], bool]
+"""Whether function ``f`` may use configuration ``c`` (e.g. batch caps, CPU-only functions)."""
+
+
+def build_options(profile: Profile, prices: Prices, allow: Callable[[Config], bool] | None = None
+                  ) -> tuple[Option, ...]:
+    out = [Option(config_cost(prices, profile.gpu_model, e.config, e.latency_ms), e.latency_ms, e.config)
+           for e in profile.entries if allow is None or allow(e.config)]
+    return tuple(sorted(out))
+
+
+def median_latency(profile: Profile) -> float:
+    lats = sorted(e.latency_ms for e in profile.entries)
+    return lats[len(lats) // 2]
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    feasible: bool
+    paths: tuple[Path, ...]
+    groups: tuple[tuple[str, ...], ...]
+    stats: SearchStats = field(default_factory=SearchStats, compare=False)
+
+    def priority_list(self, function: str) -> list[Config]:
+        """Distinct configurations of ``function`` across the paths, cheapest path first."""
+        seen: list[Config] = []
+        for p in self.paths:
+            c = p.configs[function]
+            if c not in seen:
+                seen.append(c)
+        return seen
+
+
+@dataclass
+class Planner:
+    app: App
+    profiles: Mapping[str, Profile]
+    prices: Prices = field(default_factory=Prices)
+    max_group: int = DEFAULT_MAX_GROUP
+    exact: bool = False
+    brute_force: bool = False
+
+    def __post_init__(self) -> None:
+        missing = [f for f in self.app.functions if f not in self.profiles]
+        if missing:
+            raise ProfileError(f"app {self.app.name!r}: function {missing[0]!r} has no profile")
+        self._all_options = {f: build_options(self.profiles[f], self.prices) for f in self.app.functions}
+        self._estimate = {f: median_latency(self.profiles[f]) for f in self.app.functions}
+
+    def options(self, function: str, allow: OptionFilter | None = None) -> tuple[Option, ...]:
+        opts = self._all_options[function]
+        return opts if allow is None else tuple(o for o in opts if allow(function, o.config))
+
+    def plan(self, budget_ms: float, k: int = 1, start: str | None = None,
+             allow: OptionFilter | None = None) -> PlanResult:
+        """The K cheapest feasible paths for the app (or for ``start`` and its descendants)."""
+        app = self.app if start is None else self.app.sub_app(self.app.descendants(start))
+        options = {f: self.options(f, allow) for f in app.functions}
+        stats = SearchStats()
+        if self.exact or self.brute_force or len(app.functions) <= self.max_group:
+            group = Group(app.functions, app.edges, options)
+            paths = self._search(group, budget_ms, k, stats)
+            return PlanResult(bool(paths), tuple(paths), (app.functions,), stats)
+        shares = split_slo(app, budget_ms, self._estimate, self.max_group)
+        groups = [Group(s.functions, app.sub_app(s.functions).edges, options) for s in shares]
+        fastest = [group_latency(app, s.functions, {f: min((o.latency_ms for o in options[f]),
+                                                             default=float("inf")) for f in s.functions})
+                   for s in shares]
+        first_budget = min(shares[0].share_ms, budget_ms - sum(fastest[1:]))
+        heads = self._search(groups[0], first_budget, k, stats)
+        if not heads:
+            heads = self._search(groups[0], budget_ms - sum(fastest[1:]), k, stats)
+        paths = []
+        for head in heads:
+            full = self._complete(head, groups, shares, fastest, budget_ms, stats)
+            if full is not None:
+                paths.append(full)
+        paths.sort(key=lambda p: p.cost)
+        return PlanResult(bool(paths), tuple(paths), tuple(s.functions for s in shares), stats)
+
+    def fastest_latency(self, allow: OptionFilter | None = None) -> float:
+        """The app's latency with every function at its fastest allowed configuration."""
+        best = {}
+        for f in self.app.functions:
+            best[f] = min((o.latency_ms for o in self.options(f, allow)), default=float("inf"))
+        return group_latency(self.app, self.app.functions, best)
+
+    def _search(self, group: Group, budget: float, k: int, stats: SearchStats) -> list[Path]:
+        if self.brute_force:
+            return brute_force_top_k(group, budget, k)
+        return astar_top_k(group, budget, k, stats)
+
+    def _complete(self, head: Path, groups, shares, fastest, budget_ms, stats) -> Path | None:
+        configs = dict(head.configs)
+        cost, used = head.cost, head.latency_ms
+        carry = shares[0].share_ms - head.latency_ms
+        for i in range(1, len(groups)):
+            cap = budget_ms - used - sum(fastest[i + 1:])
+            share = min(shares[i].share_ms + max(carry, 0.0), cap)
+            best = self._search(groups[i], share, 1, stats) or self._search(groups[i], cap, 1, stats)
+            if not best:
+                return None
+            configs.update(best[0].configs)
+            cost += best[0].cost
+            used += best[0].latency_ms
+            carry = share - best[0].latency_ms
+        latency = self._latency(configs)
+        return Path(cost, latency, configs)
+
+    def _latency(self, configs: Mapping[str, Config]) -> float:
+        fs = [f for f in self.app.topo_order if f in configs]
+        pos = {f: i for i, f in enumerate(fs)}
+        preds = [tuple(pos[p] for p in self.app.predecessors(f) if p in pos) for f in fs]
+        return longest_path([self.profiles[f].latency(configs[f]) for f in fs], preds)

@@ -1,0 +1,77 @@
+"""The policy interface every scheduler policy implements (ESG and the baselines)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from esg.cluster import ClusterSnapshot
+from esg.cost import Prices
+from esg.model import App, Config
+from esg.profiles import Profile
+from esg.queues import AfwQueue
+
+if TYPE_CHECKING:
+    from esg.scheduler import Dispatch, Request
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """Per-function limits from annotations: ``esg-max-batch`` and ``esg-gpu``."""
+
+    max_batch: int | None = None
+    gpu: bool = True
+
+    def allows(self, config: Config) -> bool:
+        if self.max_batch is not None and config.batch > self.max_batch:
+            return False
+        return self.gpu or config.gpu is None
+
+
+@dataclass(frozen=True)
+class PolicyContext:
+    """What every policy is built from."""
+
+    apps: Mapping[str, App]
+    profiles: Mapping[str, Profile]
+    prices: Prices = field(default_factory=Prices)
+    specs: Mapping[str, FunctionSpec] = field(default_factory=dict)
+    top_k: int = 8
+    max_group: int = 3
+    seed: int = 0
+
+    def spec(self, function: str) -> FunctionSpec:
+        return self.specs.get(function, FunctionSpec())
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The configurations to try for the head of a queue, best first (empty: the queue waits)."""
+
+    priorities: tuple[Config, ...] = ()
+    reason: str | None = None
+    latencies: Mapping[Config, float] = field(default_factory=dict)
+
+    def latency_of(self, config: Config) -> float | None:
+        return self.latencies.get(config)
+
+
+class Policy(ABC):
+    name: str = "policy"
+
+    def __init__(self, ctx: PolicyContext):
+        self.ctx = ctx
+
+    def on_arrival(self, request: Request, app: App, now_ms: float) -> None:
+        """A request arrived (pre-planning policies fix its configurations here)."""
+        return None
+
+    def on_dispatch(self, dispatch: Dispatch) -> None:
+        """A batch was placed."""
+        return None
+
+    @abstractmethod
+    def choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
+        """Configurations to try for the head of ``queue`` (at most ``len(queue)`` jobs per batch)."""

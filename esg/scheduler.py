@@ -1,0 +1,239 @@
+"""The scheduler step function: AFW queues in, dispatch decisions out.
+
+Both drivers -- the live service (wall clock, Kafka) and the emulator (virtual clock) -- call
+``Scheduler.step(now_ms, snapshot, events)`` with what happened since the last step (requests that
+arrived, batches that finished) and the cluster as they know it. The scheduler folds the events in
+(entry jobs enqueued, successors enqueued once all their predecessors are done, finished requests
+reported), then walks the non-empty AFW queues, earliest head deadline first: the policy gives a
+configuration priority list for the head of a queue and ESG_Dispatch places a batch. It reserves on
+the snapshot it is given, so one step never over-commits a node.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from esg.cluster import ClusterSnapshot, Fit
+from esg.dispatch import Placement, dispatch, home_node
+from esg.errors import AppError
+from esg.model import App, Config, Job
+from esg.queues import AfwQueue, AfwQueues, QueueKey
+
+if TYPE_CHECKING:
+    from esg.policies.base import Policy
+
+
+@dataclass(frozen=True)
+class Request:
+    """One call of an app; ``slo_ms`` defaults to the app's SLO."""
+
+    request_id: str
+    app: str
+    arrival_ms: float
+    slo_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Arrival:
+    request: Request
+
+
+@dataclass(frozen=True)
+class BatchDone:
+    batch_id: str
+    ok: bool = True
+    error: str | None = None
+
+
+Event = Arrival | BatchDone
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """Run ``jobs`` (one batch) of ``app``/``function`` with ``config`` on ``fit.node``."""
+
+    batch_id: str
+    app: str
+    function: str
+    jobs: tuple[Job, ...]
+    config: Config
+    fit: Fit
+    planned_latency_ms: float | None = None
+
+    @property
+    def node(self) -> str:
+        return self.fit.node
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    request_id: str
+    app: str
+    arrival_ms: float
+    finished_ms: float
+    slo_ms: float
+    ok: bool
+    error: str | None = None
+
+    @property
+    def latency_ms(self) -> float:
+        return self.finished_ms - self.arrival_ms
+
+    @property
+    def slo_hit(self) -> bool:
+        return self.ok and self.latency_ms <= self.slo_ms
+
+
+@dataclass(frozen=True)
+class FunctionDone:
+    """A job finished; the driver uses this to route its result to successors."""
+
+    request_id: str
+    app: str
+    function: str
+    node: str
+
+
+@dataclass
+class StepResult:
+    dispatches: list[Dispatch] = field(default_factory=list)
+    outcomes: list[RequestOutcome] = field(default_factory=list)
+    completed: list[FunctionDone] = field(default_factory=list)
+    waiting: dict[QueueKey, str] = field(default_factory=dict)
+
+
+@dataclass
+class _RequestState:
+    request: Request
+    slo_ms: float
+    done: dict[str, str] = field(default_factory=dict)
+    """function -> node it ran on."""
+    failed: str | None = None
+
+
+@dataclass
+class _InFlight:
+    dispatch: Dispatch
+
+
+class Scheduler:
+    """AFW queues, the policy, ESG_Dispatch, and per-request progress through the DAG."""
+
+    def __init__(self, apps: Mapping[str, App], policy: Policy, batch_ids: Iterable[str] | None = None):
+        self.apps = dict(apps)
+        self.policy = policy
+        self.queues = AfwQueues()
+        self._requests: dict[str, _RequestState] = {}
+        self._in_flight: dict[str, _InFlight] = {}
+        self._ids = iter(batch_ids) if batch_ids is not None else (f"b{i}" for i in itertools.count())
+
+    # -- folding events in ------------------------------------------------------------------------
+    def step(self, now_ms: float, snapshot: ClusterSnapshot, events: Sequence[Event] = ()) -> StepResult:
+        out = StepResult()
+        for event in events:
+            if isinstance(event, Arrival):
+                self._arrive(event.request, now_ms)
+            else:
+                self._finish(event, now_ms, out)
+        self._decide(now_ms, snapshot, out)
+        return out
+
+    def _arrive(self, request: Request, now_ms: float) -> None:
+        app = self.apps.get(request.app)
+        if app is None:
+            raise AppError(f"unknown app {request.app!r}")
+        if request.request_id in self._requests:
+            return  # a redelivered request: already known, never enqueued twice
+        slo = request.slo_ms if request.slo_ms is not None else app.slo_ms
+        self._requests[request.request_id] = _RequestState(request, slo)
+        self.policy.on_arrival(request, app, now_ms)
+        for f in app.entries:
+            self.queues.push(self._job(request, f, now_ms, slo, None))
+
+    def _job(self, request: Request, function: str, now_ms: float, slo: float, pred_node: str | None) -> Job:
+        return Job(job_id=f"{request.request_id}/{function}", request_id=request.request_id,
+                   app=request.app, function=function, arrival_ms=request.arrival_ms,
+                   deadline_ms=request.arrival_ms + slo, enqueued_ms=now_ms, pred_node=pred_node)
+
+    def _finish(self, event: BatchDone, now_ms: float, out: StepResult) -> None:
+        flight = self._in_flight.pop(event.batch_id, None)
+        if flight is None:
+            return  # unknown or already folded: a duplicate result is ignored
+        d = flight.dispatch
+        app = self.apps[d.app]
+        for job in d.jobs:
+            state = self._requests.get(job.request_id)
+            if state is None or state.failed:
+                continue
+            if not event.ok:
+                state.failed = event.error or f"{d.function} failed"
+                out.outcomes.append(self._outcome(state, now_ms))
+                del self._requests[job.request_id]
+                continue
+            state.done[d.function] = d.node
+            out.completed.append(FunctionDone(job.request_id, d.app, d.function, d.node))
+            for succ in app.successors(d.function):
+                if all(p in state.done for p in app.predecessors(succ)):
+                    self.queues.push(self._job(state.request, succ, now_ms, state.slo_ms, d.node))
+            if all(s in state.done for s in app.sinks):
+                out.outcomes.append(self._outcome(state, now_ms))
+                del self._requests[job.request_id]
+
+    @staticmethod
+    def _outcome(state: _RequestState, now_ms: float) -> RequestOutcome:
+        r = state.request
+        return RequestOutcome(r.request_id, r.app, r.arrival_ms, now_ms, state.slo_ms,
+                              state.failed is None, state.failed)
+
+    # -- deciding -----------------------------------------------------------------------------------
+    def _decide(self, now_ms: float, snapshot: ClusterSnapshot, out: StepResult) -> None:
+        for queue in self.queues.non_empty():
+            self._drop_dead(queue)
+            while queue.jobs:
+                placed = self._place_head(queue, now_ms, snapshot)
+                if isinstance(placed, str):
+                    out.waiting[queue.key] = placed
+                    break
+                out.dispatches.append(placed)
+
+    def _drop_dead(self, queue: AfwQueue) -> None:
+        """Jobs of requests that already failed (another branch's error) are not run."""
+        queue.jobs = type(queue.jobs)(j for j in queue.jobs if j.request_id in self._requests)
+
+    def _place_head(self, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Dispatch | str:
+        app = self.apps[queue.key[0]]
+        choice = self.policy.choose(app, queue, now_ms, snapshot)
+        if not choice.priorities:
+            return choice.reason or "the policy holds the queue"
+        placed = dispatch(snapshot, choice.priorities, self._preferred(app, queue.head, snapshot))
+        if isinstance(placed, str):
+            return placed
+        return self._commit(app, queue, placed, choice.latency_of(placed.config))
+
+    def _preferred(self, app: App, head: Job, snapshot: ClusterSnapshot) -> list[str]:
+        nodes = list(snapshot.nodes)
+        if not nodes:
+            return []
+        if head.pred_node is not None:
+            return [head.pred_node]
+        return [home_node(app.name, head.function, nodes)]
+
+    def _commit(self, app: App, queue: AfwQueue, placed: Placement, latency: float | None) -> Dispatch:
+        jobs = queue.take(placed.config.batch)
+        d = Dispatch(next(self._ids), app.name, queue.key[1], jobs, placed.config, placed.fit, latency)
+        self._in_flight[d.batch_id] = _InFlight(d)
+        self.policy.on_dispatch(d)
+        return d
+
+    # -- introspection for drivers and metrics ------------------------------------------------------
+    def in_flight(self) -> list[Dispatch]:
+        return [f.dispatch for f in self._in_flight.values()]
+
+    def pending_requests(self) -> int:
+        return len(self._requests)
+
+    def queue_lengths(self) -> dict[QueueKey, int]:
+        return self.queues.lengths()

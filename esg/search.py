@@ -1,0 +1,183 @@
+"""ESG_1Q: the K cheapest feasible configuration paths of a group of functions, by A* search.
+
+A group is a small DAG of functions. A *path* assigns one configuration to every function; its latency
+is the longest path through the DAG (parallel branches overlap), its cost the sum of the functions'
+per-request costs. A path is feasible when its latency is within the budget.
+
+The search walks the layered configuration graph in topological order of the functions:
+
+* g = cost of the configurations chosen so far;
+* h = sum over the remaining functions of their cheapest option's cost (admissible and consistent);
+* **time blade**: a partial path is dropped when its latency with every remaining function at its
+  fastest option already exceeds the budget. That bound is exact for the all-fastest completion, so a
+  partial path that survives always has a feasible completion;
+* **cost blade**: a partial path is dropped when g + h is no better than the K-th best complete path.
+
+Options are sorted by cost, and a node is expanded lazily (its next sibling and its first child are
+pushed, never all 256 children at once), so complete paths leave the heap in cost order and the search
+stops after K of them. :func:`brute_force_top_k` is the reference: it enumerates every path with numpy.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from esg.model import Config
+
+
+@dataclass(frozen=True, order=True)
+class Option:
+    """One candidate configuration of one function, with its profiled batch latency and cost."""
+
+    cost: float
+    latency_ms: float
+    config: Config = field(compare=False)
+
+
+@dataclass(frozen=True)
+class Path:
+    cost: float
+    latency_ms: float
+    configs: Mapping[str, Config]
+
+    def to_dict(self) -> dict:
+        return {"cost": self.cost, "latency_ms": self.latency_ms,
+                "configs": {f: c.to_dict() for f, c in self.configs.items()}}
+
+
+@dataclass(frozen=True)
+class Group:
+    """The search problem: functions in topological order, their edges, their options."""
+
+    functions: tuple[str, ...]
+    edges: tuple[tuple[str, str], ...]
+    options: Mapping[str, Sequence[Option]]
+
+    def pred_index(self) -> tuple[tuple[int, ...], ...]:
+        pos = {f: i for i, f in enumerate(self.functions)}
+        return tuple(tuple(pos[a] for a, b in self.edges if b == f) for f in self.functions)
+
+
+def longest_path(lat: Sequence[float], preds: Sequence[Sequence[int]]) -> float:
+    finish: list[float] = []
+    for i, lt in enumerate(lat):
+        start = max((finish[p] for p in preds[i]), default=0.0)
+        finish.append(start + lt)
+    return max(finish, default=0.0)
+
+
+@dataclass
+class SearchStats:
+    expanded: int = 0
+    pruned_time: int = 0
+    pruned_cost: int = 0
+
+
+def astar_top_k(group: Group, budget_ms: float, k: int = 1,
+                stats: SearchStats | None = None) -> list[Path]:
+    """The ``k`` cheapest feasible paths of ``group`` within ``budget_ms``, cheapest first."""
+    n = len(group.functions)
+    if n == 0 or k <= 0:
+        return []
+    stats = stats if stats is not None else SearchStats()
+    opts = [sorted(group.options[f]) for f in group.functions]
+    if any(not o for o in opts):
+        return []
+    preds = group.pred_index()
+    fastest = [min(o.latency_ms for o in layer) for layer in opts]
+    cheapest = [layer[0].cost for layer in opts]
+    h = list(itertools.accumulate(reversed(cheapest), initial=0.0))[::-1]  # h[i] = sum cheapest[i:]
+
+    def bound(finish: tuple[float, ...]) -> float:
+        """Latency if every unassigned function took its fastest option (exact for that completion)."""
+        fin = list(finish)
+        for i in range(len(fin), n):
+            fin.append(max((fin[p] for p in preds[i]), default=0.0) + fastest[i])
+        return max(fin)
+
+    def feasible_from(finish: tuple[float, ...], layer: int, j: int):
+        """First option index >= j of ``layer`` that passes the time blade, with its finish tuple."""
+        start = max((finish[p] for p in preds[layer]), default=0.0)
+        options = opts[layer]
+        while j < len(options):
+            fin = finish + (start + options[j].latency_ms,)
+            if bound(fin) <= budget_ms:
+                return j, fin
+            stats.pruned_time += 1
+            j += 1
+        return None
+
+    heap: list = []
+    counter = itertools.count()
+
+    def push(prefix_cost: float, finish: tuple[float, ...], choice: tuple[int, ...], j: int) -> None:
+        layer = len(choice)
+        found = feasible_from(finish, layer, j)
+        if found is None:
+            return
+        j, fin = found
+        g = prefix_cost + opts[layer][j].cost
+        heapq.heappush(heap, (g + h[layer + 1], next(counter), g, prefix_cost, finish, fin, choice + (j,)))
+
+    push(0.0, (), (), 0)
+    results: list[Path] = []
+    while heap and len(results) < k:
+        f, _, g, prefix_cost, parent_fin, fin, choice = heapq.heappop(heap)
+        stats.expanded += 1
+        # sibling: same prefix, next option of the last layer (never cheaper: options sorted by cost)
+        push(prefix_cost, parent_fin, choice[:-1], choice[-1] + 1)
+        if len(choice) == n:
+            results.append(Path(g, max(fin), {fn: opts[i][c].config
+                                              for i, (fn, c) in enumerate(zip(group.functions, choice))}))
+        else:
+            push(g, fin, choice, 0)
+    # The heap orders by g + h with a consistent h, so the cost blade (g + h no better than the K-th
+    # best complete path) never has to fire explicitly: every node left in the heap is that node.
+    stats.pruned_cost += len(heap)
+    return results
+
+
+def brute_force_top_k(group: Group, budget_ms: float, k: int = 1, chunk: int = 1 << 22) -> list[Path]:
+    """Reference: enumerate every path (vectorised), keep the feasible ones, return the k cheapest."""
+    n = len(group.functions)
+    if n == 0 or k <= 0:
+        return []
+    opts = [sorted(group.options[f]) for f in group.functions]
+    if any(not o for o in opts):
+        return []
+    preds = group.pred_index()
+    lat = [np.array([o.latency_ms for o in layer]) for layer in opts]
+    cost = [np.array([o.cost for o in layer]) for layer in opts]
+    sizes = [len(layer) for layer in opts]
+    total = int(np.prod(sizes))
+    best: list[tuple[float, int]] = []
+    for lo in range(0, total, chunk):
+        idx = np.arange(lo, min(total, lo + chunk))
+        digits = np.unravel_index(idx, sizes)
+        c = np.zeros(len(idx))
+        finish = []
+        for i in range(n):
+            c = c + cost[i][digits[i]]
+            start = np.zeros(len(idx))
+            for p in preds[i]:
+                start = np.maximum(start, finish[p])
+            finish.append(start + lat[i][digits[i]])
+        latency = np.max(np.stack(finish), axis=0)
+        ok = np.nonzero(latency <= budget_ms)[0]
+        if ok.size == 0:
+            continue
+        take = ok[np.argsort(c[ok], kind="stable")[:k]]
+        best.extend((float(c[t]), int(idx[t])) for t in take)
+        best = sorted(best)[:k]
+    out = []
+    for total_cost, flat in best:
+        digits = np.unravel_index(flat, sizes)
+        chosen = [opts[i][int(digits[i])] for i in range(n)]
+        out.append(Path(total_cost, longest_path([o.latency_ms for o in chosen], preds),
+                        {f: o.config for f, o in zip(group.functions, chosen)}))
+    return out

@@ -1,0 +1,246 @@
+"""Messages between the scheduler and the invoker agents (JSON over Kafka), shared by both sides.
+
+Topics (each with OpenWhisk's topic prefix): ``esgdispatch{node}`` carries :class:`DispatchMessage`
+from the scheduler to one agent; ``esgresults`` carries :class:`ResultMessage` back; ``esgheartbeat``
+carries :class:`Heartbeat` from every agent once a second. Encoding is plain JSON (UTF-8, compact);
+decoding validates every field and raises :class:`ProtocolError` naming the one that is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from esg.cluster import NodeState, Slice, SliceRef
+from esg.errors import EsgError
+from esg.model import Config
+
+DISPATCH_TOPIC = "esgdispatch{node}"
+RESULTS_TOPIC = "esgresults"
+HEARTBEAT_TOPIC = "esgheartbeat"
+
+
+class ProtocolError(EsgError):
+    """A scheduler/agent message is malformed."""
+
+
+def dispatch_topic(node: str, prefix: str = "") -> str:
+    return prefix + DISPATCH_TOPIC.format(node=node)
+
+
+@dataclass(frozen=True)
+class ActionRef:
+    """The OpenWhisk action a batch runs: fully qualified name and the revision to run."""
+
+    namespace: str
+    name: str
+    revision: str | None = None
+    kind: str = "python:3"
+    timeout_ms: int = 60000
+    memory_mb: int = 256
+
+    @property
+    def path(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One activation inside a batch."""
+
+    activation_id: str
+    transaction_id: str
+    value: Any
+    deadline_ms: int
+    namespace: str
+
+
+@dataclass(frozen=True)
+class DispatchMessage:
+    batch_id: str
+    node: str
+    app: str
+    function: str
+    action: ActionRef
+    config: Config
+    slice: SliceRef | None
+    destroy: tuple[SliceRef, ...]
+    requests: tuple[RunRequest, ...]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The outcome of one activation, with OpenWhisk's status codes (0 ok, 1 app, 2 developer, 3 system)."""
+
+    activation_id: str
+    status_code: int
+    result: Any
+    start_ms: int
+    end_ms: int
+    init_ms: int | None = None
+    logs: tuple[str, ...] = ()
+    timeout: bool = False
+
+
+@dataclass(frozen=True)
+class ResultMessage:
+    batch_id: str
+    node: str
+    results: tuple[RunResult, ...]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SliceStatus:
+    ref: SliceRef
+    busy: bool
+    uuid: str | None = None
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    node: str
+    vcpus_total: int
+    vcpus_free: int
+    memory_mb: int
+    gpu_model: str | None
+    slices: tuple[SliceStatus, ...] = ()
+    warm: tuple[tuple[str, Config], ...] = ()
+    draining: bool = False
+    seq: int = 0
+    sent_ms: int = 0
+
+    def node_state(self) -> NodeState:
+        return NodeState(self.node, self.vcpus_total, self.vcpus_free, self.gpu_model,
+                         [Slice(s.ref, s.busy, s.uuid) for s in self.slices], set(self.warm),
+                         self.memory_mb)
+
+
+# -- encoding --------------------------------------------------------------------------------------
+
+def encode(msg: DispatchMessage | ResultMessage | Heartbeat) -> bytes:
+    return json.dumps(to_dict(msg), separators=(",", ":")).encode()
+
+
+def to_dict(msg: DispatchMessage | ResultMessage | Heartbeat) -> dict[str, Any]:
+    if isinstance(msg, DispatchMessage):
+        a = msg.action
+        return {"type": "dispatch", "batch_id": msg.batch_id, "node": msg.node, "app": msg.app,
+                "function": msg.function,
+                "action": {"namespace": a.namespace, "name": a.name, "revision": a.revision, "kind": a.kind,
+                           "timeout_ms": a.timeout_ms, "memory_mb": a.memory_mb},
+                "config": msg.config.to_dict(), "slice": _slice(msg.slice),
+                "destroy": [_slice(s) for s in msg.destroy],
+                "requests": [{"activation_id": r.activation_id, "transaction_id": r.transaction_id,
+                              "value": r.value, "deadline_ms": r.deadline_ms, "namespace": r.namespace}
+                             for r in msg.requests]}
+    if isinstance(msg, ResultMessage):
+        return {"type": "result", "batch_id": msg.batch_id, "node": msg.node, "error": msg.error,
+                "results": [{"activation_id": r.activation_id, "status_code": r.status_code,
+                             "result": r.result, "start_ms": r.start_ms, "end_ms": r.end_ms,
+                             "init_ms": r.init_ms, "logs": list(r.logs), "timeout": r.timeout}
+                            for r in msg.results]}
+    return {"type": "heartbeat", "node": msg.node, "vcpus_total": msg.vcpus_total,
+            "vcpus_free": msg.vcpus_free, "memory_mb": msg.memory_mb, "gpu_model": msg.gpu_model,
+            "slices": [{**_slice(s.ref), "busy": s.busy, "uuid": s.uuid} for s in msg.slices],
+            "warm": [{"function": f, "config": c.to_dict()} for f, c in msg.warm],
+            "draining": msg.draining, "seq": msg.seq, "sent_ms": msg.sent_ms}
+
+
+def _slice(ref: SliceRef | None) -> dict[str, Any] | None:
+    return None if ref is None else {"profile": ref.profile, "start": ref.start}
+
+
+# -- decoding --------------------------------------------------------------------------------------
+
+def decode(raw: bytes | str) -> DispatchMessage | ResultMessage | Heartbeat:
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError("a message must be a JSON object")
+    kind = data.get("type")
+    try:
+        if kind == "dispatch":
+            return _dispatch(data)
+        if kind == "result":
+            return _result(data)
+        if kind == "heartbeat":
+            return _heartbeat(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, ProtocolError):
+            raise
+        raise ProtocolError(f"{kind} message: bad or missing field {exc}") from None
+    raise ProtocolError(f"unknown message type {kind!r}")
+
+
+def _need(d: dict, key: str, typ: type | tuple[type, ...], where: str) -> Any:
+    if key not in d:
+        raise ProtocolError(f"{where}: missing field {key!r}")
+    v = d[key]
+    if not isinstance(v, typ) or (typ is int and isinstance(v, bool)):
+        raise ProtocolError(f"{where}: field {key!r} has the wrong type")
+    return v
+
+
+def _opt_slice(d: Any, where: str) -> SliceRef | None:
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise ProtocolError(f"{where}: a slice must be an object")
+    return SliceRef(_need(d, "profile", str, where), _need(d, "start", int, where))
+
+
+def _config(d: Any, where: str) -> Config:
+    if not isinstance(d, dict):
+        raise ProtocolError(f"{where}: field 'config' must be an object")
+    try:
+        return Config(_need(d, "batch", int, where), _need(d, "vcpus", int, where), d.get("gpu"))
+    except ValueError as exc:
+        raise ProtocolError(f"{where}: config: {exc}") from None
+
+
+def _dispatch(d: dict) -> DispatchMessage:
+    w = "dispatch"
+    a = _need(d, "action", dict, w)
+    action = ActionRef(_need(a, "namespace", str, w + ".action"), _need(a, "name", str, w + ".action"),
+                       a.get("revision"), a.get("kind", "python:3"), int(a.get("timeout_ms", 60000)),
+                       int(a.get("memory_mb", 256)))
+    reqs = tuple(RunRequest(_need(r, "activation_id", str, w + ".requests"),
+                            _need(r, "transaction_id", str, w + ".requests"), r.get("value"),
+                            _need(r, "deadline_ms", int, w + ".requests"),
+                            _need(r, "namespace", str, w + ".requests"))
+                 for r in _need(d, "requests", list, w))
+    if not reqs:
+        raise ProtocolError("dispatch: field 'requests' is empty")
+    return DispatchMessage(_need(d, "batch_id", str, w), _need(d, "node", str, w), _need(d, "app", str, w),
+                           _need(d, "function", str, w), action, _config(d.get("config"), w),
+                           _opt_slice(d.get("slice"), w),
+                           tuple(_opt_slice(s, w) for s in d.get("destroy", [])), reqs)
+
+
+def _result(d: dict) -> ResultMessage:
+    w = "result"
+    results = []
+    for r in _need(d, "results", list, w):
+        code = _need(r, "status_code", int, w + ".results")
+        if code not in (0, 1, 2, 3):
+            raise ProtocolError(f"{w}.results: status_code must be 0-3, got {code}")
+        results.append(RunResult(_need(r, "activation_id", str, w + ".results"), code, r.get("result"),
+                                 _need(r, "start_ms", int, w + ".results"), _need(r, "end_ms", int, w + ".results"),
+                                 r.get("init_ms"), tuple(r.get("logs", ())), bool(r.get("timeout", False))))
+    return ResultMessage(_need(d, "batch_id", str, w), _need(d, "node", str, w), tuple(results), d.get("error"))
+
+
+def _heartbeat(d: dict) -> Heartbeat:
+    w = "heartbeat"
+    slices = tuple(SliceStatus(_opt_slice(s, w), bool(s.get("busy", False)), s.get("uuid"))
+                   for s in d.get("slices", []))
+    warm = tuple((_need(x, "function", str, w), _config(x.get("config"), w)) for x in d.get("warm", []))
+    return Heartbeat(_need(d, "node", str, w), _need(d, "vcpus_total", int, w), _need(d, "vcpus_free", int, w),
+                     _need(d, "memory_mb", int, w), d.get("gpu_model"), slices, warm,
+                     bool(d.get("draining", False)), int(d.get("seq", 0)), int(d.get("sent_ms", 0)))
+
+

@@ -46,6 +46,13 @@ class AfwQueues:
             self._queues[key] = AfwQueue(key)
         self._queues[key].push(job)
 
+    def push_front(self, job: Job) -> None:
+        """Put a job back at the head of its queue (its batch was lost with its node)."""
+        key = (job.app, job.function)
+        if key not in self._queues:
+            self._queues[key] = AfwQueue(key)
+        self._queues[key].jobs.appendleft(job)
+
     def get(self, key: QueueKey) -> AfwQueue | None:
         return self._queues.get(key)
 

@@ -23,7 +23,8 @@ from esg.model import App, Config, Job
 from esg.queues import AfwQueue, AfwQueues, QueueKey
 
 if TYPE_CHECKING:
-    from esg.policies.base import Policy
+    from esg.policies.base import FunctionSpec, Policy
+    from esg.profiles import Profile
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,21 @@ class BatchDone:
     error: str | None = None
 
 
-Event = Arrival | BatchDone
+@dataclass(frozen=True)
+class BatchLost:
+    """A batch's node died before it answered: its jobs go back to the front of their queue."""
+
+    batch_id: str
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Stop tracking a request (the driver answered it otherwise, e.g. a bad input found later)."""
+
+    request_id: str
+
+
+Event = Arrival | BatchDone | BatchLost | Cancel
 
 
 @dataclass(frozen=True)
@@ -136,8 +151,12 @@ class Scheduler:
         for event in events:
             if isinstance(event, Arrival):
                 self._arrive(event.request, now_ms)
-            else:
+            elif isinstance(event, BatchDone):
                 self._finish(event, now_ms, out)
+            elif isinstance(event, BatchLost):
+                self._requeue(event.batch_id)
+            else:
+                self._requests.pop(event.request_id, None)
         self._decide(now_ms, snapshot, out)
         return out
 
@@ -181,6 +200,13 @@ class Scheduler:
             if all(s in state.done for s in app.sinks):
                 out.outcomes.append(self._outcome(state, now_ms))
                 del self._requests[job.request_id]
+
+    def _requeue(self, batch_id: str) -> None:
+        flight = self._in_flight.pop(batch_id, None)
+        if flight is None:
+            return
+        for job in reversed(flight.dispatch.jobs):
+            self.queues.push_front(job)
 
     @staticmethod
     def _outcome(state: _RequestState, now_ms: float) -> RequestOutcome:
@@ -227,6 +253,12 @@ class Scheduler:
         self._in_flight[d.batch_id] = _InFlight(d)
         self.policy.on_dispatch(d)
         return d
+
+    def add_app(self, app: App, profiles: Mapping[str, Profile],
+                specs: Mapping[str, FunctionSpec] | None = None) -> None:
+        """Register (or replace) an app at run time; the live service learns apps from action metadata."""
+        self.apps[app.name] = app
+        self.policy.add_app(app, profiles, specs or {})
 
     # -- introspection for drivers and metrics ------------------------------------------------------
     def in_flight(self) -> list[Dispatch]:

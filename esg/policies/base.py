@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from esg.cluster import ClusterSnapshot
@@ -63,6 +63,17 @@ class Policy(ABC):
 
     def __init__(self, ctx: PolicyContext):
         self.ctx = ctx
+
+    def add_app(self, app: App, profiles: Mapping[str, Profile], specs: Mapping[str, FunctionSpec]) -> None:
+        """Learn (or replace) an app at run time; subclasses with per-app state override
+        :meth:`on_app_added`."""
+        self.ctx = replace(self.ctx, apps={**self.ctx.apps, app.name: app},
+                           profiles={**self.ctx.profiles, **profiles}, specs={**self.ctx.specs, **specs})
+        self.on_app_added(app)
+
+    def on_app_added(self, app: App) -> None:
+        """Per-app state for ``app`` must be (re)built."""
+        return None
 
     def on_arrival(self, request: Request, app: App, now_ms: float) -> None:
         """A request arrived (pre-planning policies fix its configurations here)."""

@@ -31,12 +31,19 @@ class EsgPolicy(Policy):
 
     def __init__(self, ctx: PolicyContext, exact: bool = False):
         super().__init__(ctx)
-        self.planners = {name: Planner(app, {f: ctx.profiles[f] for f in app.functions}, ctx.prices,
-                                       ctx.max_group, exact)
-                         for name, app in ctx.apps.items()}
+        self.exact = exact
+        self.planners = {name: self._planner(app) for name, app in ctx.apps.items()}
         self._cache: dict[tuple, Choice] = {}
         self.searches = 0
         self.expanded = 0
+
+    def _planner(self, app: App) -> Planner:
+        return Planner(app, {f: self.ctx.profiles[f] for f in app.functions}, self.ctx.prices,
+                       self.ctx.max_group, self.exact)
+
+    def on_app_added(self, app: App) -> None:
+        self.planners[app.name] = self._planner(app)
+        self._cache = {k: v for k, v in self._cache.items() if k[0] != app.name}
 
     def choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
         function = queue.key[1]

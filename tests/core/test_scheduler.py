@@ -185,3 +185,20 @@ def test_unknown_app_is_an_error_naming_it():
     s = make()
     with pytest.raises(AppError, match="nope"):
         s.step(0.0, nodes(1), [Arrival(Request("r", "nope", 0.0))])
+
+
+def test_a_lost_batch_goes_back_to_the_head_of_its_queue():
+    s = make()
+    a = s.step(0.0, nodes(1), arrivals(1)).dispatches[0]
+    from esg.scheduler import BatchLost
+    again = s.step(5.0, nodes(1), [BatchLost(a.batch_id)]).dispatches
+    assert [j.job_id for d in again for j in d.jobs] == ["r0/a"]
+    assert s.step(6.0, nodes(1), [BatchDone(a.batch_id)]).completed == []  # the lost batch is forgotten
+
+
+def test_apps_can_be_added_at_run_time():
+    s = make()
+    app = App("late", 50.0, ("z",), ())
+    s.add_app(app, {"z": profile("z", [(1, 1, None, 5.0)])})
+    (d,) = s.step(0.0, nodes(1), [Arrival(Request("q", "late", 0.0))]).dispatches
+    assert d.function == "z"

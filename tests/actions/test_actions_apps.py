@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from actions.local_run import function_params, main as local_run_main, run_app, topological_order
+from actions.local_run import function_params, run_app, topological_order
+from actions.local_run import main as local_run_main
 
 APPS = sorted((Path(__file__).resolve().parents[2] / "apps").glob("*.json"))
 

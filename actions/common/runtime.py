@@ -69,11 +69,11 @@ class ActionError(ValueError):
 def run_single(main_batch: Callable[[list], list], args: dict) -> dict:
     """`main(args)` for an action: one-element batch; errors become ``{"error": ...}`` results.
 
-    ``{"__esg_batch": [args, ...]}`` runs a whole batch through the runtime protocol, which only
-    carries one JSON object per /run; the reply is ``{"__esg_batch": [result, ...]}``.
+    ``{"__esg_batch__": [args, ...]}`` runs a whole batch through the runtime protocol, which only
+    carries one JSON object per /run; the reply is ``{"__esg_batch__": [result, ...]}``.
     """
-    if isinstance(args, dict) and isinstance(args.get("__esg_batch"), list):
-        return {"__esg_batch": main_batch(args["__esg_batch"])}
+    if isinstance(args, dict) and isinstance(args.get("__esg_batch__"), list):
+        return {"__esg_batch__": main_batch(args["__esg_batch__"])}
     return main_batch([args])[0]
 
 

@@ -181,8 +181,8 @@ def test_bad_element_in_a_batch_fails_alone(pre):
 
 def test_runtime_protocol_batch_envelope(pre):
     mod = function_module("densenet121")
-    out = mod.main({"__esg_batch": pre})
-    assert len(out["__esg_batch"]) == 2 and out["__esg_batch"][1]["top5"] == mod.main(pre[1])["top5"]
+    out = mod.main({"__esg_batch__": pre})
+    assert len(out["__esg_batch__"]) == 2 and out["__esg_batch__"][1]["top5"] == mod.main(pre[1])["top5"]
 
 
 def test_every_function_has_main_and_main_batch():

@@ -155,7 +155,10 @@ class ProcessWorker:
     def exit_detail(self) -> str:
         if self.proc is None:
             return "not started"
-        code = self.proc.poll()
+        try:
+            code = self.proc.wait(timeout=0.5)      # a crashed worker is reaped within moments
+        except subprocess.TimeoutExpired:
+            code = None
         return "still running" if code is None else f"exit code {code}"
 
     def log_tail(self, n: int = 400) -> str:

@@ -100,7 +100,10 @@ def check_vcpus(vcpus: tuple[int, ...]) -> None:
 class ProcessWorker:
     """A subprocess runtime on a loopback port (``--runner process``)."""
 
-    def __init__(self, spec: WorkerSpec, start_timeout_s: float = 20.0) -> None:
+    def __init__(self, spec: WorkerSpec, action: ActionCode | None = None, start_timeout_s: float = 20.0) -> None:
+        if action is not None and action.kind and not action.kind.startswith("python"):
+            raise WorkerStartError(f"--runner process runs Python actions only, not {action.kind!r} "
+                                   f"({action.fqn}); use --runner docker")
         self.spec = spec
         self.start_timeout_s = start_timeout_s
         self.init_ms: float | None = None
@@ -182,7 +185,7 @@ class ProcessWorker:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-WorkerFactory = Callable[[WorkerSpec], Worker]
+WorkerFactory = Callable[[WorkerSpec, ActionCode], Worker]
 
 
 @dataclass
@@ -342,7 +345,7 @@ class WorkerPool:
             return entry, None, None
         t0 = time.perf_counter()
         try:
-            worker = self.factory(spec)
+            worker = self.factory(spec, action)
             worker.start()
         except WorkerStartError as e:
             return None, None, (WHISK_ERROR, {"error": f"could not start a worker: {e}"}, False)

@@ -1,0 +1,161 @@
+"""A warm worker: one Python action behind OpenWhisk's action runtime protocol on a loopback port.
+
+Started by :class:`invoker_agent.runner.ProcessWorker` as ``python action_worker.py --port-file F``
+(stdlib only, so nothing but the action's own imports loads before ``/init``; the parent has already set
+``CUDA_VISIBLE_DEVICES`` in this process's environment and pinned its CPUs). It binds 127.0.0.1 on a free
+port, writes the port to ``F`` and serves, one request at a time:
+
+- ``POST /init`` ``{"value": {"name", "main", "binary", "code", "env"}}`` → 200 ``{"ok": true,
+  "esg_batch": bool}``; 403 if already initialised; 502 ``{"error": ...}`` naming the import error.
+- ``POST /run`` ``{"value": ..., "namespace", "action_name", "action_version", "activation_id",
+  "transaction_id", "deadline"}`` → 200 with the action's dict; 502 ``{"error": ...}`` if it raised or
+  did not return a dict.
+
+**Batch entry point.** If the action module defines ``<main>_batch`` (``main_batch`` for the default
+``main``) taking a list of argument dicts and returning a list of result dicts of the same length, a
+batch is one ``/run`` whose value is ``{"__esg_batch__": [args, ...]}``; the reply is
+``{"__esg_batch__": [result, ...]}``. Without it the parent sends one ``/run`` per request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import importlib.util
+import io
+import json
+import os
+import socket
+import sys
+import tempfile
+import types
+import zipfile
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+BATCH_KEY = "__esg_batch__"
+SENTINEL = "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX"
+RUN_ENV = {"namespace": "__OW_NAMESPACE", "action_name": "__OW_ACTION_NAME",
+           "action_version": "__OW_ACTION_VERSION", "activation_id": "__OW_ACTIVATION_ID",
+           "transaction_id": "__OW_TRANSACTION_ID", "deadline": "__OW_DEADLINE", "api_key": "__OW_API_KEY"}
+
+
+class Action:
+    main = None
+    batch = None
+
+
+def load(value: dict) -> None:
+    """Import the action's code (source text or a base64 zip with __main__.py)."""
+    for k, v in (value.get("env") or {}).items():
+        os.environ[str(k)] = v if isinstance(v, str) else json.dumps(v)
+    entry = value.get("main") or "main"
+    code = value.get("code") or ""
+    if value.get("binary"):
+        root = tempfile.mkdtemp(prefix="esg-action-")
+        with zipfile.ZipFile(io.BytesIO(base64.b64decode(code))) as z:
+            z.extractall(root)
+        main_py = os.path.join(root, "__main__.py")
+        if not os.path.exists(main_py):
+            raise ImportError("the zip action has no __main__.py")
+        sys.path.insert(0, root)
+        spec = importlib.util.spec_from_file_location("__action__", main_py)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = types.ModuleType("__action__")
+        module.__file__ = "__action__.py"
+        exec(compile(code, "__action__.py", "exec"), module.__dict__)
+    fn = getattr(module, entry, None)
+    if not callable(fn):
+        raise AttributeError(f"action entry point {entry!r} is not a function")
+    Action.main = fn
+    batch = getattr(module, f"{entry}_batch", None)
+    Action.batch = batch if callable(batch) else None
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    wbufsize = -1          # headers and body leave in one write (no Nagle/delayed-ACK stall)
+
+    def log_message(self, fmt, *args):  # keep the action's log clean
+        pass
+
+    def reply(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError:
+            return self.reply(400, {"error": "request body is not JSON"})
+        if self.path == "/init":
+            return self.init(body)
+        if self.path == "/run":
+            return self.run(body)
+        return self.reply(404, {"error": f"no such endpoint {self.path}"})
+
+    def init(self, body: dict) -> None:
+        if Action.main is not None:
+            return self.reply(403, {"error": "Cannot initialize the action more than once."})
+        try:
+            load(body.get("value") or {})
+        except BaseException as e:  # noqa: BLE001 - any failure of user code is the developer's error
+            return self.reply(502, {"error": f"Initialization has failed due to: {type(e).__name__}: {e}"})
+        return self.reply(200, {"ok": True, "esg_batch": Action.batch is not None})
+
+    def run(self, body: dict) -> None:
+        if Action.main is None:
+            return self.reply(502, {"error": "Cannot run the action: it was not initialized."})
+        for k, env in RUN_ENV.items():
+            if k in body:
+                os.environ[env] = str(body[k])
+        value = body.get("value")
+        try:
+            if isinstance(value, dict) and BATCH_KEY in value:
+                if Action.batch is None:
+                    return self.reply(400, {"error": "The action defines no batch entry point."})
+                args = value[BATCH_KEY]
+                results = Action.batch(args)
+                if not isinstance(results, list) or len(results) != len(args):
+                    return self.reply(502, {"error": "The batch entry point must return a list with one "
+                                                     f"result per request ({len(args)})."})
+                out = {BATCH_KEY: results}
+            else:
+                out = Action.main(value if value is not None else {})
+                if not isinstance(out, dict):
+                    return self.reply(502, {"error": "The action did not return a dictionary."})
+            data = json.dumps(out)
+        except BaseException as e:  # noqa: BLE001
+            return self.reply(502, {"error": f"An exception occurred: {type(e).__name__}: {e}"})
+        finally:
+            print(SENTINEL, flush=True)
+            print(SENTINEL, file=sys.stderr, flush=True)
+        encoded = data.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(encoded)))
+        self.end_headers()
+        self.wfile.write(encoded)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port-file", required=True)
+    args = ap.parse_args()
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    server.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    tmp = args.port_file + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(server.server_address[1]))
+    os.replace(tmp, args.port_file)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""The node agent without its transport: what a Kafka (or any) main loop calls.
+
+``NodeAgent.create(name=..., vcpus=..., fake_gpu="A100-40GB", runner="process", journal=...)`` builds the
+MIG backend (fake or real NVML), the reconciler (recovering its journal first) and the worker pool. The
+main loop then calls :meth:`NodeAgent.apply_layout` for MIG plans, :meth:`NodeAgent.run_batch` for
+dispatched batches and :meth:`NodeAgent.heartbeat` for the periodic node report, and
+:meth:`NodeAgent.close` on shutdown.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from invoker_agent.actions import ActionCode
+from invoker_agent.mig_backend import MigBackend, MigOperationError
+from invoker_agent.nvml_backend import open_backend
+from invoker_agent.reconcile import DesiredLayout, GpuReport, Reconciler
+from invoker_agent.runner import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
+from invoker_agent.runtime_client import RunRequest, RunResult
+
+
+class NodeAgent:
+    def __init__(self, name: str, vcpus: int, backend: MigBackend, pool: WorkerPool, reconciler: Reconciler,
+                 recovered: list[str] | None = None) -> None:
+        self.name = name
+        self.vcpus = vcpus
+        self.backend = backend
+        self.pool = pool
+        self.reconciler = reconciler
+        self.recovered = recovered or []
+        self.started_at = time.time()
+
+    @classmethod
+    def create(cls, name: str, vcpus: int | None = None, fake_gpu: str | None = None, fake_gpu_count: int = 1,
+               runner: str = "process", journal: str | None = None, idle_ttl_s: float = 600.0) -> NodeAgent:
+        """Build a node agent; raises :class:`MigOperationError` / ``ValueError`` with a clear message."""
+        backend = open_backend(fake_gpu, fake_gpu_count)
+        if runner == "process":
+            factory = ProcessWorker
+        elif runner == "docker":
+            from invoker_agent.docker_runner import DockerWorkerFactory, docker_client
+            docker_client()                       # fail at start-up, by name, if no engine answers
+            factory = DockerWorkerFactory()
+        else:
+            raise ValueError(f"unknown runner {runner!r} (process or docker)")
+        slice_exists = _slice_checker(backend)
+        pool = WorkerPool(factory=factory, idle_ttl_s=idle_ttl_s, slice_exists=slice_exists)
+        reconciler = Reconciler(backend, journal=journal, busy_slices=pool.busy_slices)
+        recovered = reconciler.recover()
+        return cls(name, vcpus or len(os.sched_getaffinity(0)), backend, pool, reconciler, recovered)
+
+    def apply_layout(self, desired: Mapping[int, DesiredLayout | Iterable]) -> dict[int, GpuReport]:
+        """Reconcile each listed GPU to its desired layout (idle workers on doomed slices are evicted)."""
+        for gpu, spec in desired.items():
+            try:
+                state = self.reconciler.read_state(gpu)
+                layout = DesiredLayout.of(spec)
+                model = next(g.model for g in self.backend.gpus() if g.index == gpu)
+                target, _ = self.reconciler.plan(model, layout, state) if model else ([], "")
+            except (MigOperationError, StopIteration, ValueError):
+                continue
+            keep = set(target)
+            for s in state:
+                if (s.profile, s.start) not in keep and s.mig_uuid and not s.busy:
+                    self.pool.evict_slice(s.mig_uuid)
+        return self.reconciler.reconcile(desired)
+
+    def run_batch(self, key: WorkerKey, spec: WorkerSpec, action: ActionCode, requests: Sequence[RunRequest],
+                  time_limit_ms: int | None = None) -> list[RunResult]:
+        return self.pool.run(key, spec, action, requests, time_limit_ms)
+
+    def heartbeat(self) -> dict[str, Any]:
+        """A JSON-ready report of this node: GPUs, MIG slices (busy or not), warm workers."""
+        gpus = []
+        try:
+            infos = self.backend.gpus()
+        except MigOperationError as e:
+            return {"node": self.name, "vcpus": self.vcpus, "error": str(e), "ts": time.time()}
+        for g in infos:
+            entry: dict[str, Any] = {"index": g.index, "uuid": g.uuid, "model": g.model,
+                                     "mig_enabled": g.mig_enabled, "slices": []}
+            if g.mig_enabled and g.model:
+                try:
+                    entry["slices"] = [asdict(s) for s in self.reconciler.read_state(g.index)]
+                except MigOperationError as e:
+                    entry["error"] = str(e)
+            gpus.append(entry)
+        return {"node": self.name, "vcpus": self.vcpus, "gpus": gpus, "warm_workers": self.pool.warm_count(),
+                "busy_slices": sorted(self.pool.busy_slices()), "ts": time.time()}
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
+def _slice_checker(backend: MigBackend):
+    walk = getattr(backend, "mig_devices", None)        # unprivileged MIG-handle walk when available
+
+    def exists(uuid: str) -> bool:
+        try:
+            for g in backend.gpus():
+                if not g.mig_enabled:
+                    continue
+                uuids = walk(g.index).values() if walk else (c.mig_uuid for c in backend.compute_instances(g.index))
+                if uuid in uuids:
+                    return True
+            return False
+        except MigOperationError:
+            return False
+    return exists

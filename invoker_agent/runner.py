@@ -1,0 +1,443 @@
+"""Warm workers pinned to a MIG slice and vCPUs, and the pool that runs batches on them.
+
+``--runner process``: a worker is a subprocess (:mod:`invoker_agent.action_worker`) speaking OpenWhisk's
+action runtime protocol over HTTP on a loopback port. Its environment gets
+``CUDA_VISIBLE_DEVICES=MIG-<uuid>`` (empty for CPU-only work, hiding every GPU) before anything starts
+in it, and its CPU affinity is set with ``os.sched_setaffinity`` to the assigned vCPU ids.
+``--runner docker`` uses :class:`invoker_agent.docker_runner.DockerWorker` behind the same pool.
+
+**Batches.** If the action defines ``main_batch(list_of_args) -> list_of_results`` (``<main>_batch``
+for another entry point), a batch is ONE ``/run`` whose value is ``{"__esg_batch__": [args, ...]}``
+and whose result is ``{"__esg_batch__": [results, ...]}``, under one time limit for the whole batch.
+Otherwise the batch runs as one ``/run`` per request on the same warm worker, each with the action's
+time limit. Each request gets its own :class:`RunResult` (codes in :mod:`invoker_agent.runtime_client`).
+
+**Failures never kill the agent.** A time limit exceeded kills the worker (result 2, ``timeout``); a
+worker that dies or replies garbage gives result 3 and is replaced on the next request; an /init failure
+(e.g. an import error) gives result 2 naming it, and the pool keeps working.
+
+:class:`WorkerPool` keys warm workers by :class:`WorkerKey` (action, revision, config, slice UUID),
+reuses idle ones, evicts those idle longer than a TTL, and reports which MIG slices are busy (the
+reconciler never destroys those).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from invoker_agent.actions import ActionCode
+from invoker_agent.runtime_client import (
+    BATCH_KEY,
+    DEVELOPER_ERROR,
+    WHISK_ERROR,
+    RunRequest,
+    RunResult,
+    RuntimeClient,
+    RuntimeCrashed,
+    RuntimeTimeout,
+    Worker,
+    WorkerStartError,
+    classify,
+    crash_result,
+    timeout_result,
+)
+
+WORKER_SCRIPT = Path(__file__).with_name("action_worker.py")
+_INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "SYSTEMROOT")
+
+
+@dataclass(frozen=True)
+class WorkerKey:
+    """Warm workers are shared only between requests with the same key."""
+
+    action: str                 # fully qualified action name
+    revision: str
+    config: str                 # e.g. "b8-c2-3g.20gb": the configuration the scheduler chose
+    slice_uuid: str | None      # MIG UUID, None for CPU only
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Where a worker runs: its vCPU ids and MIG slice."""
+
+    vcpus: tuple[int, ...]
+    mig_uuid: str | None = None
+    memory_mb: int = 256
+
+
+def worker_env(spec: WorkerSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A worker's whole environment: a few inherited basics, GPU visibility and thread counts."""
+    env = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
+    env["CUDA_VISIBLE_DEVICES"] = spec.mig_uuid or ""
+    env["PYTHONUNBUFFERED"] = "1"
+    n = str(max(1, len(spec.vcpus)))
+    env.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n)
+    env.update(extra or {})
+    return env
+
+
+def check_vcpus(vcpus: tuple[int, ...]) -> None:
+    usable = os.sched_getaffinity(0)
+    if not vcpus:
+        raise WorkerStartError("a worker needs at least one vCPU")
+    missing = sorted(set(vcpus) - usable)
+    if missing:
+        raise WorkerStartError(f"vCPU ids {missing} are not available to this agent (usable: {sorted(usable)})")
+
+
+class ProcessWorker:
+    """A subprocess runtime on a loopback port (``--runner process``)."""
+
+    def __init__(self, spec: WorkerSpec, action: ActionCode | None = None, start_timeout_s: float = 20.0) -> None:
+        if action is not None and action.kind and not action.kind.startswith("python"):
+            raise WorkerStartError(f"--runner process runs Python actions only, not {action.kind!r} "
+                                   f"({action.fqn}); use --runner docker")
+        self.spec = spec
+        self.start_timeout_s = start_timeout_s
+        self.init_ms: float | None = None
+        self.batch_capable = False
+        self.proc: subprocess.Popen | None = None
+        self.client: RuntimeClient | None = None
+        self.dir = Path(tempfile.mkdtemp(prefix="esg-worker-"))
+        self.log_path = self.dir / "action.log"
+
+    def start(self) -> None:
+        check_vcpus(self.spec.vcpus)
+        port_file = self.dir / "port"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-u", str(WORKER_SCRIPT), "--port-file", str(port_file)],
+                env=worker_env(self.spec), cwd=self.dir, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            os.sched_setaffinity(self.proc.pid, self.spec.vcpus)
+        except OSError as e:
+            self.kill()
+            raise WorkerStartError(f"cannot pin worker to vCPUs {list(self.spec.vcpus)}: {e}") from e
+        deadline = time.monotonic() + self.start_timeout_s
+        while not port_file.exists():
+            if self.proc.poll() is not None:
+                raise WorkerStartError(f"worker exited at start with code {self.proc.returncode}: "
+                                       f"{self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise WorkerStartError(f"worker not ready after {self.start_timeout_s:.0f} s")
+            time.sleep(0.002)
+        self.client = RuntimeClient(f"http://127.0.0.1:{int(port_file.read_text())}")
+
+    def pin(self, vcpus: tuple[int, ...]) -> None:
+        if self.proc is not None and vcpus != self.spec.vcpus:
+            check_vcpus(vcpus)
+            os.sched_setaffinity(self.proc.pid, vcpus)
+            self.spec = WorkerSpec(vcpus, self.spec.mig_uuid, self.spec.memory_mb)
+
+    def init(self, payload: dict[str, Any], timeout_s: float) -> tuple[int, Any]:
+        status, body = self.client.post("/init", payload, timeout_s)
+        if status == 200 and isinstance(body, dict):
+            self.batch_capable = bool(body.get("esg_batch"))
+        return status, body
+
+    def run(self, payload: dict[str, Any], timeout_s: float) -> tuple[int, Any]:
+        return self.client.post("/run", payload, timeout_s)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def exit_detail(self) -> str:
+        if self.proc is None:
+            return "not started"
+        try:
+            code = self.proc.wait(timeout=0.5)      # a crashed worker is reaped within moments
+        except subprocess.TimeoutExpired:
+            code = None
+        return "still running" if code is None else f"exit code {code}"
+
+    def log_tail(self, n: int = 400) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-n:].strip()
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+WorkerFactory = Callable[[WorkerSpec, ActionCode], Worker]
+
+
+@dataclass
+class _Entry:
+    worker: Worker
+    last_used: float
+    busy: bool = False
+
+
+@dataclass
+class _Slots:
+    entries: list[_Entry] = field(default_factory=list)
+
+
+class WorkerPool:
+    """Warm workers by :class:`WorkerKey`; runs batches and tracks which MIG slices are busy."""
+
+    def __init__(self, factory: WorkerFactory = ProcessWorker, idle_ttl_s: float = 600.0,
+                 slice_exists: Callable[[str], bool] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.factory = factory
+        self.idle_ttl_s = idle_ttl_s
+        self.slice_exists = slice_exists
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._workers: dict[WorkerKey, _Slots] = {}
+        self._busy: Counter[str] = Counter()
+        self.cold_starts = 0
+
+    # --- what the reconciler and heartbeats ask ---------------------------------------------------
+    def busy_slices(self) -> set[str]:
+        with self._lock:
+            return {u for u, n in self._busy.items() if n > 0}
+
+    def warm_count(self, key: WorkerKey | None = None) -> int:
+        with self._lock:
+            keys = [key] if key is not None else list(self._workers)
+            return sum(len(self._workers[k].entries) for k in keys if k in self._workers)
+
+    def evict_idle(self) -> int:
+        """Kill workers idle longer than the TTL; returns how many went."""
+        now = self.clock()
+        gone: list[Worker] = []
+        with self._lock:
+            for key in list(self._workers):
+                slots = self._workers[key]
+                keep = []
+                for e in slots.entries:
+                    if not e.busy and now - e.last_used > self.idle_ttl_s:
+                        gone.append(e.worker)
+                    else:
+                        keep.append(e)
+                slots.entries = keep
+                if not keep:
+                    del self._workers[key]
+        for w in gone:
+            w.kill()
+        return len(gone)
+
+    def evict_slice(self, mig_uuid: str) -> int:
+        """Kill idle workers on a MIG slice (before the reconciler destroys it)."""
+        gone = []
+        with self._lock:
+            for key in [k for k in self._workers if k.slice_uuid == mig_uuid]:
+                slots = self._workers[key]
+                gone += [e.worker for e in slots.entries if not e.busy]
+                slots.entries = [e for e in slots.entries if e.busy]
+                if not slots.entries:
+                    del self._workers[key]
+        for w in gone:
+            w.kill()
+        return len(gone)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            workers = [e.worker for s in self._workers.values() for e in s.entries]
+            self._workers.clear()
+        for w in workers:
+            w.kill()
+
+    # --- running ---------------------------------------------------------------------------------
+    def _checkout(self, key: WorkerKey) -> _Entry | None:
+        with self._lock:
+            slots = self._workers.get(key)
+            if slots is None:
+                return None
+            for e in slots.entries:
+                if not e.busy and e.worker.alive():
+                    e.busy = True
+                    return e
+            return None
+
+    def _checkin(self, key: WorkerKey, entry: _Entry, keep: bool) -> None:
+        with self._lock:
+            entry.busy = False
+            entry.last_used = self.clock()
+            slots = self._workers.setdefault(key, _Slots())
+            if keep and entry not in slots.entries:
+                slots.entries.append(entry)
+            elif not keep and entry in slots.entries:
+                slots.entries.remove(entry)
+                if not slots.entries:
+                    del self._workers[key]
+
+    def run(self, key: WorkerKey, spec: WorkerSpec, action: ActionCode, requests: Sequence[RunRequest],
+            time_limit_ms: int | None = None) -> list[RunResult]:
+        """Run ``requests`` as one batch of ``action`` on a warm (or new) worker; one result each."""
+        if not requests:
+            return []
+        limit_ms = int(time_limit_ms or action.timeout_ms)
+        if key.slice_uuid is not None and self.slice_exists is not None and not self.slice_exists(key.slice_uuid):
+            return [_fail(r, WHISK_ERROR, {"error": f"MIG slice {key.slice_uuid} does not exist on this node"},
+                          len(requests)) for r in requests]
+        with self._lock:
+            if key.slice_uuid:
+                self._busy[key.slice_uuid] += 1
+        try:
+            return self._run(key, spec, action, list(requests), limit_ms)
+        finally:
+            with self._lock:
+                if key.slice_uuid:
+                    self._busy[key.slice_uuid] -= 1
+                    if self._busy[key.slice_uuid] <= 0:
+                        del self._busy[key.slice_uuid]
+
+    def _run(self, key, spec, action, requests, limit_ms) -> list[RunResult]:
+        results: list[RunResult] = []
+        pending = list(requests)
+        while pending:
+            entry, init_ms, failure = self._ready_worker(key, spec, action, limit_ms)
+            if failure is not None:
+                code, body, timed_out = failure
+                results += [_fail(r, code, body, len(requests), timeout=timed_out, init_ms=init_ms)
+                            for r in pending]
+                break
+            worker = entry.worker
+            if worker.batch_capable and len(pending) > 1:
+                batch, pending = pending, []
+                results += self._run_batch(worker, action, batch, limit_ms, init_ms)
+            else:
+                req = pending.pop(0)
+                results.append(self._run_one(worker, action, req, limit_ms, init_ms, len(requests)))
+            alive = worker.alive() and not results[-1].timeout and results[-1].status_code != WHISK_ERROR
+            if not alive:
+                worker.kill()
+            self._checkin(key, entry, keep=alive)
+        return results
+
+    def _ready_worker(self, key, spec, action, limit_ms):
+        """A warm worker, or a new one started and /init-ed (with its cold start time), or a failure."""
+        entry = self._checkout(key)
+        if entry is not None:
+            try:
+                entry.worker.pin(spec.vcpus)
+            except (OSError, WorkerStartError):
+                pass
+            return entry, None, None
+        t0 = time.perf_counter()
+        try:
+            worker = self.factory(spec, action)
+            worker.start()
+        except WorkerStartError as e:
+            return None, None, (WHISK_ERROR, {"error": f"could not start a worker: {e}"}, False)
+        except Exception as e:  # noqa: BLE001 - never let a runner bug kill the agent
+            return None, None, (WHISK_ERROR, {"error": f"could not start a worker: {type(e).__name__}: {e}"},
+                                False)
+        self.cold_starts += 1
+        payload = {"value": {"name": action.name, "main": action.main, "binary": action.binary,
+                             "code": action.code, "env": _init_env(action)}}
+        try:
+            status, body = worker.init(payload, limit_ms / 1000)
+        except RuntimeTimeout:
+            worker.kill()
+            return None, None, (DEVELOPER_ERROR, timeout_result(limit_ms), True)
+        except RuntimeCrashed as e:
+            detail = worker.exit_detail()
+            worker.kill()
+            return None, None, (WHISK_ERROR, crash_result(f"during init: {e}, {detail}"), False)
+        init_ms = (time.perf_counter() - t0) * 1000
+        if status != 200:
+            worker.kill()
+            msg = body.get("error") if isinstance(body, dict) else None
+            return None, init_ms, (DEVELOPER_ERROR, {"error": msg or f"Initialization failed (HTTP {status})."},
+                                   False)
+        worker.init_ms = init_ms
+        entry = _Entry(worker, self.clock(), busy=True)
+        with self._lock:
+            self._workers.setdefault(key, _Slots()).entries.append(entry)
+        return entry, init_ms, None
+
+    def _run_one(self, worker, action, req, limit_ms, init_ms, batch_size) -> RunResult:
+        t0 = time.perf_counter()
+        try:
+            status, body = worker.run(_run_body(action, req, req.value), limit_ms / 1000)
+        except RuntimeTimeout:
+            worker.kill()
+            return _fail(req, DEVELOPER_ERROR, timeout_result(limit_ms), batch_size, True, init_ms, t0)
+        except RuntimeCrashed as e:
+            detail = worker.exit_detail()
+            worker.kill()
+            return _fail(req, WHISK_ERROR, crash_result(f"{e}, {detail}"), batch_size, False, init_ms, t0)
+        code, result = classify(status, body)
+        return RunResult(req.activation_id, code, result, _ms(t0), init_ms, False, batch_size)
+
+    def _run_batch(self, worker, action, batch, limit_ms, init_ms) -> list[RunResult]:
+        t0 = time.perf_counter()
+        n = len(batch)
+        body = _run_body(action, batch[0], {BATCH_KEY: [r.value for r in batch]})
+        body["activation_ids"] = [r.activation_id for r in batch]
+        try:
+            status, reply = worker.run(body, limit_ms / 1000)
+        except RuntimeTimeout:
+            worker.kill()
+            return [_fail(r, DEVELOPER_ERROR, timeout_result(limit_ms), n, True, init_ms, t0) for r in batch]
+        except RuntimeCrashed as e:
+            detail = worker.exit_detail()
+            worker.kill()
+            return [_fail(r, WHISK_ERROR, crash_result(f"{e}, {detail}"), n, False, init_ms, t0) for r in batch]
+        items = reply.get(BATCH_KEY) if status == 200 and isinstance(reply, dict) else None
+        if not isinstance(items, list) or len(items) != n:
+            code, result = classify(status, reply) if status != 200 else (
+                DEVELOPER_ERROR, {"error": "The batch entry point did not return one result per request."})
+            if code == 0:
+                code, result = DEVELOPER_ERROR, {"error": "The batch reply is malformed."}
+            return [_fail(r, code, result, n, False, init_ms, t0) for r in batch]
+        out = []
+        for r, item in zip(batch, items, strict=True):
+            code, result = classify(200, item) if isinstance(item, dict) else (
+                DEVELOPER_ERROR, {"error": "The action did not return a dictionary."})
+            out.append(RunResult(r.activation_id, code, result, _ms(t0), init_ms, False, n))
+        return out
+
+
+def _ms(t0: float) -> float:
+    return (time.perf_counter() - t0) * 1000
+
+
+def _fail(req: RunRequest, code: int, body: dict, batch_size: int, timeout: bool = False,
+          init_ms: float | None = None, t0: float | None = None) -> RunResult:
+    return RunResult(req.activation_id, code, body, _ms(t0) if t0 else 0.0, init_ms, timeout, batch_size,
+                     {"timeout": True} if timeout else {})
+
+
+def _init_env(action: ActionCode) -> dict[str, str]:
+    return {"__OW_NAMESPACE": action.namespace, "__OW_ACTION_NAME": action.fqn,
+            "__OW_ACTION_VERSION": action.revision}
+
+
+def _run_body(action: ActionCode, req: RunRequest, value: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"value": value, "namespace": action.namespace, "action_name": action.fqn,
+                            "action_version": action.revision, "activation_id": req.activation_id,
+                            "transaction_id": req.transaction_id}
+    if req.deadline_ms is not None:
+        body["deadline"] = str(int(req.deadline_ms))
+    return body

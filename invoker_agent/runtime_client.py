@@ -1,0 +1,129 @@
+"""The parent side of OpenWhisk's action runtime protocol (/init + /run), shared by both runners.
+
+Result codes follow OpenWhisk's ``ActivationResponse`` (reference/openwhisk.md §6): 200 with a JSON
+object → 0 success; 200 with ``{"error": ...}`` → 1 application error; non-200 → 2 developer error;
+time limit exceeded → 2 with the timeout flag; abnormal failure (the worker died, no valid reply) →
+3 whisk error. An init failure is a developer error carrying the runtime's message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import requests
+
+SUCCESS = 0
+APPLICATION_ERROR = 1
+DEVELOPER_ERROR = 2
+WHISK_ERROR = 3
+
+BATCH_KEY = "__esg_batch__"
+
+
+class RuntimeTimeout(Exception):
+    """The runtime did not answer within the time limit."""
+
+
+class RuntimeCrashed(Exception):
+    """The runtime's connection failed or its reply was not JSON: the worker is gone or broken."""
+
+
+class WorkerStartError(RuntimeError):
+    """A worker could not be started (bad vCPU ids, missing engine, runtime never became ready)."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One activation to run: its parameters and the identity fields /run carries."""
+
+    value: dict[str, Any]
+    activation_id: str
+    transaction_id: str = ""
+    deadline_ms: int | None = None          # epoch ms; sent as a string, as OpenWhisk does
+
+
+@dataclass
+class RunResult:
+    activation_id: str
+    status_code: int                        # 0 success, 1 application, 2 developer, 3 whisk error
+    result: dict[str, Any]
+    duration_ms: float
+    init_ms: float | None = None            # cold start paid by this activation (OpenWhisk's initTime)
+    timeout: bool = False
+    batch_size: int = 1
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code == SUCCESS
+
+
+def classify(status: int, body: Any) -> tuple[int, dict[str, Any]]:
+    """(result code, result object) of a /run reply, by OpenWhisk's rules."""
+    if status == 200 and isinstance(body, dict):
+        return (APPLICATION_ERROR if "error" in body else SUCCESS), body
+    if status == 200 and isinstance(body, list):
+        return SUCCESS, {"result": body}
+    if status == 200:
+        return DEVELOPER_ERROR, {"error": "The action did not produce a valid JSON response."}
+    if isinstance(body, dict) and "error" in body:
+        return DEVELOPER_ERROR, {"error": body["error"]}
+    return DEVELOPER_ERROR, {"error": f"The action did not produce a valid response (HTTP {status})."}
+
+
+def timeout_result(limit_ms: int) -> dict[str, Any]:
+    return {"error": f"The action exceeded its time limits of {limit_ms} milliseconds."}
+
+
+def crash_result(detail: str = "") -> dict[str, Any]:
+    msg = "The action did not produce a valid response and exited unexpectedly."
+    return {"error": msg + (f" ({detail})" if detail else "")}
+
+
+class RuntimeClient:
+    """HTTP client of one runtime endpoint (``http://127.0.0.1:PORT``)."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.session = requests.Session()
+
+    def post(self, path: str, payload: dict[str, Any], timeout_s: float) -> tuple[int, Any]:
+        try:
+            r = self.session.post(self.base_url + path, json=payload, timeout=(min(5.0, timeout_s), timeout_s))
+        except requests.Timeout as e:
+            if isinstance(e, requests.ConnectTimeout):
+                raise RuntimeCrashed(f"connect to {self.base_url} timed out") from None
+            raise RuntimeTimeout() from None
+        except requests.RequestException as e:
+            raise RuntimeCrashed(type(e).__name__) from None
+        try:
+            return r.status_code, r.json()
+        except ValueError:
+            if r.status_code == 200:
+                return 200, None
+            return r.status_code, {"error": (r.text or "")[:500]}
+
+    def close(self) -> None:
+        self.session.close()
+
+
+class Worker(Protocol):
+    """A runtime the pool can start, /init once, /run many times and kill."""
+
+    init_ms: float | None
+    batch_capable: bool
+
+    def start(self) -> None: ...
+
+    def init(self, payload: dict[str, Any], timeout_s: float) -> tuple[int, Any]: ...
+
+    def run(self, payload: dict[str, Any], timeout_s: float) -> tuple[int, Any]: ...
+
+    def alive(self) -> bool: ...
+
+    def exit_detail(self) -> str: ...
+
+    def pin(self, vcpus: tuple[int, ...]) -> None: ...
+
+    def kill(self) -> None: ...

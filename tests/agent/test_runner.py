@@ -1,0 +1,223 @@
+"""The process runner with real worker subprocesses: result codes, limits, crashes, batches, pinning."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pytest
+
+from invoker_agent.actions import ActionCode
+from invoker_agent.reconcile import Reconciler
+from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
+from invoker_agent.runtime_client import RunRequest
+
+pytestmark = pytest.mark.timeout(60)
+
+CPU = (sorted(os.sched_getaffinity(0))[0],)
+
+ECHO = """
+import os
+def main(args):
+    if args.get("fail"):
+        return {"error": "bad input " + str(args["fail"])}
+    if args.get("raise"):
+        raise ValueError("boom")
+    if args.get("sleep"):
+        import time; time.sleep(args["sleep"])
+    if args.get("exit"):
+        os._exit(7)
+    if args.get("not_dict"):
+        return [1, 2]
+    return {"x": args.get("x"), "pid": os.getpid(), "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "cpus": sorted(os.sched_getaffinity(0)), "activation": os.environ.get("__OW_ACTIVATION_ID"),
+            "omp": os.environ.get("OMP_NUM_THREADS")}
+"""
+BATCHED = ECHO + """
+def main_batch(args_list):
+    return [dict(main(a), batched=len(args_list)) for a in args_list]
+"""
+
+
+def action(code: str, name: str = "echo", rev: str = "0.0.1", timeout_ms: int = 5000) -> ActionCode:
+    return ActionCode(f"/guest/{name}", rev, "python:3.11", textwrap.dedent(code), timeout_ms=timeout_ms)
+
+
+def reqs(*values):
+    return [RunRequest(v, f"act-{i}", "tx") for i, v in enumerate(values)]
+
+
+@pytest.fixture
+def pool():
+    p = WorkerPool(idle_ttl_s=60)
+    yield p
+    p.shutdown()
+
+
+def key(a: ActionCode, slice_uuid=None, config="b1-c1") -> WorkerKey:
+    return WorkerKey(a.fqn, a.revision, config, slice_uuid)
+
+
+def test_success_application_and_developer_errors(pool):
+    a = action(ECHO)
+    out = pool.run(key(a), WorkerSpec(CPU), a, reqs({"x": 1}, {"fail": 2}, {"raise": 1}, {"not_dict": 1}))
+    assert [r.status_code for r in out] == [0, 1, 2, 2]
+    assert out[0].result["x"] == 1 and out[0].result["activation"] == "act-0"
+    assert out[1].result == {"error": "bad input 2"}
+    assert "ValueError: boom" in out[2].result["error"]
+    assert "did not return a dictionary" in out[3].result["error"]
+    assert out[0].init_ms is not None and out[0].init_ms > 0        # the cold start is reported once
+    assert all(r.init_ms is None for r in out[1:])
+    pids = {r.result.get("pid") for r in out if r.status_code == 0}
+    assert len(pids) == 1 and pool.cold_starts == 1                 # one warm worker served them all
+
+
+def test_warm_worker_is_reused_and_idle_ones_are_evicted():
+    now = [0.0]
+    pool = WorkerPool(idle_ttl_s=10, clock=lambda: now[0])
+    try:
+        a = action(ECHO)
+        first = pool.run(key(a), WorkerSpec(CPU), a, reqs({"x": 1}))[0]
+        second = pool.run(key(a), WorkerSpec(CPU), a, reqs({"x": 2}))[0]
+        assert first.result["pid"] == second.result["pid"] and second.init_ms is None
+        other = pool.run(key(a, config="b1-c2"), WorkerSpec(CPU), a, reqs({"x": 3}))[0]
+        assert other.result["pid"] != first.result["pid"]           # another config: another worker
+        assert pool.warm_count() == 2
+        now[0] = 5
+        assert pool.evict_idle() == 0
+        now[0] = 20
+        assert pool.evict_idle() == 2 and pool.warm_count() == 0
+        third = pool.run(key(a), WorkerSpec(CPU), a, reqs({"x": 4}))[0]
+        assert third.ok and third.init_ms is not None
+    finally:
+        pool.shutdown()
+
+
+def test_time_limit_gives_developer_error_with_timeout_and_a_fresh_worker_next(pool):
+    a = action(ECHO, timeout_ms=400)
+    out = pool.run(key(a), WorkerSpec(CPU), a, reqs({"x": 0}, {"sleep": 5}, {"x": 2}))
+    assert [r.status_code for r in out] == [0, 2, 0]
+    assert out[1].timeout and out[1].annotations == {"timeout": True}
+    assert "exceeded its time limits of 400 milliseconds" in out[1].result["error"]
+    assert out[2].result["pid"] != out[0].result["pid"] and out[2].init_ms is not None
+
+
+def test_worker_crash_is_a_whisk_error_and_the_pool_recovers(pool):
+    a = action(ECHO)
+    out = pool.run(key(a), WorkerSpec(CPU), a, reqs({"x": 0}, {"exit": 1}, {"x": 2}))
+    assert [r.status_code for r in out] == [0, 3, 0]
+    assert "exited unexpectedly" in out[1].result["error"] and "exit code 7" in out[1].result["error"]
+    assert out[2].result["pid"] != out[0].result["pid"]
+
+
+def test_batch_entry_point_is_one_run_call(pool):
+    a = action(BATCHED, name="batched")
+    out = pool.run(key(a), WorkerSpec(CPU), a, reqs(*({"x": i} for i in range(8))))
+    assert [r.status_code for r in out] == [0] * 8
+    assert [r.result["x"] for r in out] == list(range(8))
+    assert all(r.result["batched"] == 8 and r.batch_size == 8 for r in out)
+    assert len({r.result["pid"] for r in out}) == 1
+    assert all(r.init_ms is not None for r in out)                   # all of them waited for the cold start
+    again = pool.run(key(a), WorkerSpec(CPU), a, reqs({"x": 1}, {"fail": 3}))
+    assert [r.status_code for r in again] == [0, 1] and again[1].result["batched"] == 2
+
+
+def test_without_batch_entry_point_each_request_runs_on_the_same_warm_worker(pool):
+    a = action(ECHO)
+    out = pool.run(key(a), WorkerSpec(CPU), a, reqs(*({"x": i} for i in range(4))))
+    assert [r.result["x"] for r in out] == [0, 1, 2, 3]
+    assert "batched" not in out[0].result and len({r.result["pid"] for r in out}) == 1
+
+
+def test_a_batch_that_crashes_fails_every_request_with_a_whisk_error(pool):
+    a = action(BATCHED, name="batched")
+    out = pool.run(key(a), WorkerSpec(CPU), a, reqs({"x": 1}, {"exit": 1}))
+    assert [r.status_code for r in out] == [3, 3]
+    assert pool.run(key(a), WorkerSpec(CPU), a, reqs({"x": 5}))[0].ok
+
+
+def test_action_that_fails_to_import_is_a_clear_developer_error_and_the_pool_still_works(pool):
+    broken = action("import no_such_module_xyz\ndef main(a):\n    return {}\n", name="broken")
+    out = pool.run(key(broken), WorkerSpec(CPU), broken, reqs({}, {}))
+    assert [r.status_code for r in out] == [2, 2]
+    assert "ModuleNotFoundError" in out[0].result["error"] and "no_such_module_xyz" in out[0].result["error"]
+    assert pool.warm_count(key(broken)) == 0
+    no_main = action("def handler(a):\n    return {}\n", name="nomain")
+    out = pool.run(key(no_main), WorkerSpec(CPU), no_main, reqs({}))
+    assert out[0].status_code == 2 and "'main'" in out[0].result["error"]
+    good = action(ECHO)
+    assert pool.run(key(good), WorkerSpec(CPU), good, reqs({"x": 1}))[0].ok
+
+
+def test_bad_vcpu_ids_are_a_whisk_error_not_a_crash(pool):
+    a = action(ECHO)
+    out = pool.run(key(a), WorkerSpec((4096,)), a, reqs({"x": 1}))
+    assert out[0].status_code == 3 and "4096" in out[0].result["error"]
+
+
+def test_workers_are_pinned_to_vcpus_and_see_exactly_their_mig_slice(make_fake_env):
+    env = make_fake_env("A100-40GB")
+    rec = Reconciler(env.backend)
+    assert rec.reconcile_gpu(0, ["3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"]).status == "success"
+    slices = rec.read_state(0)
+    pool = WorkerPool(slice_exists=lambda u: u in env.host.mig_uuids())
+    rec.busy_slices = pool.busy_slices
+    try:
+        a = action(ECHO)
+        cpus = sorted(os.sched_getaffinity(0))
+        seen = {}
+        for i, s in enumerate(slices):
+            vcpus = (cpus[i % len(cpus)],)
+            r = pool.run(key(a, s.mig_uuid), WorkerSpec(vcpus, s.mig_uuid), a, reqs({"x": i}))[0]
+            assert r.ok, r.result
+            assert r.result["cpus"] == list(vcpus) and r.result["omp"] == "1"
+            seen[s.mig_uuid] = r.result["cvd"]
+        existing = {ci.mig_uuid for ci in env.backend.compute_instances(0)}
+        for uuid, cvd in seen.items():
+            assert cvd == uuid and cvd.startswith("MIG-") and "," not in cvd and cvd in existing
+        gone = pool.run(key(a, "MIG-00000000-dead"), WorkerSpec(CPU, "MIG-00000000-dead"), a, reqs({}))
+        assert gone[0].status_code == 3 and "does not exist" in gone[0].result["error"]
+        cpu_only = pool.run(key(a), WorkerSpec(CPU), a, reqs({}))[0]
+        assert cpu_only.result["cvd"] == ""                       # CPU-only work sees no GPU
+    finally:
+        pool.shutdown()
+
+
+def test_slice_is_busy_while_running_and_the_reconciler_leaves_it_alone(make_fake_env):
+    import threading
+    env = make_fake_env("A30")
+    rec = Reconciler(env.backend)
+    rec.reconcile_gpu(0, ["2g.12gb", "2g.12gb"])
+    target = rec.read_state(0)[0]
+    pool = WorkerPool()
+    rec.busy_slices = pool.busy_slices
+    a = action(ECHO)
+    try:
+        pool.run(key(a, target.mig_uuid), WorkerSpec(CPU, target.mig_uuid), a, reqs({}))   # warm it up
+        t = threading.Thread(target=pool.run, args=(key(a, target.mig_uuid), WorkerSpec(CPU, target.mig_uuid),
+                                                     a, reqs({"sleep": 1.0})))
+        t.start()
+        for _ in range(200):
+            if pool.busy_slices():
+                break
+            threading.Event().wait(0.005)
+        assert pool.busy_slices() == {target.mig_uuid}
+        report = rec.reconcile_gpu(0, ["4g.24gb"])
+        assert report.status == "pending" and target.mig_uuid in env.host.mig_uuids()
+        t.join(10)
+        assert pool.busy_slices() == set()
+        assert rec.reconcile_gpu(0, ["4g.24gb"]).status == "success"
+    finally:
+        pool.shutdown()
+
+
+def test_binary_zip_action(pool):
+    import base64
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("__main__.py", "from helper import twice\ndef main(a):\n    return {'y': twice(a['x'])}\n")
+        z.writestr("helper.py", "def twice(v):\n    return 2 * v\n")
+    a = ActionCode("/guest/zipped", "1", "python:3.11", base64.b64encode(buf.getvalue()).decode(), binary=True)
+    assert pool.run(key(a), WorkerSpec(CPU), a, reqs({"x": 21}))[0].result == {"y": 42}

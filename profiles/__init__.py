@@ -1,0 +1,1 @@
+"""Profiling of actions over a configuration grid, and the shipped profile tables."""

@@ -8,6 +8,7 @@ import pytest
 
 from esg.profiles import load_profile
 from profiles.host import detect_gpu
+
 from .helpers import ACTIONS, read_json
 
 TINY = '{"seed": 0, "size": 32}'

@@ -100,12 +100,14 @@ def check_vcpus(vcpus: tuple[int, ...]) -> None:
 class ProcessWorker:
     """A subprocess runtime on a loopback port (``--runner process``)."""
 
-    def __init__(self, spec: WorkerSpec, action: ActionCode | None = None, start_timeout_s: float = 20.0) -> None:
+    def __init__(self, spec: WorkerSpec, action: ActionCode | None = None, start_timeout_s: float = 20.0,
+                 extra_env: dict[str, str] | None = None) -> None:
         if action is not None and action.kind and not action.kind.startswith("python"):
             raise WorkerStartError(f"--runner process runs Python actions only, not {action.kind!r} "
                                    f"({action.fqn}); use --runner docker")
         self.spec = spec
         self.start_timeout_s = start_timeout_s
+        self.extra_env = dict(extra_env or {})   # e.g. ESG_ACTION_THREADS, set before the worker starts
         self.init_ms: float | None = None
         self.batch_capable = False
         self.proc: subprocess.Popen | None = None
@@ -119,7 +121,7 @@ class ProcessWorker:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-u", str(WORKER_SCRIPT), "--port-file", str(port_file)],
-                env=worker_env(self.spec), cwd=self.dir, stdin=subprocess.DEVNULL, stdout=log,
+                env=worker_env(self.spec, self.extra_env), cwd=self.dir, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             os.sched_setaffinity(self.proc.pid, self.spec.vcpus)

@@ -1,0 +1,240 @@
+"""Measure one function over a configuration grid through the invoker agent's process runner.
+
+For each (vCPUs, GPU) group a warm worker is started through :class:`invoker_agent.runner.WorkerPool`
+exactly as the agent starts one (``ProcessWorker``: CPU affinity to the first ``vcpus`` vCPU ids,
+``CUDA_VISIBLE_DEVICES`` = the MIG slice or empty), with ``ESG_ACTION_THREADS=vcpus``. Its cold start
+(worker start + ``/init`` + the first request, which builds the model) is measured once per group. Every
+configuration then gets ``warmup`` unmeasured batches and ``runs`` timed batches of ``batch`` requests;
+a batch's time is the wall time of the pool's ``run`` call (one ``/run`` with the batch envelope, as
+the agent sends it). ``latency_ms`` is the median (p50); ``p99_ms`` and the samples are kept.
+
+A configuration whose action answers an error (any status code other than 0) is recorded as failed,
+with the error, and the run goes on. Configurations the machine cannot run (more vCPUs than it has,
+a MIG profile with no GPU or no such slice) are skipped with a message and listed in the table.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from esg.model import Config
+from esg.profiles import profile_from_dict
+from invoker_agent.actions import ActionCode
+from invoker_agent.runner import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
+from invoker_agent.runtime_client import RunRequest, RunResult
+from profiles.grid import Grid
+from profiles.host import Host
+from profiles.store import PartialStore, group_label, write_json_atomic
+from profiles.targets import Target
+
+
+@dataclass(frozen=True)
+class Options:
+    grid: Grid
+    runs: int
+    gpu_model: str                  # canonical esg.mig model name written into the table
+    out: Path
+    warmup: int = 1
+    fresh: bool = False             # ignore earlier partial results
+    progress: bool | None = None    # tqdm's disable=None rule: a bar only on a terminal
+    stop_after: int | None = None   # test hook: act as Ctrl-C after this many configurations
+
+
+@dataclass
+class Report:
+    function: str
+    table: Path | None = None
+    measured: list[Config] = field(default_factory=list)    # measured in this call
+    resumed: list[Config] = field(default_factory=list)     # already in the partial file
+    failed: list[dict] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
+    batches_run: int = 0                                    # every batch sent in this call
+
+    @property
+    def all_failed(self) -> bool:
+        return bool(self.failed) and self.table is None
+
+
+def partial_path(out: Path, function: str) -> Path:
+    return out / f".{function}.partial.json"
+
+
+def _error(results: list[RunResult]) -> str | None:
+    for r in results:
+        if r.status_code != 0:
+            msg = r.result.get("error") if isinstance(r.result, dict) else None
+            return f"status {r.status_code}: {msg or r.result}"
+    return None
+
+
+def _skip_reason(config: Config, host: Host) -> tuple[str, str] | None:
+    """(what is skipped, why) when this machine cannot run ``config``; one message per such group."""
+    if config.gpu is not None:
+        if host.gpu is None:
+            return f"MIG profile {config.gpu}", f"no NVIDIA GPU on this machine ({host.gpu_error})"
+        if not host.gpu.mig_enabled:
+            return f"MIG profile {config.gpu}", f"MIG mode is off on {host.gpu.name}"
+        if not host.gpu.slices.get(config.gpu):
+            return (f"MIG profile {config.gpu}", f"no MIG slice of that profile on {host.gpu.name} "
+                                                 f"(create one, e.g. nvidia-smi mig -cgi {config.gpu} -C)")
+    if config.vcpus > len(host.cpu_ids):
+        return f"{config.vcpus} vCPUs", f"needs {config.vcpus} vCPUs, this machine has {len(host.cpu_ids)}"
+    return None
+
+
+class Profiler:
+    """Runs one :class:`Target` over ``options.grid`` on ``host``; see the module docstring."""
+
+    def __init__(self, target: Target, options: Options, host: Host,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.target = target
+        self.opt = options
+        self.host = host
+        self.log = log or (lambda msg: tqdm.write(msg, file=sys.stderr))
+        self.report = Report(target.function)
+        self._pool: WorkerPool | None = None
+        self._group: tuple[int, str | None] | None = None
+
+    # --- workers -----------------------------------------------------------------------------------
+    def _spec(self, config: Config) -> WorkerSpec:
+        mig = self.host.gpu.slices[config.gpu][0] if config.gpu else None
+        return WorkerSpec(tuple(self.host.cpu_ids[:config.vcpus]), mig, self.target.action.memory_mb)
+
+    def _key(self, config: Config) -> WorkerKey:
+        spec = self._spec(config)
+        return WorkerKey(self.target.action.fqn, self.target.action.revision,
+                         f"c{config.vcpus}-{config.gpu or 'cpu'}", spec.mig_uuid)
+
+    def _run(self, config: Config, batch: int, tag: str) -> tuple[float, list[RunResult]]:
+        reqs = [RunRequest(self.target.args, f"profile-{self.target.function}-{tag}-{i}") for i in range(batch)]
+        t0 = time.perf_counter()
+        results = self._pool.run(self._key(config), self._spec(config), self.target.action, reqs)
+        self.report.batches_run += 1
+        return (time.perf_counter() - t0) * 1000.0, results
+
+    def _enter_group(self, config: Config, store: PartialStore) -> None:
+        """A fresh worker for this (vCPUs, GPU) group, its cold start measured if not yet known."""
+        group = (config.vcpus, config.gpu)
+        if group == self._group:
+            return
+        self._pool.shutdown()          # free the previous group's worker before starting the next
+        self._group = group
+        _ms, results = self._run(Config(1, config.vcpus, config.gpu), 1, f"cold-{group_label(*group)}")
+        r = results[0]
+        label = group_label(*group)
+        if r.ok and r.init_ms is not None and label not in store.cold_starts:
+            store.cold_starts[label] = {"vcpus": config.vcpus, "gpu": config.gpu, "init_ms": round(r.init_ms, 3),
+                                        "first_run_ms": round(r.duration_ms, 3),
+                                        "cold_start_ms": round(r.init_ms + r.duration_ms, 3)}
+        if r.ok and store.output_bytes is None:
+            store.output_bytes = len(json.dumps(r.result).encode())
+
+    # --- one configuration -------------------------------------------------------------------------
+    def _measure(self, config: Config, store: PartialStore) -> None:
+        self._enter_group(config, store)
+        for w in range(self.opt.warmup):
+            _ms, results = self._run(config, config.batch, f"{config.label()}-warmup{w}")
+            if (err := _error(results)) is not None:
+                return self._fail(config, store, err)
+        samples = []
+        for i in range(self.opt.runs):
+            ms, results = self._run(config, config.batch, f"{config.label()}-run{i}")
+            if (err := _error(results)) is not None:
+                return self._fail(config, store, err)
+            samples.append(ms)
+        p50 = float(np.percentile(samples, 50))
+        store.record(config, {**config.to_dict(), "latency_ms": round(p50, 3), "p50_ms": round(p50, 3),
+                              "p99_ms": round(float(np.percentile(samples, 99)), 3),
+                              "samples": len(samples), "samples_ms": [round(s, 3) for s in samples]})
+        self.report.measured.append(config)
+
+    def _fail(self, config: Config, store: PartialStore, error: str) -> None:
+        store.record_failure(config, error[:500])
+        self.report.failed.append(store.failed[config.label()])
+        self.log(f"{self.target.function}: {config.label()} failed: {error[:200]}")
+
+    # --- the whole grid ----------------------------------------------------------------------------
+    def run(self) -> Report:
+        opt, fn = self.opt, self.target.function
+        key = {"function": fn, "code_sha": self.target.code_sha, "params": self.target.args_sha(),
+               "runs": opt.runs, "warmup": opt.warmup, "gpu_model": opt.gpu_model}
+        store = PartialStore.open(partial_path(opt.out, fn), key, fresh=opt.fresh)
+        if store.note:
+            self.log(f"{fn}: {store.note}")
+        todo: list[Config] = []
+        skipped_groups: dict[tuple[str, str], list[Config]] = {}
+        for config in opt.grid.configs():
+            skip = _skip_reason(config, self.host)
+            if skip is not None:
+                self.report.skipped.append({**config.to_dict(), "reason": skip[1]})
+                skipped_groups.setdefault(skip, []).append(config)
+            elif store.done(config):
+                self.report.resumed.append(config)
+            else:
+                todo.append(config)
+        for (what, why), configs in skipped_groups.items():
+            self.log(f"{fn}: skipped {len(configs)} configuration(s) of {what}: {why}")
+        if self.report.resumed:
+            self.log(f"{fn}: resuming: {len(self.report.resumed)} configuration(s) already in {store.path}")
+        self._pool = WorkerPool(factory=_worker)
+        bar = tqdm(total=len(todo), desc=fn, unit="config", disable=None if opt.progress is None else not opt.progress,
+                   file=sys.stderr, leave=True)
+        try:
+            for n, config in enumerate(todo):
+                bar.set_postfix_str(config.label())
+                self._measure(config, store)
+                bar.update(1)
+                if opt.stop_after is not None and n + 1 >= opt.stop_after:
+                    raise KeyboardInterrupt
+        finally:
+            bar.close()
+            self._pool.shutdown()
+        self.report.failed = [store.failed[c.label()] for c in opt.grid.configs() if c.label() in store.failed]
+        self._write_table(store)
+        return self.report
+
+    def _write_table(self, store: PartialStore) -> None:
+        configs = [store.results[c.label()] for c in self.opt.grid.configs() if c.label() in store.results]
+        if not configs:
+            return
+        colds = [c["cold_start_ms"] for c in store.cold_starts.values()]
+        host = self.host
+        table: dict[str, Any] = {
+            "function": self.target.function, "gpu_model": self.opt.gpu_model, "configs": configs,
+            "cold_start_ms": round(statistics.median(colds), 1) if colds else 0.0,
+            "output_bytes": int(store.output_bytes or 0),
+            "measured": {"host": host.hostname, "cpu": host.cpu, "cpus": len(host.cpu_ids),
+                         "gpu": host.gpu.name if host.gpu else None,
+                         "date": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
+                         "runner": "process", "runs": self.opt.runs, "warmup": self.opt.warmup,
+                         "grid": self.opt.grid.to_dict(), "params": self.target.args_summary(),
+                         "code_sha": self.target.code_sha, "percentile": "p50"},
+            "cold_starts": list(store.cold_starts.values()),
+        }
+        if self.report.failed:
+            table["failed"] = self.report.failed
+        if self.report.skipped:
+            table["skipped"] = self.report.skipped
+        path = self.opt.out / f"{self.target.function}.json"
+        profile_from_dict(table, str(path))            # what the planner will accept, checked before writing
+        write_json_atomic(path, table, compact_lists=True)
+        self.report.table = path
+
+
+def _worker(spec: WorkerSpec, action: ActionCode) -> ProcessWorker:
+    """The agent's process worker, with the action's thread count set from the configuration."""
+    env = {"ESG_ACTION_THREADS": str(len(spec.vcpus))}
+    if spec.mig_uuid is None:
+        env["ESG_ACTION_DEVICE"] = "cpu"
+    return ProcessWorker(spec, action, extra_env=env)

@@ -1,0 +1,5 @@
+"""Test action: every request raises."""
+
+
+def main(args):
+    raise RuntimeError("boom")

@@ -63,7 +63,7 @@ class BatchRunner:
                 return failed(msg, name, rt.WHISK_ERROR, str(e))
             assert ids is not None
             try:
-                key = WorkerKey(action.fqn, action.revision, msg.config.label, uuid)
+                key = WorkerKey(action.fqn, action.revision, msg.config.label(), uuid)
                 spec = WorkerSpec(self.vcpus.host_ids(ids), uuid, msg.action.memory_mb)
                 self.warm.note(key, msg.function, msg.config)
                 reqs = [rt.RunRequest(r.value if isinstance(r.value, dict) else {"value": r.value},

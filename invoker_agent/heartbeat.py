@@ -13,27 +13,33 @@ from invoker_agent.vcpus import VcpuAllocator
 
 
 class WarmRegistry:
-    """Which (function, config) each worker key serves, so heartbeats can name warm workers."""
+    """Which (function, config) each worker key serves, so heartbeats can name warm workers.
 
-    def __init__(self) -> None:
+    A key is noted before its batch runs (its worker may still be starting); keys without workers are
+    forgotten only after ``forget_s``, longer than any cold start.
+    """
+
+    def __init__(self, forget_s: float = 3600.0) -> None:
+        self.forget_s = forget_s
         self._lock = threading.Lock()
-        self._keys: dict[WorkerKey, tuple[str, Config]] = {}
+        self._keys: dict[WorkerKey, tuple[str, Config, float]] = {}
 
     def note(self, key: WorkerKey, function: str, config: Config) -> None:
         with self._lock:
-            self._keys[key] = (function, config)
+            self._keys[key] = (function, config, time.monotonic())
 
     def warm(self, pool: WorkerPool) -> tuple[tuple[str, Config], ...]:
         with self._lock:
             items = list(self._keys.items())
         out: set[tuple[str, Config]] = set()
-        for key, fc in items:
+        now = time.monotonic()
+        for key, (function, config, noted) in items:
             if pool.warm_count(key) > 0:
-                out.add(fc)
-            else:
+                out.add((function, config))
+            elif now - noted > self.forget_s:
                 with self._lock:
                     self._keys.pop(key, None)
-        return tuple(sorted(out, key=lambda fc: (fc[0], fc[1].label)))
+        return tuple(sorted(out, key=lambda fc: (fc[0], fc[1].label())))
 
 
 class HeartbeatBuilder:

@@ -192,7 +192,8 @@ class AgentService:
         while not self._stop.is_set():
             try:
                 self._publish(self.settings.heartbeat_topic, encode(self.heartbeats.build(self._draining)))
-                self.node.pool.evict_idle()
+                gone = self.node.pool.evict_idle()
+                log.debug("heartbeat: %d warm worker(s), %d evicted", self.node.pool.warm_count(), gone)
             except Exception:  # noqa: BLE001 - a heartbeat failure must not end the thread
                 log.exception("heartbeat failed")
             self._stop.wait(self.settings.heartbeat_s)

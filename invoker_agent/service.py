@@ -9,7 +9,7 @@ Threads:
   :class:`~invoker_agent.batch.BatchRunner` batch and publishes its :class:`~esg.protocol.ResultMessage`
   to ``{prefix}esgresults``, waiting for the broker's ack. The loop stops polling while ``max_batches``
   batches are in flight.
-* **the heartbeat thread**: every ``heartbeat_s`` publishes a :class:`~esg.protocol.Heartbeat` to
+* **the heartbeat thread**: every ``heartbeat_s`` (also while draining) publishes a :class:`~esg.protocol.Heartbeat` to
   ``{prefix}esgheartbeat`` and evicts warm workers idle past their TTL.
 
 **Commits.** Auto-commit is off. An offset is committed once its batch is answered (or the record was
@@ -92,7 +92,8 @@ class AgentService:
         self.offsets = OffsetTracker()
         self.recent = RecentBatches()
         self._finished: SimpleQueue[tuple[TopicPartition, int]] = SimpleQueue()
-        self._stop = threading.Event()
+        self._stop = threading.Event()          # stop taking dispatches (drain)
+        self._hb_stop = threading.Event()       # stop heartbeating (after the drain)
         self._draining = False
         self._executor = ThreadPoolExecutor(max_workers=settings.max_batches, thread_name_prefix="batch")
         self._inflight: set[Future] = set()
@@ -126,6 +127,7 @@ class AgentService:
             self._collect_finished()
         finally:
             self._executor.shutdown(wait=True)
+            self._hb_stop.set()
             self._hb_thread.join(timeout=self.settings.heartbeat_s + 5)
             self._publish(self.settings.heartbeat_topic, encode(self.heartbeats.build(draining=True)))
             self.producer.flush(timeout=self.settings.publish_timeout_s)
@@ -189,14 +191,14 @@ class AgentService:
 
     # --- heartbeats ------------------------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
-        while not self._stop.is_set():
+        while not self._hb_stop.is_set():
             try:
                 self._publish(self.settings.heartbeat_topic, encode(self.heartbeats.build(self._draining)))
                 gone = self.node.pool.evict_idle()
                 log.debug("heartbeat: %d warm worker(s), %d evicted", self.node.pool.warm_count(), gone)
             except Exception:  # noqa: BLE001 - a heartbeat failure must not end the thread
                 log.exception("heartbeat failed")
-            self._stop.wait(self.settings.heartbeat_s)
+            self._hb_stop.wait(self.settings.heartbeat_s)
 
     def _publish(self, topic: str, value: bytes) -> None:
         try:

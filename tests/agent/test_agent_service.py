@@ -205,10 +205,13 @@ def test_sigterm_drains_then_a_restart_resumes_after_the_committed_offset(kafka_
         slow = sched.dispatch(node, "slow", [{"sleep": 2}])
         sched.heartbeat(node, lambda h: h.vcpus_free < h.vcpus_total)     # it is running
         proc.proc.send_signal(signal.SIGTERM)
+        sched.heartbeat(node, lambda h: h.draining and h.vcpus_free < h.vcpus_total)    # still running
         assert sched.result(slow.batch_id).results[0].status_code == 0
         assert proc.wait(30) == 0, proc.output()
-        final = sched.heartbeat(node, lambda h: h.draining)
-        assert final.vcpus_free == final.vcpus_total
+        final = sched.heartbeat(node, lambda h: h.draining and h.vcpus_free == h.vcpus_total)
+        for _ in range(5):                                   # read whatever else arrived
+            sched.poll()
+        assert [h for h in sched.heartbeats if h.node == node][-1] == final    # the last one
     finally:
         proc.stop()
     # a new incarnation resumes after the committed offsets: nothing it already answered runs again
@@ -219,6 +222,33 @@ def test_sigterm_drains_then_a_restart_resumes_after_the_committed_offset(kafka_
         nxt = sched.dispatch(node, "echo", [{"i": 2}])
         sched.result(nxt.batch_id)
         assert [r.batch_id for r in sched.results] == [first.batch_id, slow.batch_id, nxt.batch_id]
+    finally:
+        proc2.stop()
+        sched.close()
+
+
+def test_a_killed_agent_runs_the_batch_it_had_taken_after_a_restart(kafka_bootstrap, openwhisk, tmp_path):
+    prefix = f"t{uuid.uuid4().hex[:8]}_"
+    node = "node-kill"
+    sched = SchedulerSide(kafka_bootstrap, prefix)
+    counter = tmp_path / "runs.txt"
+    proc = AgentProcess(tmp_path, kafka_bootstrap, openwhisk.url, node, prefix, "--fake-gpu", "A30")
+    try:
+        sched.heartbeat(node, timeout=30)
+        done = sched.dispatch(node, "count", [{"file": str(counter)}])
+        sched.result(done.batch_id)
+        taken = sched.dispatch(node, "slow", [{"sleep": 3}])
+        sched.heartbeat(node, lambda h: h.vcpus_free < h.vcpus_total)     # taken and running
+        proc.proc.kill()
+        proc.wait(10)
+    finally:
+        proc.stop()
+    proc2 = AgentProcess(tmp_path, kafka_bootstrap, openwhisk.url, node, prefix, "--fake-gpu", "A30")
+    try:
+        # the uncommitted batch is read again and run; the answered one before it is not
+        assert sched.result(taken.batch_id).results[0].status_code == 0
+        assert counter.read_text() == "run\n"
+        assert [r.batch_id for r in sched.results] == [done.batch_id, taken.batch_id]
     finally:
         proc2.stop()
         sched.close()

@@ -232,11 +232,14 @@ def test_a_killed_agent_runs_the_batch_it_had_taken_after_a_restart(kafka_bootst
     node = "node-kill"
     sched = SchedulerSide(kafka_bootstrap, prefix)
     counter = tmp_path / "runs.txt"
-    proc = AgentProcess(tmp_path, kafka_bootstrap, openwhisk.url, node, prefix, "--fake-gpu", "A30")
+    proc = AgentProcess(tmp_path, kafka_bootstrap, openwhisk.url, node, prefix, "--fake-gpu", "A30",
+                        "--idle-ttl-s", "1")
     try:
         sched.heartbeat(node, timeout=30)
         done = sched.dispatch(node, "count", [{"file": str(counter)}])
         sched.result(done.batch_id)
+        sched.heartbeat(node, lambda h: any(f == "count" for f, _ in h.warm))
+        sched.heartbeat(node, lambda h: not h.warm, after=len(sched.heartbeats))   # evicted after its TTL
         taken = sched.dispatch(node, "slow", [{"sleep": 3}])
         sched.heartbeat(node, lambda h: h.vcpus_free < h.vcpus_total)     # taken and running
         proc.proc.kill()

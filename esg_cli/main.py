@@ -18,6 +18,7 @@ SUBCOMMANDS = (
     "esg_cli.plan",
     "esg_cli.mig",
     "esg_cli.profile",
+    "esg_cli.agent",
 )
 
 

@@ -41,6 +41,7 @@ from invoker_agent.actions import ActionCode
 from invoker_agent.runtime_client import (
     BATCH_KEY,
     DEVELOPER_ERROR,
+    SENTINEL,
     WHISK_ERROR,
     RunRequest,
     RunResult,
@@ -114,6 +115,7 @@ class ProcessWorker:
         self.client: RuntimeClient | None = None
         self.dir = Path(tempfile.mkdtemp(prefix="esg-worker-"))
         self.log_path = self.dir / "action.log"
+        self._log_offset = 0
 
     def start(self) -> None:
         check_vcpus(self.spec.vcpus)
@@ -171,6 +173,18 @@ class ProcessWorker:
             return self.log_path.read_text(errors="replace")[-n:].strip()
         except OSError:
             return ""
+
+    def take_logs(self, limit: int = 1000) -> list[str]:
+        """Lines the action printed since the last call (activation sentinels dropped, at most ``limit``)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_offset)
+                data = f.read()
+        except OSError:
+            return []
+        self._log_offset += len(data)
+        lines = [ln for ln in data.decode(errors="replace").splitlines() if ln != SENTINEL]
+        return lines[-limit:]
 
     def kill(self) -> None:
         if self.client is not None:
@@ -390,7 +404,8 @@ class WorkerPool:
             worker.kill()
             return _fail(req, WHISK_ERROR, crash_result(f"{e}, {detail}"), batch_size, False, init_ms, t0)
         code, result = classify(status, body)
-        return RunResult(req.activation_id, code, result, _ms(t0), init_ms, False, batch_size)
+        return RunResult(req.activation_id, code, result, _ms(t0), init_ms, False, batch_size,
+                         started_ms=_epoch_ms(t0), logs=_take_logs(worker))
 
     def _run_batch(self, worker, action, batch, limit_ms, init_ms) -> list[RunResult]:
         t0 = time.perf_counter()
@@ -414,10 +429,12 @@ class WorkerPool:
                 code, result = DEVELOPER_ERROR, {"error": "The batch reply is malformed."}
             return [_fail(r, code, result, n, False, init_ms, t0) for r in batch]
         out = []
+        logs = _take_logs(worker)                 # one /run for the whole batch: each result gets its logs
         for r, item in zip(batch, items, strict=True):
             code, result = classify(200, item) if isinstance(item, dict) else (
                 DEVELOPER_ERROR, {"error": "The action did not return a dictionary."})
-            out.append(RunResult(r.activation_id, code, result, _ms(t0), init_ms, False, n))
+            out.append(RunResult(r.activation_id, code, result, _ms(t0), init_ms, False, n,
+                                 started_ms=_epoch_ms(t0), logs=logs))
         return out
 
 
@@ -425,10 +442,24 @@ def _ms(t0: float) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
+def _epoch_ms(t0: float | None) -> float:
+    """Wall-clock epoch ms of the monotonic instant ``t0`` (now when None)."""
+    now = time.time() * 1000
+    return now if t0 is None else now - _ms(t0)
+
+
+def _take_logs(worker: Worker) -> list[str]:
+    take = getattr(worker, "take_logs", None)
+    try:
+        return list(take()) if take is not None else []
+    except Exception:  # noqa: BLE001 - logs are best effort
+        return []
+
+
 def _fail(req: RunRequest, code: int, body: dict, batch_size: int, timeout: bool = False,
           init_ms: float | None = None, t0: float | None = None) -> RunResult:
     return RunResult(req.activation_id, code, body, _ms(t0) if t0 else 0.0, init_ms, timeout, batch_size,
-                     {"timeout": True} if timeout else {})
+                     {"timeout": True} if timeout else {}, started_ms=_epoch_ms(t0))
 
 
 def _init_env(action: ActionCode) -> dict[str, str]:

@@ -19,6 +19,7 @@ DEVELOPER_ERROR = 2
 WHISK_ERROR = 3
 
 BATCH_KEY = "__esg_batch__"
+SENTINEL = "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX"     # printed by runtimes after each activation
 
 
 class RuntimeTimeout(Exception):
@@ -53,6 +54,8 @@ class RunResult:
     timeout: bool = False
     batch_size: int = 1
     annotations: dict[str, Any] = field(default_factory=dict)
+    started_ms: float | None = None         # epoch ms when its /run (or its batch's /run) was sent
+    logs: list[str] = field(default_factory=list)   # what the action printed while it ran
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,133 @@
+"""The MIG slices a dispatch needs: created on demand, reserved while a batch uses them.
+
+A dispatch names its target slice ``(profile, start)`` and the slices to ``destroy`` first (those the
+scheduler found in the way). :meth:`SliceManager.ensure` turns that into an explicit desired layout
+for the reconciler — every slice that stays, plus the target — so nothing is auto-placed and busy
+slices are never touched: the listed slices are dropped only when idle, and idle slices overlapping the
+target are dropped too (the scheduler's view may lag). A reserved slice counts as busy for every
+reconcile until the batch that reserved it has finished, so a concurrent dispatch cannot destroy it.
+Idle slices are otherwise kept: the scheduler decides when they go.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass
+
+from esg import mig
+from esg.cluster import SliceRef
+from esg.errors import MigError
+from invoker_agent.mig_backend import MigOperationError
+from invoker_agent.node import NodeAgent
+from invoker_agent.reconcile import DesiredLayout, MigSlice
+
+
+class SliceError(RuntimeError):
+    """The dispatch's slice cannot exist here (unknown profile, impossible layout, busy slice in the way)."""
+
+
+@dataclass(frozen=True)
+class SliceInfo:
+    ref: SliceRef
+    busy: bool
+    uuid: str | None
+
+
+class SliceManager:
+    """One node's MIG slices on its first MIG-capable GPU (``gpu_model`` None: a CPU-only node)."""
+
+    def __init__(self, node: NodeAgent) -> None:
+        self.node = node
+        self.gpu: int | None = None
+        self.gpu_model: str | None = None
+        try:
+            for g in node.backend.gpus():
+                if g.model is not None:
+                    self.gpu, self.gpu_model = g.index, g.model
+                    break
+        except MigOperationError:
+            pass
+        self._mig_lock = threading.Lock()            # one MIG change (or read) at a time
+        self._res_lock = threading.Lock()
+        self._reserved: Counter[str] = Counter()
+        self._last: tuple[SliceInfo, ...] = ()
+        node.reconciler.busy_slices = self.busy_uuids
+
+    def busy_uuids(self) -> set[str]:
+        with self._res_lock:
+            reserved = {u for u, n in self._reserved.items() if n > 0}
+        return reserved | set(self.node.pool.busy_slices())
+
+    def ensure(self, target: SliceRef, destroy: tuple[SliceRef, ...] = ()) -> str:
+        """The MIG UUID of ``target``, created if needed, and reserved: call :meth:`release` after."""
+        if self.gpu_model is None or self.gpu is None:
+            raise SliceError(f"this node has no MIG-capable GPU; cannot run on MIG slice "
+                             f"{target.profile}@{target.start}")
+        model, gpu = self.gpu_model, self.gpu
+        try:
+            prof = mig.geometry(model).profile(target.profile)
+        except MigError as e:
+            raise SliceError(str(e)) from None
+        if target.start not in prof.starts:
+            raise SliceError(f"MIG profile {target.profile} cannot start at memory slice {target.start} "
+                             f"on {model} (allowed starts: {list(prof.starts)})")
+        want = (target.profile, target.start)
+        drop = {(d.profile, d.start) for d in destroy}
+        with self._mig_lock:
+            try:
+                state = self.node.reconciler.read_state(gpu)
+                keep = [(s.profile, s.start) for s in state
+                        if s.busy or ((s.profile, s.start) not in drop and not _overlaps(model, s, want))]
+                desired = sorted(set(keep) | {want})
+                uuid = _uuid_of(state, want)
+                if uuid is None or desired != sorted((s.profile, s.start) for s in state):
+                    for s in state:
+                        if (s.profile, s.start) not in desired and s.mig_uuid and not s.busy:
+                            self.node.pool.evict_slice(s.mig_uuid)
+                    report = self.node.reconciler.reconcile_gpu(gpu, DesiredLayout(placements=tuple(desired)))
+                    uuid = _uuid_of(report.slices, want)
+                    if uuid is None:
+                        raise SliceError(f"cannot create MIG slice {target.profile}@{target.start} on {model}: "
+                                         f"{report.reason or report.status}")
+            except MigOperationError as e:
+                raise SliceError(f"MIG operation failed for slice {target.profile}@{target.start}: {e}") from None
+            with self._res_lock:
+                self._reserved[uuid] += 1
+            return uuid
+
+    def release(self, uuid: str | None) -> None:
+        if uuid is None:
+            return
+        with self._res_lock:
+            self._reserved[uuid] -= 1
+            if self._reserved[uuid] <= 0:
+                del self._reserved[uuid]
+
+    def status(self) -> tuple[SliceInfo, ...]:
+        """Every slice with busy/idle and MIG UUID (the last known list if a MIG change is under way)."""
+        if self.gpu is None:
+            return ()
+        if not self._mig_lock.acquire(timeout=0.2):
+            return self._last
+        try:
+            state = self.node.reconciler.read_state(self.gpu)
+        except MigOperationError:
+            return self._last
+        finally:
+            self._mig_lock.release()
+        self._last = tuple(SliceInfo(SliceRef(s.profile, s.start), s.busy, s.mig_uuid)
+                           for s in sorted(state, key=lambda s: s.start))
+        return self._last
+
+
+def _uuid_of(state: list[MigSlice], want: tuple[str, int]) -> str | None:
+    return next((s.mig_uuid for s in state if (s.profile, s.start) == want and s.mig_uuid), None)
+
+
+def _overlaps(model: str, s: MigSlice, want: tuple[str, int]) -> bool:
+    if (s.profile, s.start) == want:
+        return False
+    geo = mig.geometry(model)
+    a, b = geo.profile(s.profile), geo.profile(want[0])
+    return s.start < want[1] + b.memory_slices and want[1] < s.start + a.memory_slices

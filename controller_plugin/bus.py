@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, NoBrokersAvailable, TopicAlreadyExistsError
+from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from controller_plugin import wire
 from esg import protocol
@@ -65,10 +65,9 @@ class Bus:
             self.producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks=1,
                                           linger_ms=1, max_request_size=2 * wire.MAX_MESSAGE_BYTES + 1024,
                                           request_timeout_ms=timeout_ms, max_block_ms=timeout_ms)
-        except NoBrokersAvailable:
-            raise BusError(f"cannot reach Kafka at {bootstrap}: no broker answered") from None
         except (KafkaError, OSError, ValueError) as exc:
-            raise BusError(f"cannot reach Kafka at {bootstrap}: {exc}") from None
+            why = "no broker answered" if "NoBrokersAvailable" in type(exc).__name__ else str(exc)
+            raise BusError(f"cannot reach Kafka at {bootstrap}: {why}") from None
         self._known: set[str] = set()
 
     def ensure_topics(self, topics: Iterable[tuple[str, str]]) -> None:

@@ -9,6 +9,7 @@ the end without a group: results of an earlier incarnation are void anyway.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterable
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -27,6 +28,19 @@ _DEAD_LETTER_CONFIG = {"retention.ms": "172800000", "max.message.bytes": str(2 *
 
 class BusError(Exception):
     """Kafka is unreachable or refused a request."""
+
+
+def probe(bootstrap: str, timeout_s: float = 3.0) -> None:
+    """Fail fast, by name, when no bootstrap server accepts a connection (clients would retry for long)."""
+    errors = []
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        try:
+            with socket.create_connection((host or "localhost", int(port)), timeout=timeout_s):
+                return
+        except (OSError, ValueError) as exc:
+            errors.append(getattr(exc, "strerror", None) or str(exc))
+    raise BusError(f"cannot reach Kafka at {bootstrap}: {'; '.join(e for e in errors if e) or 'no answer'}")
 
 
 class Topics:
@@ -59,6 +73,7 @@ def topic_settings(kind: str) -> dict[str, str]:
 class Bus:
     def __init__(self, bootstrap: str, client_id: str = "esg-scheduler", timeout_ms: int = 5000) -> None:
         self.bootstrap = bootstrap
+        probe(bootstrap)
         try:
             self.admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id + "-admin",
                                           request_timeout_ms=timeout_ms)

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(logging.ERROR)
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
     try:
         svc = SchedulerService(settings)
     except ServiceError as exc:

@@ -249,9 +249,9 @@ class ControllerDriver:
                 return n
         return healthy[0]
 
-    def publish(self, action: str, params: Any = None, *, blocking: bool = True, cause: str | None = None,
-                activation_id: str | None = None, invoker: int | None = None) -> str:
-        """Publish one ActivationMessage of ``action`` (``ns/[pkg/]name``); return its activation id."""
+    def message(self, action: str, params: Any = None, *, blocking: bool = True, cause: str | None = None,
+                activation_id: str | None = None) -> dict[str, Any]:
+        """The ActivationMessage the controller would publish for a call of ``action`` (``ns/[pkg/]name``)."""
         fqn = action.strip("/")
         path, _, name = fqn.rpartition("/")
         doc = self.catalog(fqn) if self.catalog is not None else None
@@ -259,19 +259,24 @@ class ControllerDriver:
         if doc is not None and (doc.get("parameters") or isinstance(params, dict | type(None))):
             content = {p["key"]: p["value"] for p in doc.get("parameters") or []}
             content.update(params or {})
-        action_json = {"path": path, "name": name, "version": (doc or {}).get("version", "0.0.1")}
-        aid = activation_id or uuid.uuid4().hex
         msg: dict[str, Any] = {
-            "transid": transaction_id(), "action": action_json, "revision": (doc or {}).get("_rev"),
-            "user": self.user, "activationId": aid,
+            "transid": transaction_id(),
+            "action": {"path": path, "name": name, "version": (doc or {}).get("version", "0.0.1")},
+            "revision": (doc or {}).get("_rev"), "user": self.user, "activationId": activation_id or uuid.uuid4().hex,
             "rootControllerIndex": {"asString": self.controller_id, "instanceType": "controller"},
             "blocking": blocking, "initArgs": [], "lockedArgs": {}}
         if content is not None:
             msg["content"] = content
         if cause is not None:
             msg["cause"] = cause
-        n = invoker if invoker is not None else self._choose(fqn.rsplit("/", 1)[0] + "/" + name,
-                                                             self.user["namespace"]["name"])
+        return msg
+
+    def publish(self, action: str, params: Any = None, *, blocking: bool = True, cause: str | None = None,
+                activation_id: str | None = None, invoker: int | None = None) -> str:
+        """Publish one ActivationMessage of ``action`` to a healthy invoker; return its activation id."""
+        msg = self.message(action, params, blocking=blocking, cause=cause, activation_id=activation_id)
+        n = invoker if invoker is not None else self._choose(action.strip("/"), self.user["namespace"]["name"])
+        aid = msg["activationId"]
         with self._lock:
             self.published[aid] = msg
         self.producer.send(wire.invoker_topic(n, self.prefix), wire.encode(msg))

@@ -22,6 +22,9 @@ from esg import protocol
 log = logging.getLogger("esg.scheduler")
 
 DEAD_LETTER_TOPIC = "esgdeadletter"
+#: How long the broker may hold a fetch with no data. Short: each hop to an agent and back waits on it
+#: when the broker does not answer a parked fetch as soon as data arrives.
+FETCH_WAIT_MS = 20
 _ESG_TOPIC_CONFIG = {"retention.ms": "3600000", "max.message.bytes": str(wire.MAX_MESSAGE_BYTES)}
 _DEAD_LETTER_CONFIG = {"retention.ms": "172800000", "max.message.bytes": str(2 * wire.MAX_MESSAGE_BYTES)}
 
@@ -110,7 +113,7 @@ class Bus:
     def consumer(self, group_id: str | None, **kw) -> KafkaConsumer:
         return KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group_id, enable_auto_commit=False,
                              auto_offset_reset="earliest", client_id=f"esg-scheduler-{group_id or 'agents'}",
-                             request_timeout_ms=31000, fetch_max_wait_ms=20, max_poll_records=500, **kw)
+                             request_timeout_ms=31000, fetch_max_wait_ms=FETCH_WAIT_MS, max_poll_records=500, **kw)
 
     def close(self) -> None:
         for c in (self.producer, self.admin):

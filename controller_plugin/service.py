@@ -132,6 +132,7 @@ class SchedulerService:
         self.inflight: dict[str, InFlight] = {}
         self.events: list = []
         self.pending_acks: list[PendingAck] = []
+        self._unconfirmed: list[tuple[Any, PendingAck]] = []
         self.health_waiting: dict[int, HealthTest] = {}
         self._registered: dict[str, AppPlan] = {}
         self._plans: dict[tuple[str, str | None], tuple[float, AppPlan]] = {}
@@ -183,6 +184,7 @@ class SchedulerService:
             t.join(timeout=5)
         try:
             self._send_acks()
+            self._confirm_acks(wait=True)
         except Exception:  # best effort on the way out; the ledger finishes it at the next start
             log.warning("could not send the last acks; the next start finishes them")
         self.bus.close()
@@ -234,6 +236,8 @@ class SchedulerService:
             self._step()
         if self.pending_acks:
             self._send_acks()
+        if self._unconfirmed:
+            self._confirm_acks()
 
     def _step(self) -> None:
         events, self.events = self.events, []
@@ -343,7 +347,11 @@ class SchedulerService:
         self.pending_acks.append(PendingAck(entry, data, record, topic, entry.accepted_ms, kind))
 
     def _send_acks(self) -> None:
-        """Ledger ``acking`` (with the bytes) → produce → flush → ledger ``done``: never two acks for one id."""
+        """Ledger ``acking`` (with the bytes) → produce; once the broker confirms, ledger ``done``.
+
+        The ack's bytes are in Redis before it can reach Kafka, so a restart either finds it on
+        ``completed{C}`` or sends those same bytes: never two acks, never none.
+        """
         batch, self.pending_acks = self.pending_acks, []
         if not batch:
             return
@@ -353,14 +361,30 @@ class SchedulerService:
             self._ack_topics |= new_topics
         self.ledger.mark_acking((p.entry, p.data, p.record) for p in batch)
         for p in batch:
-            self.bus.send(p.topic, p.data)
-        self.bus.flush()
-        self.ledger.mark_done(p.entry.activation_id for p in batch)
+            self._unconfirmed.append((self.bus.send(p.topic, p.data), p))
         t = now_ms()
         for p in batch:
             self.metrics.ack_latency.observe(max(0, t - p.accepted_ms) / 1000)
             self.metrics.acks.labels(p.kind).inc()
         self.stats["acks"] += len(batch)
+
+    def _confirm_acks(self, wait: bool = False) -> None:
+        """Mark ``done`` the acks the broker took; send again those it refused."""
+        if wait:
+            self.bus.flush()
+        keep, done = [], []
+        for fut, p in self._unconfirmed:
+            if not fut.is_done:
+                keep.append((fut, p))
+            elif fut.succeeded():
+                done.append(p.entry.activation_id)
+            else:
+                log.warning("ack of %s not taken by Kafka (%s); sending it again", p.entry.activation_id,
+                            type(fut.exception).__name__)
+                keep.append((self.bus.send(p.topic, p.data), p))
+        self._unconfirmed = keep
+        if done:
+            self.ledger.mark_done(done)
 
     # -- agents and health ----------------------------------------------------------------------------
     def _heartbeat(self, hb: protocol.Heartbeat, mono: float) -> None:
@@ -444,11 +468,12 @@ class SchedulerService:
                         consumer.seek(tp, recs[0].offset)
                     time.sleep(0.5)
                     continue
-                consumer.commit()
+                # In the ledger now: the main loop may start on them while the commit is under way.
                 for item in handed:
                     if isinstance(item, Accepted):
                         self._resolve(item)
                     self.inbox.put(item)
+                consumer.commit()
         finally:
             consumer.close(autocommit=False)
 

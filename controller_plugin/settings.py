@@ -17,8 +17,9 @@ DEFAULT_AGENT_TIMEOUT_S = 5.0
 
 
 def shipped_profiles_dir() -> Path:
-    """The profile tables shipped with the project (``profiles/tables``)."""
-    return Path(__file__).resolve().parent.parent / "profiles" / "tables"
+    """The profile tables shipped with the project (``profiles/tables/cpu``, else ``profiles/tables``)."""
+    tables = Path(__file__).resolve().parent.parent / "profiles" / "tables"
+    return tables / "cpu" if (tables / "cpu").is_dir() else tables
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,8 @@ class AckLog:
     record: dict[str, Any] | None = None
     is_system_error: bool = False
     instance: int | None = None
+    first_ack_s: float | None = None
+    """``time.monotonic()`` of the first ack (for latency measurements)."""
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -93,6 +95,7 @@ class ControllerDriver:
         self.acks: dict[str, AckLog] = defaultdict(AckLog)
         self.health_acks: list[dict[str, Any]] = []
         self.published: dict[str, dict[str, Any]] = {}
+        self.published_s: dict[str, float] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.producer = KafkaProducer(bootstrap_servers=kafka, acks=1, linger_ms=1,
@@ -208,6 +211,8 @@ class ControllerDriver:
             aid = ack.response if isinstance(ack.response, str) else ack.response["activationId"]
         with self._lock:
             log = self.acks[aid]
+            if log.first_ack_s is None:
+                log.first_ack_s = time.monotonic()
             log.acks.append(obj)
             if isinstance(ack, wire.CompletionMessage | wire.CombinedCompletionAndResultMessage):
                 log.completions += 1
@@ -279,6 +284,7 @@ class ControllerDriver:
         aid = msg["activationId"]
         with self._lock:
             self.published[aid] = msg
+            self.published_s[aid] = time.monotonic()
         self.producer.send(wire.invoker_topic(n, self.prefix), wire.encode(msg))
         return aid
 

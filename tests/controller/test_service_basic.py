@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import requests
 
 from esg_cli.openwhisk_standin import GUEST_KEY
@@ -162,4 +160,4 @@ def test_metrics_are_served(service_factory, agent_factory, driver, standin):
     assert 'esg_slo_total{result="hit"} 1.0' in text
 
 
-_ = json
+

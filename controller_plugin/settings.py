@@ -25,7 +25,7 @@ def shipped_profiles_dir() -> Path:
 @dataclass(frozen=True)
 class Settings:
     kafka: str
-    redis_url: str
+    redis_url: str = field(repr=False)
     openwhisk_api: str | None = None
     openwhisk_auth: str | None = field(default=None, repr=False)
     topic_prefix: str = ""

@@ -19,6 +19,7 @@ SUBCOMMANDS = (
     "esg_cli.mig",
     "esg_cli.profile",
     "esg_cli.agent",
+    "esg_cli.scheduler",
 )
 
 

@@ -1,0 +1,152 @@
+"""The Redis ledger: every accepted activation, from acceptance to its one ack.
+
+Keys (``scope`` = topic prefix + controller id, so two deployments on one Redis never mix):
+
+* ``esg:{scope}:act:{activationId}`` -- JSON ``{"state", "topic", "accepted_ms", "raw"[, "ack"]}``.
+  ``state`` is ``open`` (accepted, not answered), ``acking`` (the ack's bytes are stored here and are
+  being produced) or ``done`` (answered; kept ``DONE_TTL_S`` without the payload, for dedupe).
+* ``esg:{scope}:open`` -- set of the ids in state ``open`` or ``acking``: what a restart must finish.
+* ``esg:activation:{activationId}`` -- the WhiskActivation record (the embedded activation store that
+  the REST stand-in reads), with ``RECORD_TTL_S``.
+* ``esg:{prefix}:invokers`` -- hash node name -> virtual invoker id.
+
+Exactly once: an activation is inserted only if its key is absent (a redelivered message is dropped),
+its ack is written into the entry (``acking``) *before* it is produced, and marked ``done`` once the
+broker took it. After a crash an ``acking`` entry is looked up in ``completed{C}``: found means the ack
+went out, else the stored bytes are sent; an ``open`` entry is run again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+DONE_TTL_S = 6 * 3600
+RECORD_TTL_S = 24 * 3600
+
+ACTIVATION_RECORD_KEY = "esg:activation:{id}"
+
+_ACCEPT = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('SET', key, ARGV[i], 'NX') then
+    redis.call('SADD', ARGV[#KEYS + 1], ARGV[#KEYS + 1 + i])
+    out[i] = 1
+  else
+    out[i] = 0
+  end
+end
+return out
+"""
+
+
+def activation_record_key(activation_id: str) -> str:
+    return ACTIVATION_RECORD_KEY.format(id=activation_id)
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    activation_id: str
+    state: str
+    topic: int
+    accepted_ms: int
+    raw: str | None
+    ack: str | None = None
+
+
+class Ledger:
+    def __init__(self, client: redis.Redis, scope: str, prefix: str = "") -> None:
+        self.r = client
+        self.scope = scope
+        self._open = f"esg:{scope}:open"
+        self._invokers = f"esg:{prefix}:invokers"
+        self._accept = client.register_script(_ACCEPT)
+
+    def _key(self, activation_id: str) -> str:
+        return f"esg:{self.scope}:act:{activation_id}"
+
+    def accept(self, entries: Sequence[tuple[str, int, int, str]]) -> list[bool]:
+        """Insert ``(activation_id, topic, accepted_ms, raw)`` entries; True for each that was new."""
+        if not entries:
+            return []
+        keys = [self._key(a) for a, _, _, _ in entries]
+        values = [json.dumps({"state": "open", "topic": t, "accepted_ms": ms, "raw": raw})
+                  for _, t, ms, raw in entries]
+        got = self._accept(keys=keys, args=[*values, self._open, *[a for a, _, _, _ in entries]])
+        return [bool(x) for x in got]
+
+    def mark_acking(self, items: Iterable[tuple[LedgerEntry, bytes, dict[str, Any] | None]]) -> None:
+        """Store each ack's bytes (and the activation record) before the ack is produced."""
+        pipe = self.r.pipeline(transaction=False)
+        for entry, ack, record in items:
+            pipe.set(self._key(entry.activation_id),
+                     json.dumps({"state": "acking", "topic": entry.topic, "accepted_ms": entry.accepted_ms,
+                                 "raw": entry.raw, "ack": ack.decode("utf-8")}))
+            if record is not None:
+                pipe.set(activation_record_key(entry.activation_id), json.dumps(record), ex=RECORD_TTL_S)
+        pipe.execute()
+
+    def mark_done(self, activation_ids: Iterable[str]) -> None:
+        pipe = self.r.pipeline(transaction=False)
+        n = 0
+        for a in activation_ids:
+            pipe.set(self._key(a), '{"state":"done"}', ex=DONE_TTL_S)
+            pipe.srem(self._open, a)
+            n += 1
+        if n:
+            pipe.execute()
+
+    def unfinished(self) -> list[LedgerEntry]:
+        """Entries in state ``open`` or ``acking`` (what a previous incarnation left)."""
+        ids = sorted(self.r.smembers(self._open))
+        ids = [i.decode() if isinstance(i, bytes) else i for i in ids]
+        out: list[LedgerEntry] = []
+        stale: list[str] = []
+        for aid, raw in zip(ids, self.r.mget([self._key(i) for i in ids]) if ids else []):
+            if raw is None:
+                stale.append(aid)
+                continue
+            d = json.loads(raw)
+            if d.get("state") not in ("open", "acking"):
+                stale.append(aid)
+                continue
+            out.append(LedgerEntry(aid, d["state"], int(d.get("topic", 0)), int(d.get("accepted_ms", 0)),
+                                   d.get("raw"), d.get("ack")))
+        if stale:
+            self.r.srem(self._open, *stale)
+        return out
+
+    def open_count(self) -> int:
+        return int(self.r.scard(self._open))
+
+    def record(self, activation_id: str) -> dict[str, Any] | None:
+        raw = self.r.get(activation_record_key(activation_id))
+        return None if raw is None else json.loads(raw)
+
+    # -- virtual invoker ids -------------------------------------------------------------------------
+    def invoker_ids(self) -> dict[str, int]:
+        return {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in self.r.hgetall(self._invokers).items()}
+
+    def invoker_id(self, node: str) -> int:
+        """The node's stable id: its stored one, else the lowest unused id (stored before use)."""
+        while True:
+            known = self.invoker_ids()
+            if node in known:
+                return known[node]
+            candidate = min(set(range(len(known) + 1)) - set(known.values()))
+            # WATCH the hash so two schedulers never hand out the same id.
+            with self.r.pipeline() as pipe:
+                try:
+                    pipe.watch(self._invokers)
+                    if pipe.hexists(self._invokers, node):
+                        continue
+                    pipe.multi()
+                    pipe.hset(self._invokers, node, candidate)
+                    pipe.execute()
+                    return candidate
+                except redis.WatchError:
+                    continue

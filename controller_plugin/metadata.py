@@ -1,0 +1,333 @@
+"""Action metadata from OpenWhisk's REST API, and the ESG annotations read from it (DESIGN §3).
+
+:class:`MetadataClient` GETs ``/api/v1/namespaces/{ns}/actions/[{pkg}/]{name}?code=false`` with Basic
+auth (uuid, key) and caches each answer by (fully qualified name, revision): an activation names the
+revision it runs, so a cached entry never goes stale. :func:`plan_for` turns an action into an
+:class:`AppPlan`: an app (``esg-slo-ms``, ``esg-dag``), a one-function app, or a plain OpenWhisk action
+with the default configuration. Anything wrong becomes an :class:`ActivationError` whose message names
+the action, annotation or function, and which the service answers as an error ack.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from esg.errors import AppError, ProfileError
+from esg.model import App
+from esg.policies.base import FunctionSpec
+from esg.profiles import Profile, load_profile, profile_from_dict
+
+STATUS_APPLICATION_ERROR = 1
+STATUS_DEVELOPER_ERROR = 2
+STATUS_WHISK_ERROR = 3
+
+DEFAULT_LIMITS = {"timeout": 60000, "memory": 256, "logs": 10, "concurrency": 1}
+#: The planning latency of a plain action's one configuration: unknown, so a nominal figure.
+DEFAULT_LATENCY_MS = 1.0
+DEFAULT_GPU_MODEL = "A100-40GB"
+REST_TIMEOUT_S = 10.0
+
+
+class ActivationError(Exception):
+    """An activation that cannot run: answered with ``status_code`` and ``{"error": message}``."""
+
+    def __init__(self, message: str, status_code: int = STATUS_DEVELOPER_ERROR) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+@dataclass(frozen=True)
+class ActionMeta:
+    """What the scheduler needs of an action document."""
+
+    path: str
+    """``ns`` or ``ns/pkg``."""
+    name: str
+    version: str
+    kind: str
+    limits: Mapping[str, Any]
+    annotations: Mapping[str, Any]
+
+    @property
+    def fqn(self) -> str:
+        return f"{self.path}/{self.name}"
+
+    @property
+    def namespace(self) -> str:
+        return self.path.split("/", 1)[0]
+
+    @property
+    def timeout_ms(self) -> int:
+        return int(self.limits.get("timeout", DEFAULT_LIMITS["timeout"]))
+
+    @property
+    def memory_mb(self) -> int:
+        return int(self.limits.get("memory", DEFAULT_LIMITS["memory"]))
+
+    def has_esg_annotations(self) -> bool:
+        return any(k.startswith("esg-") for k in self.annotations)
+
+    @classmethod
+    def from_document(cls, doc: Mapping[str, Any], path: str, name: str) -> ActionMeta:
+        exec_ = doc.get("exec") or {}
+        annotations = {a["key"]: a.get("value") for a in doc.get("annotations") or []
+                       if isinstance(a, dict) and "key" in a}
+        return cls(path=str(doc.get("namespace") or path), name=str(doc.get("name") or name),
+                   version=str(doc.get("version") or "0.0.1"), kind=str(exec_.get("kind") or "unknown"),
+                   limits={**DEFAULT_LIMITS, **(doc.get("limits") or {})}, annotations=annotations)
+
+
+@dataclass(frozen=True)
+class FunctionPlan:
+    short: str
+    """The name as the app's DAG writes it (keys of a multi-predecessor input)."""
+    action: ActionMeta
+    profile: Profile
+    spec: FunctionSpec
+
+
+@dataclass(frozen=True)
+class AppPlan:
+    """An action as the scheduler runs it: an :class:`App` over fully qualified function names."""
+
+    action: ActionMeta
+    app: App
+    functions: Mapping[str, FunctionPlan]
+    """fqn -> plan."""
+    plain: bool = False
+    revision: str | None = None
+
+    @property
+    def profiles(self) -> dict[str, Profile]:
+        return {f: p.profile for f, p in self.functions.items()}
+
+    @property
+    def specs(self) -> dict[str, FunctionSpec]:
+        return {f: p.spec for f, p in self.functions.items()}
+
+
+@dataclass
+class MetadataClient:
+    """OpenWhisk REST reads with Basic auth; the key is never part of an error message."""
+
+    api: str | None
+    auth: str | None = field(default=None, repr=False)
+    timeout_s: float = REST_TIMEOUT_S
+    _cache: dict[tuple[str, str | None], ActionMeta] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _session: requests.Session | None = field(default=None, repr=False)
+
+    def action(self, fqn: str, revision: str | None = None, *, cache: bool = True) -> ActionMeta:
+        key = (fqn, revision)
+        if cache:
+            with self._lock:
+                hit = self._cache.get(key)
+            if hit is not None:
+                return hit
+        meta = self._fetch(fqn)
+        if cache:
+            with self._lock:
+                if len(self._cache) > 10_000:
+                    self._cache.clear()
+                self._cache[key] = meta
+        return meta
+
+    def _fetch(self, fqn: str) -> ActionMeta:
+        if not self.api:
+            raise ActivationError(f"cannot read action {fqn}: no OpenWhisk API configured "
+                                  "(--openwhisk-api / ESG_OPENWHISK_API)", STATUS_WHISK_ERROR)
+        path, _, name = fqn.rpartition("/")
+        ns, _, pkg = path.partition("/")
+        entity = f"{quote(pkg, safe='')}/{quote(name, safe='')}" if pkg else quote(name, safe="")
+        url = f"{self.api.rstrip('/')}/api/v1/namespaces/{quote(ns, safe='')}/actions/{entity}?code=false"
+        if self._session is None:
+            self._session = requests.Session()
+            if self.auth:
+                uuid, _, key = self.auth.partition(":")
+                self._session.auth = (uuid, key)
+        try:
+            resp = self._session.get(url, timeout=self.timeout_s)
+        except requests.RequestException as exc:
+            raise ActivationError(f"cannot read action {fqn} from the OpenWhisk API: {type(exc).__name__}",
+                                  STATUS_WHISK_ERROR) from None
+        if resp.status_code == 404:
+            raise ActivationError(f"action {fqn} does not exist (the OpenWhisk API answered 404)",
+                                  STATUS_APPLICATION_ERROR)
+        if resp.status_code in (401, 403):
+            raise ActivationError(f"cannot read action {fqn}: the OpenWhisk API refused the scheduler's key "
+                                  f"(HTTP {resp.status_code})", STATUS_WHISK_ERROR)
+        if not resp.ok:
+            raise ActivationError(f"cannot read action {fqn}: HTTP {resp.status_code}", STATUS_WHISK_ERROR)
+        try:
+            doc = resp.json()
+        except ValueError:
+            raise ActivationError(f"cannot read action {fqn}: the OpenWhisk API answered non-JSON",
+                                  STATUS_WHISK_ERROR) from None
+        return ActionMeta.from_document(doc, path, name)
+
+
+# -- annotations -------------------------------------------------------------------------------------
+
+class ProfileStore:
+    """Profile tables ``<dir>/<name>.json``, read once each."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._cache: dict[str, Profile] = {}
+
+    def get(self, name: str) -> Profile | None:
+        if name in self._cache:
+            return self._cache[name]
+        path = self.directory / f"{name}.json"
+        if not path.is_file():
+            return None
+        prof = load_profile(path)
+        self._cache[name] = prof
+        return prof
+
+
+def resolve_name(name: str, namespace: str) -> str:
+    """A DAG function name as OpenWhisk resolves it: ``/ns/[pkg/]a`` is absolute, else relative to ``namespace``."""
+    if name.startswith("/"):
+        parts = name.strip("/").split("/")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise ActivationError(f"annotation esg-dag: {name!r} is not a fully qualified action name "
+                                  "('/namespace/[package/]action')")
+        return "/".join(parts)
+    parts = name.split("/")
+    if len(parts) > 2 or not all(parts):
+        raise ActivationError(f"annotation esg-dag: bad function name {name!r}")
+    return f"{namespace}/{name}"
+
+
+def _positive_number(value: Any, what: str) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ActivationError(f"annotation {what} must be a positive number, got {json.dumps(value)}")
+    return float(value)
+
+
+def parse_dag(value: Any) -> tuple[list[str], list[tuple[str, str]]]:
+    """``esg-dag``: a JSON object ``{"functions": [...], "edges": [[a, b], ...]}`` (or that object as a string)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ActivationError("annotation esg-dag is not JSON") from None
+    if not isinstance(value, dict):
+        raise ActivationError("annotation esg-dag must be an object {\"functions\": [...], \"edges\": [...]}")
+    functions = value.get("functions")
+    if not isinstance(functions, list) or not functions or not all(isinstance(f, str) and f for f in functions):
+        raise ActivationError("annotation esg-dag: 'functions' must be a non-empty list of action names")
+    edges = value.get("edges", [])
+    if not isinstance(edges, list):
+        raise ActivationError("annotation esg-dag: 'edges' must be a list of [from, to] pairs")
+    out: list[tuple[str, str]] = []
+    for e in edges:
+        if not isinstance(e, list | tuple) or len(e) != 2 or not all(isinstance(x, str) for x in e):
+            raise ActivationError(f"annotation esg-dag: edge {json.dumps(e)} is not a [from, to] pair of names")
+        out.append((e[0], e[1]))
+    return list(functions), out
+
+
+def function_spec(meta: ActionMeta) -> FunctionSpec:
+    ann = meta.annotations
+    max_batch = ann.get("esg-max-batch")
+    if max_batch is not None:
+        if isinstance(max_batch, str) and max_batch.isdigit():
+            max_batch = int(max_batch)
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch <= 0:
+            raise ActivationError(f"action {meta.fqn}: annotation esg-max-batch must be a positive integer, "
+                                  f"got {json.dumps(max_batch)}")
+    gpu = ann.get("esg-gpu", True)
+    if isinstance(gpu, str) and gpu.lower() in ("true", "false"):
+        gpu = gpu.lower() == "true"
+    if not isinstance(gpu, bool):
+        raise ActivationError(f"action {meta.fqn}: annotation esg-gpu must be true or false, got {json.dumps(gpu)}")
+    return FunctionSpec(max_batch=max_batch, gpu=gpu)
+
+
+def default_profile(function: str) -> Profile:
+    """A plain action's one configuration: batch 1, 1 vCPU, CPU only."""
+    return profile_from_dict({"function": function, "gpu_model": DEFAULT_GPU_MODEL,
+                              "configs": [{"batch": 1, "vcpus": 1, "gpu": None,
+                                           "latency_ms": DEFAULT_LATENCY_MS}]}, function)
+
+
+def function_profile(meta: ActionMeta, profiles: ProfileStore, *, required: bool) -> Profile:
+    """The action's profile (``esg-profile``, default its name), renamed to its fully qualified name."""
+    explicit = meta.annotations.get("esg-profile")
+    if explicit is not None and (not isinstance(explicit, str) or not explicit or "/" in explicit):
+        raise ActivationError(f"action {meta.fqn}: annotation esg-profile must be a profile name, "
+                              f"got {json.dumps(explicit)}")
+    name = explicit or meta.name
+    try:
+        prof = profiles.get(name)
+    except ProfileError as exc:
+        raise ActivationError(f"function {meta.fqn}: profile {name!r}: {exc}") from None
+    if prof is None:
+        if required or explicit is not None:
+            raise ActivationError(f"function {meta.fqn} has no profile: no table {name}.json in "
+                                  f"{profiles.directory} (annotation esg-profile names it)")
+        return default_profile(meta.fqn)
+    return replace(prof, function=meta.fqn)
+
+
+def plan_for(meta: ActionMeta, revision: str | None, fetch, profiles: ProfileStore) -> AppPlan:
+    """How an activation of ``meta`` runs. ``fetch(fqn)`` reads another action (a DAG's function)."""
+    ann = meta.annotations
+    if "esg-dag" in ann and "esg-slo-ms" not in ann:
+        raise ActivationError(f"action {meta.fqn}: annotation esg-dag needs esg-slo-ms (the app's SLO)")
+    if "esg-slo-ms" in ann:
+        slo = _positive_number(ann["esg-slo-ms"], "esg-slo-ms")
+        if "esg-dag" in ann:
+            names, edges = parse_dag(ann["esg-dag"])
+            fqns = {n: resolve_name(n, meta.namespace) for n in names}
+            for a, b in edges:
+                for end in (a, b):
+                    if end not in fqns:
+                        raise ActivationError(f"annotation esg-dag: edge [{a!r}, {b!r}] names unknown function {end!r}")
+            funcs: dict[str, FunctionPlan] = {}
+            for short, fqn in fqns.items():
+                try:
+                    fmeta = fetch(fqn)
+                except ActivationError as exc:
+                    raise ActivationError(f"annotation esg-dag: function {short!r}: {exc}", exc.status_code) from None
+                funcs[fqn] = FunctionPlan(short, fmeta, function_profile(fmeta, profiles, required=True),
+                                          function_spec(fmeta))
+            try:
+                app = App(meta.fqn, slo, tuple(fqns[n] for n in names), tuple((fqns[a], fqns[b]) for a, b in edges))
+            except AppError as exc:
+                raise ActivationError(f"annotation esg-dag: {exc}") from None
+        else:
+            funcs = {meta.fqn: FunctionPlan(meta.name, meta, function_profile(meta, profiles, required=True),
+                                            function_spec(meta))}
+            app = App(meta.fqn, slo, (meta.fqn,))
+        _check_models(funcs)
+        return AppPlan(meta, app, funcs, plain=False, revision=revision)
+    # A function action invoked on its own, or a plain OpenWhisk action: SLO = its time limit.
+    spec = function_spec(meta) if meta.has_esg_annotations() else FunctionSpec(max_batch=1, gpu=False)
+    prof = function_profile(meta, profiles, required=False) if meta.has_esg_annotations() \
+        else default_profile(meta.fqn)
+    app = App(meta.fqn, float(meta.timeout_ms), (meta.fqn,))
+    return AppPlan(meta, app, {meta.fqn: FunctionPlan(meta.name, meta, prof, spec)},
+                   plain=not meta.has_esg_annotations(), revision=revision)
+
+
+def _check_models(funcs: Mapping[str, FunctionPlan]) -> None:
+    models = {p.profile.gpu_model for p in funcs.values() if any(e.config.gpu for e in p.profile.entries)}
+    if len(models) > 1:
+        raise ActivationError(f"the app's function profiles mix GPU models: {', '.join(sorted(models))}")

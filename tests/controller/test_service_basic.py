@@ -1,0 +1,163 @@
+"""The scheduler service against the real broker and Redis: health, apps, plain actions, sequences."""
+
+from __future__ import annotations
+
+import requests
+
+from esg_cli.openwhisk_standin import GUEST_KEY
+
+DAG = {"functions": ["pre", "cls", "vote"], "edges": [["pre", "cls"], ["cls", "vote"]]}
+
+
+def put(standin, name: str, annotations: dict | None = None, kind: str = "python:3", **kw) -> dict:
+    body = {"exec": {"kind": kind, "code": "def main(a): return a"},
+            "annotations": [{"key": k, "value": v} for k, v in (annotations or {}).items()], **kw}
+    return standin.put_action(f"guest/{name}", body)
+
+
+def deploy_app(standin) -> None:
+    put(standin, "pre", {"esg-max-batch": 8})
+    put(standin, "cls", {"esg-profile": "cls", "esg-gpu": False})
+    put(standin, "vote", {})
+    put(standin, "imgclass", {"esg-slo-ms": 500, "esg-dag": DAG})
+
+
+def handlers() -> dict:
+    return {"guest/pre": lambda v: {"pre": v["x"] * 2},
+            "guest/cls": lambda v: {"cls": v["pre"] + 1},
+            "guest/vote": lambda v: {"label": f"n{v['cls']}"}}
+
+
+def test_health_test_action_answered_with_identical_transid(service_factory, agent_factory, driver):
+    svc = service_factory()
+    agent_factory("node-a")
+    ids = driver.wait_healthy(1, timeout=10)
+    assert ids == [0]
+    ack = driver.health_acks[0]
+    assert ack["transid"] == driver.health_transid
+    assert ack["isSystemError"] is False
+    assert ack["instance"]["instance"] == 0 and ack["instance"]["instanceType"] == "invoker"
+    assert ack["instance"]["tags"] == [] and ack["instance"]["dedicatedNamespaces"] == []
+    assert svc.registry.ids == {"node-a": 0}
+
+
+def test_blocking_dag_app_returns_sink_result_in_one_combined_ack(service_factory, agent_factory, driver, standin):
+    deploy_app(standin)
+    service_factory()
+    agent_factory("node-a", handlers=handlers())
+    driver.wait_healthy(1, timeout=10)
+    rec = driver.invoke("guest/imgclass", {"x": 20}, timeout=20)
+    assert rec["response"] == {"statusCode": 0, "result": {"label": "n41"}}
+    assert rec["namespace"] == "guest" and rec["name"] == "imgclass" and rec["subject"] == "guest"
+    assert rec["version"] == "0.0.1" and rec["publish"] is False
+    assert rec["end"] >= rec["start"] and rec["duration"] == rec["end"] - rec["start"]
+    ann = {a["key"]: a["value"] for a in rec["annotations"]}
+    assert ann["path"] == "guest/imgclass" and ann["kind"] == "python:3"
+    assert ann["limits"]["timeout"] == 60000 and ann["waitTime"] >= 0 and ann["timeout"] is False
+    assert "initTime" in ann  # the agent reported a cold start
+    aid = rec["activationId"]
+    log = driver.acks[aid]
+    assert log.completions == 1 and log.results == 1 and len(log.acks) == 1
+    ack = log.acks[0]
+    assert ack["transid"] == driver.published[aid]["transid"]
+    assert ack["instance"]["instance"] == 0 and ack["isSystemError"] is False
+    assert any(line.startswith("[vote]") for line in rec["logs"])
+
+
+def test_fan_in_gets_object_keyed_by_predecessor(service_factory, agent_factory, driver, standin):
+    put(standin, "pre", {})
+    put(standin, "cls", {})
+    put(standin, "cls-b", {})
+    dag = {"functions": ["pre", "cls", "cls-b"], "edges": [["pre", "cls"], ["pre", "cls-b"]]}
+    put(standin, "fan", {"esg-slo-ms": 800, "esg-dag": dag})
+    put(standin, "vote", {})
+    dag2 = {"functions": ["pre", "cls", "cls-b", "vote"],
+            "edges": [["pre", "cls"], ["pre", "cls-b"], ["cls", "vote"], ["cls-b", "vote"]]}
+    put(standin, "diamond", {"esg-slo-ms": 800, "esg-dag": dag2})
+    service_factory()
+    agent_factory("node-a", handlers={"guest/pre": lambda v: v["x"], "guest/cls": lambda v: v + 1,
+                                      "guest/cls-b": lambda v: v + 2, "guest/vote": lambda v: v})
+    driver.wait_healthy(1, timeout=10)
+    assert driver.invoke("guest/diamond", {"x": 1}, timeout=20)["response"]["result"] == {"cls": 2, "cls-b": 3}
+    assert driver.invoke("guest/fan", {"x": 1}, timeout=20)["response"]["result"] == {"cls": 2, "cls-b": 3}
+
+
+def test_non_blocking_gets_completion_and_record_is_readable(service_factory, agent_factory, driver, standin):
+    deploy_app(standin)
+    service_factory()
+    agent_factory("node-a", handlers=handlers())
+    driver.wait_healthy(1, timeout=10)
+    aid = driver.invoke("guest/imgclass", {"x": 1}, blocking=False)
+    assert driver.wait_acked([aid], timeout=20) == []
+    log = driver.acks[aid]
+    assert log.completions == 1 and log.results == 0
+    ack = log.acks[0]
+    assert set(ack) == {"transid", "activationId", "isSystemError", "instance"}
+    assert ack["activationId"] == aid
+    resp = requests.get(f"{standin.url}/api/v1/namespaces/guest/activations/{aid}",
+                        auth=tuple(GUEST_KEY.split(":")), timeout=5)
+    assert resp.status_code == 200
+    assert resp.json()["response"]["result"] == {"label": "n3"}
+
+
+def test_plain_action_without_annotations_runs(service_factory, agent_factory, driver, standin):
+    put(standin, "hello", None, parameters=[{"key": "greeting", "value": "hi"}], limits={"timeout": 3000})
+    service_factory()
+    agent = agent_factory("node-a")
+    driver.wait_healthy(1, timeout=10)
+    rec = driver.invoke("guest/hello", {"name": "ann"}, timeout=20)
+    assert rec["response"] == {"statusCode": 0, "result": {"greeting": "hi", "name": "ann"}}
+    ann = {a["key"]: a["value"] for a in rec["annotations"]}
+    assert ann["limits"]["timeout"] == 3000
+    batch = agent.batches[-1]
+    assert batch.action.path == "guest/hello" and batch.config.batch == 1 and batch.config.gpu is None
+    assert batch.requests[0].transaction_id == driver.published[rec["activationId"]]["transid"][0]
+
+
+def test_sequence_component_is_scheduled_as_an_ordinary_action(service_factory, agent_factory, driver, standin):
+    put(standin, "step1", None)
+    service_factory()
+    agent_factory("node-a", handlers={"guest/step1": lambda v: {"n": v["n"] + 1}})
+    driver.wait_healthy(1, timeout=10)
+    parent = "0123456789abcdef0123456789abcdef"
+    rec = driver.invoke("guest/step1", {"n": 1}, cause=parent, timeout=20)
+    assert rec["response"]["result"] == {"n": 2}
+    assert rec["cause"] == parent
+    assert {"key": "causedBy", "value": "sequence"} in rec["annotations"]
+
+
+def test_function_failure_fails_the_request(service_factory, agent_factory, driver, standin):
+    deploy_app(standin)
+    service_factory()
+
+    def bad(v):
+        raise RuntimeError("model exploded")
+
+    agent_factory("node-a", handlers={**handlers(), "guest/cls": bad})
+    driver.wait_healthy(1, timeout=10)
+    rec = driver.invoke("guest/imgclass", {"x": 1}, timeout=20)
+    assert rec["response"]["statusCode"] == 2
+    assert "model exploded" in rec["response"]["result"]["error"]
+    assert rec["response"]["result"]["function"] == "cls"
+    assert driver.acks[rec["activationId"]].completions == 1
+
+
+def test_metrics_are_served(service_factory, agent_factory, driver, standin):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    deploy_app(standin)
+    service_factory(metrics_port=port)
+    agent_factory("node-a", handlers=handlers())
+    driver.wait_healthy(1, timeout=10)
+    driver.invoke("guest/imgclass", {"x": 1}, timeout=20)
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    for name in ("esg_afw_queue_length", "esg_decisions_total", "esg_batch_size_bucket", "esg_slo_total",
+                 "esg_ack_latency_seconds_bucket", "esg_dead_letters_total"):
+        assert name in text
+    assert 'esg_slo_total{result="hit"} 1.0' in text
+
+
+

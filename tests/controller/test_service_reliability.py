@@ -1,0 +1,161 @@
+"""Reliability (DESIGN §7): lost agents, the controller's deadline, and kill -9 with exactly-once acks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.controller.conftest import SCHEDULER_KEY
+from tests.controller.test_service_basic import put
+
+
+def wait_for(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_lost_agent_batches_are_redispatched(service_factory, agent_factory, driver, standin):
+    put(standin, "slow", None)
+    svc = service_factory()
+    a = agent_factory("node-a")
+    a.answering = False
+    driver.wait_healthy(1, timeout=10)
+    aid = driver.invoke("guest/slow", {"v": 7}, blocking=False)
+    wait_for(lambda: a.batches, 10, "the batch to reach node-a")
+    b = agent_factory("node-b")
+    a.heartbeating = False  # node-a dies with the batch
+    assert driver.wait_acked([aid], timeout=15) == []
+    rec = driver.wait(aid, timeout=5)
+    assert rec["response"] == {"statusCode": 0, "result": {"v": 7}}
+    assert b.batches and b.batches[0].requests[0].activation_id == aid
+    assert driver.acks[aid].completions == 1
+    assert svc.registry.ids == {"node-a": 0, "node-b": 1}
+
+
+def test_lost_agent_near_controller_deadline_is_failed_as_system_error(service_factory, agent_factory, driver,
+                                                                       standin):
+    # controller deadline = max(100 s, 60 s)·2 + 60 s = 260 s; a re-run (100 s) would not fit in 260 - 170.
+    put(standin, "long", None, limits={"timeout": 100_000})
+    service_factory(deadline_margin_s=170)
+    a = agent_factory("node-a")
+    a.answering = False
+    driver.wait_healthy(1, timeout=10)
+    aid = driver.invoke("guest/long", {}, blocking=False)
+    wait_for(lambda: a.batches, 10, "the batch to reach node-a")
+    a.heartbeating = False
+    assert driver.wait_acked([aid], timeout=10) == []
+    log = driver.acks[aid]
+    assert log.completions == 1 and log.is_system_error is True
+    rec = driver.wait(aid, timeout=5)
+    assert rec["response"]["statusCode"] == 3 and "node-a" in rec["response"]["result"]["error"]
+
+
+def test_no_agent_room_is_failed_before_controller_deadline(service_factory, agent_factory, driver, standin):
+    put(standin, "stuck", None)
+    service_factory(deadline_margin_s=178.5)  # deadline 180 s: fails ~1.5 s after the call
+    agent_factory("node-a", vcpus=1).answering = False
+    driver.wait_healthy(1, timeout=10)
+    first = driver.invoke("guest/stuck", {}, blocking=False)   # occupies the only vCPU, never answered
+    second = driver.invoke("guest/stuck", {}, blocking=True, timeout=10)
+    assert second["response"]["statusCode"] == 3
+    assert driver.wait_acked([first], timeout=5) == []
+    assert driver.acks[first].is_system_error
+
+
+def start_scheduler(settings, log_path: Path) -> subprocess.Popen:
+    env = {**os.environ, "ESG_KAFKA": settings.kafka, "ESG_REDIS": settings.redis_url,
+           "ESG_OPENWHISK_API": settings.openwhisk_api, "ESG_OPENWHISK_AUTH": SCHEDULER_KEY,
+           "ESG_TOPIC_PREFIX": settings.topic_prefix}
+    log = open(log_path, "ab")
+    return subprocess.Popen([sys.executable, "-m", "esg_cli.main", "scheduler", "--profiles",
+                             str(settings.profiles_dir), "--agent-timeout-s", "2"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2])
+
+
+def test_kill_9_and_restart_answers_every_activation_exactly_once(settings_factory, agent_factory, driver,
+                                                                  standin, tmp_path):
+    put(standin, "work", None)
+    settings = settings_factory()
+    log_path = tmp_path / "scheduler.log"
+    proc = start_scheduler(settings, log_path)
+    try:
+        agent_factory("node-a", vcpus=4, run_delay_s=0.02)
+        driver.wait_healthy(1, timeout=20)
+        ids = [driver.publish("guest/work", {"i": i}, blocking=i % 2 == 0) for i in range(200)]
+        driver.flush()
+        wait_for(lambda: sum(1 for a in ids if driver.acks[a].completions) >= 40, 30, "40 acks")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        answered_before = sum(1 for a in ids if driver.acks[a].completions)
+        assert answered_before < 200, "the crash came too late to test anything"
+        proc = start_scheduler(settings, log_path)
+        missing = driver.wait_acked(ids, timeout=60)
+        assert missing == [], f"{len(missing)} activations never answered"
+        time.sleep(1.5)  # late duplicates would show up here
+        assert driver.duplicates() == {}
+        for i, a in enumerate(ids):
+            if i % 2 == 0:
+                assert driver.acks[a].record["response"]["result"] == {"i": i}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    text = log_path.read_text(errors="replace")
+    assert "recovery:" in text
+    assert SCHEDULER_KEY.split(":")[1] not in text
+    assert driver.user["authkey"]["api_key"].split(":")[1] not in text
+
+
+def test_restart_in_the_ack_window_sends_each_ack_once(settings_factory, agent_factory, driver, standin,
+                                                       redis_client, kafka_bootstrap):
+    """A crash after 'acking' was stored: an ack already on completed{C} is not resent, a missing one is."""
+    import json
+
+    from kafka import KafkaProducer
+
+    from controller_plugin import acks, wire
+    from controller_plugin.bus import Bus, Topics
+    from controller_plugin.ledger import Ledger, LedgerEntry
+    from controller_plugin.requests_state import Outcome
+
+    settings = settings_factory()
+    topics = Topics(settings.topic_prefix, settings.controller_id)
+    Bus(kafka_bootstrap).ensure_topics([(topics.completed, "completed")])
+    ledger = Ledger(redis_client, f"{settings.topic_prefix}{settings.controller_id}", settings.topic_prefix)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    entries = []
+    for i in range(2):
+        raw = json.dumps(driver.message("guest/x", {"i": i}, blocking=True))
+        msg = wire.parse_activation(raw)
+        assert ledger.accept([(msg.activation_id, 0, 1, raw)]) == [True]
+        entry = LedgerEntry(msg.activation_id, "open", 0, 1, raw)
+        record = acks.activation_record(msg, None, Outcome(0, {"i": i}, 1, 2))
+        data = acks.ack_bytes(msg, record, wire.InvokerInstance(0, 1024))
+        ledger.mark_acking([(entry, data, record)])
+        entries.append(msg.activation_id)
+        if i == 0:  # this ack went out before the crash
+            producer.send(topics.completed, data)
+    producer.flush()
+    producer.close()
+    from controller_plugin.service import SchedulerService
+
+    svc = SchedulerService(settings)
+    svc.start()
+    try:
+        assert driver.wait_acked(entries, timeout=10) == []
+        time.sleep(1.0)
+        assert driver.duplicates() == {}
+        assert [driver.acks[a].completions for a in entries] == [1, 1]
+        assert ledger.unfinished() == []
+    finally:
+        svc.close()

@@ -20,6 +20,7 @@ SUBCOMMANDS = (
     "esg_cli.profile",
     "esg_cli.agent",
     "esg_cli.scheduler",
+    "esg_cli.up",
 )
 
 

@@ -8,6 +8,8 @@ It serves the shapes the scheduler, the agents and ``actions/deploy.py`` use, as
   annotations ``provide-api-key: false`` (if absent) and ``exec: <kind>`` are added (``Actions.scala``).
 * ``GET`` the same path (``?code=false`` leaves ``exec.code`` out); ``_`` is the caller's namespace.
 * ``GET /api/v1/namespaces/{ns}/activations/{id}`` -- the record from the Redis activation store.
+* ``POST .../actions/{name}?blocking=true&result=true`` -- invoke through the controller (when one is
+  plugged in): 200 with the activation (or only its result), 202 with the id when not blocking.
 * Basic auth with ``uuid:key``; a wrong key is 401; a missing entity is 404 with OpenWhisk's body
   ``{"error": "The requested resource does not exist.", "code": <id>}``.
 
@@ -22,6 +24,7 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,6 +32,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from controller_plugin.ledger import activation_record_key
 
+BLOCKING_WAIT_S = 60.0
+"""OpenWhisk's ``max-wait-for-blocking-activation``."""
 GUEST_KEY = "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:123zO3xZCLrMN6v2BKK1dXYFpXlPkccOFqm12CdAsMgRU4VrNZ9lyGVCGuMDGIwP"
 SYSTEM_KEY = "789c46b1-71f6-4ed5-8c54-816aa4f8c502:abczO3xZCLrMN6v2BKK1dXYFpXlPkccOFqm12CdAsMgRU4VrNZ9lyGVCGuMDGIwP"
 DEFAULT_LIMITS = {"timeout": 60000, "memory": 256, "logs": 10, "concurrency": 1}
@@ -101,14 +106,20 @@ def _public(doc: dict[str, Any], code: bool) -> dict[str, Any]:
     return out
 
 
+Invoker = Callable[[str, Any, bool, float], "dict[str, Any] | str"]
+"""``(fqn, params, blocking, timeout_s) -> WhiskActivation | activation id``: how POST invokes reach the
+controller (the embedded cluster plugs its controller driver in here)."""
+
+
 class OpenWhiskStandIn:
     """The HTTP server in a daemon thread; ``url`` is its API host. Use as a context manager."""
 
     def __init__(self, keys: dict[str, str] | None = None, redis_client=None, host: str = "127.0.0.1",
-                 port: int = 0) -> None:
+                 port: int = 0, invoker: Invoker | None = None) -> None:
         self.keys = dict(keys or {GUEST_KEY: "guest", SYSTEM_KEY: "whisk.system"})
         self.store = ActionStore()
         self.redis = redis_client
+        self.invoker = invoker
         self.requests: list[tuple[str, str, int]] = []
         handler = type("Handler", (_Handler,), {"standin": self})
         self.server = ThreadingHTTPServer((host, port), handler)
@@ -221,3 +232,33 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(400, {"error": "The request content was malformed.", "code": _code()})
         status, doc = self.standin.store.put(ns, entity, body, query.get("overwrite", ["false"])[0] == "true")
         return self._send(status, doc)
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        """``POST .../actions/{name}?blocking=&result=``: invoke through the controller, as OpenWhisk does."""
+        route = self._route()
+        caller = self._auth() if route is not None else None
+        if route is None:
+            return self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
+        if caller is None:
+            return
+        ns, collection, entity, query = route
+        ns = caller if ns == "_" else ns
+        if collection != "actions" or not entity or self.standin.store.get(ns, entity) is None:
+            return self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
+        if self.standin.invoker is None:
+            return self._send(503, {"error": "No invokers available.", "code": _code()})
+        try:
+            params = self._body()
+        except ValueError:
+            return self._send(400, {"error": "The request content was malformed.", "code": _code()})
+        blocking = query.get("blocking", ["false"])[0] == "true"
+        try:
+            answer = self.standin.invoker(f"{ns}/{entity}", params, blocking, BLOCKING_WAIT_S)
+        except Exception as exc:  # the controller's 503 / 202 cases
+            return self._send(503, {"error": f"The action could not be invoked: {exc}", "code": _code()})
+        if isinstance(answer, str):
+            return self._send(202, {"activationId": answer})
+        if query.get("result", ["false"])[0] == "true":
+            return self._send(200, answer.get("response", {}).get("result", {}))
+        status = 200 if answer.get("response", {}).get("statusCode") == 0 else 502
+        return self._send(status, answer)

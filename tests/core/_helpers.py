@@ -46,3 +46,23 @@ def dag_latency(functions: Sequence[str], edges: Sequence[tuple[str, str]],
         return memo[f]
 
     return max((finish(f) for f in functions), default=0.0)
+
+
+SLICES_A100 = {None: 0, "1g.5gb": 1, "1g.10gb": 1, "2g.10gb": 2, "3g.20gb": 3, "4g.20gb": 4, "7g.40gb": 7}
+
+
+def grid_rows(seed: int, base_ms: float, batches=(1, 4), vcpus=(1, 2), gpus=(None, "1g.5gb", "3g.20gb")
+              ) -> list[tuple[int, int, str | None, float]]:
+    """A shipped-like profile grid: latency grows with batch, shrinks with vCPUs and GPU slices."""
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for b in batches:
+        for v in vcpus:
+            for g in gpus:
+                s = SLICES_A100[g]
+                speed = v ** 0.6 if g is None else 3.0 * s ** 0.7 * (1 + 0.05 * v)
+                lat = base_ms * b ** 0.7 / speed * rng.uniform(0.9, 1.1)
+                rows.append((b, v, g, round(lat, 1)))
+    return rows

@@ -79,9 +79,10 @@ class Planner:
         options = {f: self.options(f, allow) for f in app.functions}
         stats = SearchStats()
         if self.exact or self.brute_force or len(app.functions) <= self.max_group:
-            group = Group(app.functions, app.edges, options)
+            # the search walks functions in topological order; an app file may list them in any order
+            group = Group(app.topo_order, app.edges, options)
             paths = self._search(group, budget_ms, k, stats)
-            return PlanResult(bool(paths), tuple(paths), (app.functions,), stats)
+            return PlanResult(bool(paths), tuple(paths), (app.topo_order,), stats)
         shares = split_slo(app, budget_ms, self._estimate, self.max_group)
         groups = [Group(s.functions, app.sub_app(s.functions).edges, options) for s in shares]
         fastest = [group_latency(app, s.functions, {f: min((o.latency_ms for o in options[f]),

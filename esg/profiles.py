@@ -10,6 +10,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +36,17 @@ class Profile:
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def latency(self, config: Config) -> float:
+        try:
+            return self._latency_index[config]
+        except KeyError:
+            raise ProfileError(f"profile {self.function!r} has no configuration {config.label()}") from None
+
+    @cached_property
+    def _latency_index(self) -> dict[Config, float]:
+        index: dict[Config, float] = {}
         for e in self.entries:
-            if e.config == config:
-                return e.latency_ms
-        raise ProfileError(f"profile {self.function!r} has no configuration {config.label()}")
+            index.setdefault(e.config, e.latency_ms)
+        return index
 
     @property
     def configs(self) -> tuple[Config, ...]:

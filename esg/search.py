@@ -20,6 +20,7 @@ stops after K of them. :func:`brute_force_top_k` is the reference: it enumerates
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from collections.abc import Mapping, Sequence
@@ -78,6 +79,72 @@ class SearchStats:
     pruned_cost: int = 0
 
 
+@dataclass(frozen=True)
+class _Layer:
+    """One function's options prepared for the search: the K-frontier, sorted by cost, with jump
+    pointers along strictly decreasing latencies so the first option fast enough is found in O(log n)."""
+
+    options: tuple[Option, ...]
+    cost: tuple[float, ...]
+    lat: tuple[float, ...]
+    up: tuple[tuple[int, ...], ...]  # up[t][j]: the 2^t-th next strictly faster option after j
+
+    def first_within(self, j: int, limit: float) -> int:
+        """The first index >= j whose latency is <= limit (len(options) if none)."""
+        m, lat = len(self.lat), self.lat
+        if j >= m or lat[j] <= limit:
+            return j
+        for row in reversed(self.up):
+            u = row[j]
+            if u < m and lat[u] > limit:
+                j = u
+        return self.up[0][j]
+
+
+def _prepare(options: Sequence[Option], k: int) -> _Layer:
+    # K-frontier: an option with at least k others at most as costly and at most as slow never changes
+    # the top-k costs (each path through it has k distinct paths at least as cheap and as fast).
+    kept: list[Option] = []
+    fastest_k: list[float] = []  # the k smallest latencies among the cheaper-or-equal options seen
+    for o in sorted(options):
+        if len(fastest_k) >= k and fastest_k[k - 1] <= o.latency_ms:
+            continue
+        kept.append(o)
+        bisect.insort(fastest_k, o.latency_ms)
+        del fastest_k[k:]
+    m = len(kept)
+    lat = tuple(o.latency_ms for o in kept)
+    nxt = [m] * m
+    stack: list[int] = []
+    for j in range(m):  # next strictly smaller latency
+        while stack and lat[j] < lat[stack[-1]]:
+            nxt[stack.pop()] = j
+        stack.append(j)
+    up = [tuple(nxt) + (m,)]
+    while len(up) < max(1, m.bit_length()):
+        prev = up[-1]
+        up.append(tuple(prev[prev[j]] for j in range(m)) + (m,))
+    return _Layer(tuple(kept), tuple(o.cost for o in kept), lat, tuple(up))
+
+
+_PREPARED: dict[tuple[int, int], tuple[Sequence[Option], _Layer]] = {}
+
+
+def _layer(options: Sequence[Option], k: int) -> _Layer:
+    """Prepared options, cached for immutable option tuples (the planner reuses them across calls)."""
+    if not isinstance(options, tuple):
+        return _prepare(options, k)
+    key = (id(options), k)
+    hit = _PREPARED.get(key)
+    if hit is not None and hit[0] is options:
+        return hit[1]
+    if len(_PREPARED) >= 4096:
+        _PREPARED.clear()
+    layer = _prepare(options, k)
+    _PREPARED[key] = (options, layer)  # holding the tuple keeps its id from being reused
+    return layer
+
+
 def astar_top_k(group: Group, budget_ms: float, k: int = 1,
                 stats: SearchStats | None = None) -> list[Path]:
     """The ``k`` cheapest feasible paths of ``group`` within ``budget_ms``, cheapest first."""
@@ -85,12 +152,35 @@ def astar_top_k(group: Group, budget_ms: float, k: int = 1,
     if n == 0 or k <= 0:
         return []
     stats = stats if stats is not None else SearchStats()
-    opts = [sorted(group.options[f]) for f in group.functions]
-    if any(not o for o in opts):
+    layers = [_layer(group.options[f], k) for f in group.functions]
+    if any(not layer.options for layer in layers):
         return []
+    opts = [layer.options for layer in layers]
     preds = group.pred_index()
-    fastest = [min(o.latency_ms for o in layer) for layer in opts]
-    cheapest = [layer[0].cost for layer in opts]
+    fastest = [min(layer.lat) for layer in layers]
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(i)
+    tail = [0.0] * n  # longest all-fastest path after each function
+    for i in reversed(range(n)):
+        tail[i] = max((fastest[s] + tail[s] for s in succs[i]), default=0.0)
+    head = [0.0] * n  # longest all-fastest path before each function
+    for i in range(n):
+        head[i] = max((head[p] + fastest[p] for p in preds[i]), default=0.0)
+    if max(head[i] + fastest[i] for i in range(n)) > budget_ms:
+        return []
+    # Time limits are exact up to rounding: ``margin`` absorbs it, and an option within ``margin`` of a
+    # limit is checked exactly with ``bound`` (the same arithmetic as the brute force's).
+    margin = 1e-9 * max(1.0, abs(budget_ms))
+    # h[i]: for each remaining function, the cheapest option that fits the budget with everything else
+    # at its fastest (admissible and consistent; tighter than the cheapest option when time is short)
+    cheapest = []
+    for i, layer in enumerate(layers):
+        j = layer.first_within(0, budget_ms - head[i] - tail[i] + margin)
+        if j == len(layer.options):
+            return []
+        cheapest.append(layer.cost[j])
     h = list(itertools.accumulate(reversed(cheapest), initial=0.0))[::-1]  # h[i] = sum cheapest[i:]
 
     def bound(finish: tuple[float, ...]) -> float:
@@ -103,14 +193,21 @@ def astar_top_k(group: Group, budget_ms: float, k: int = 1,
     def feasible_from(finish: tuple[float, ...], layer: int, j: int):
         """First option index >= j of ``layer`` that passes the time blade, with its finish tuple."""
         start = max((finish[p] for p in preds[layer]), default=0.0)
-        options = opts[layer]
-        while j < len(options):
-            fin = finish + (start + options[j].latency_ms,)
-            if bound(fin) <= budget_ms:
-                return j, fin
+        lay = layers[layer]
+        # the prefix passed the blade with this function at its fastest, so only paths through this
+        # function can break the budget: its latency may be at most ``limit``
+        limit = budget_ms - start - tail[layer]
+        m = len(lay.lat)
+        while True:
+            found = lay.first_within(j, limit + margin)
+            stats.pruned_time += found - j
+            if found >= m:
+                return None
+            fin = finish + (start + lay.lat[found],)
+            if lay.lat[found] <= limit - margin or bound(fin) <= budget_ms:
+                return found, fin
             stats.pruned_time += 1
-            j += 1
-        return None
+            j = found + 1
 
     heap: list = []
     counter = itertools.count()
@@ -121,7 +218,7 @@ def astar_top_k(group: Group, budget_ms: float, k: int = 1,
         if found is None:
             return
         j, fin = found
-        g = prefix_cost + opts[layer][j].cost
+        g = prefix_cost + layers[layer].cost[j]
         heapq.heappush(heap, (g + h[layer + 1], next(counter), g, prefix_cost, finish, fin, choice + (j,)))
 
     push(0.0, (), (), 0)

@@ -21,6 +21,7 @@ SUBCOMMANDS = (
     "esg_cli.agent",
     "esg_cli.scheduler",
     "esg_cli.up",
+    "esg_cli.bench",
 )
 
 

@@ -4,8 +4,8 @@ It starts a Kafka-protocol broker (Tansu) and ``redis-server`` on free loopback 
 stand-in (actions, activation records, and invokes routed to the controller driver), deploys the apps in
 ``apps/`` with ``actions/deploy.py``'s requests (function actions with ``esg-`` annotations, one app
 action per app), runs ``esg scheduler`` and ``--nodes`` x ``esg agent --fake-gpu MODEL`` as processes,
-and plays the controller on Kafka. With ``--requests N`` it calls every app N times (blocking) and prints
-what came back; with ``--serve`` it keeps running and prints how to call it with ``curl``.
+and plays the controller on Kafka. With ``--requests N`` it calls every app N times (blocking, one call every
+``--interval-ms``) and prints what came back; with ``--serve`` it keeps running and prints how to call it with ``curl``.
 
 On a machine without a GPU the agents carve *fake* MIG slices and run every action on the CPU, so the
 scheduler plans with CPU profile tables by default (``profiles/tables/cpu``), and each app's SLO is
@@ -51,7 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="each app's SLO = this x its fastest path under --profiles (default 3)")
     p.add_argument("--requests", type=int, default=3, help="blocking calls per app before stopping (default 3)")
     p.add_argument("--no-warmup", action="store_true",
-                   help="measure the first calls too (by default one call per app warms the workers first)")
+                   help="measure the first calls too (by default the same calls run once, unmeasured, to warm workers)")
+    p.add_argument("--interval-ms", type=float, default=250.0,
+                   help="time between two calls, all apps in turn (default 250; 0 sends them all at once)")
     p.add_argument("--serve", action="store_true", help="keep running after the calls until Ctrl-C")
     p.add_argument("--port", type=int, default=0, help="port of the OpenWhisk REST stand-in (default: free)")
     p.add_argument("--timeout-s", type=float, default=120.0, help="how long to wait for each call (default 120)")
@@ -70,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--nodes must be at least 1, got {args.nodes}")
     if args.requests < 0:
         raise CliError(f"--requests must be non-negative, got {args.requests}")
+    if args.interval_ms < 0:
+        raise CliError(f"--interval-ms must be non-negative, got {args.interval_ms}")
     if args.slo_factor <= 0:
         raise CliError(f"--slo-factor must be positive, got {args.slo_factor}")
     from esg import mig
@@ -82,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
         ok = True
         if args.requests:
             if not args.no_warmup:
-                _warm_up(cluster, apps, args.timeout_s)
-            ok = _call_apps(cluster, apps, args.requests, args.timeout_s)
+                _warm_up(cluster, apps, args.requests, args.timeout_s)
+            ok = _call_apps(cluster, apps, args.requests, args.interval_ms / 1000, args.timeout_s)
         if args.serve:
             _serve(cluster)
         print(f"logs: {logs}")
@@ -184,22 +188,25 @@ def _stop_all(procs: dict[str, subprocess.Popen]) -> None:
             p.stdout.close()
 
 
-def _warm_up(cluster: Cluster, apps: list[Deployed], timeout: float) -> None:
-    """One call per app so workers start and build their models before anything is measured."""
+def _warm_up(cluster: Cluster, apps: list[Deployed], n: int, timeout: float) -> None:
+    """The same calls once, unmeasured, so the workers they need start and build their models first."""
     t0 = time.monotonic()
-    ids = [cluster.driver.publish(f"{NAMESPACE}/{d.app.name}", {"seed": 0}) for d in apps]
+    ids = [cluster.driver.publish(f"{NAMESPACE}/{d.app.name}", {"seed": i}) for d in apps for i in range(n)]
     cluster.driver.flush()
     for aid in ids:
         cluster.driver.wait(aid, timeout)
-    print(f"warm-up: one call per app, {time.monotonic() - t0:.1f} s (cold starts)")
+    print(f"warm-up: {n} call(s) per app, {time.monotonic() - t0:.1f} s (cold starts)")
 
 
-def _call_apps(cluster: Cluster, apps: list[Deployed], n: int, timeout: float) -> bool:
-    """Call every app ``n`` times at once, then print one line per app and one example result."""
-    ids: dict[str, list[str]] = {}
-    for d in apps:
-        ids[d.app.name] = [cluster.driver.publish(f"{NAMESPACE}/{d.app.name}", {"seed": i}) for i in range(n)]
-    cluster.driver.flush()
+def _call_apps(cluster: Cluster, apps: list[Deployed], n: int, interval_s: float, timeout: float) -> bool:
+    """Call every app ``n`` times, one call every ``interval_s`` (apps in turn), then print one line per
+    app and one example result."""
+    ids: dict[str, list[str]] = {d.app.name: [] for d in apps}
+    for i in range(n):
+        for d in apps:
+            ids[d.app.name].append(cluster.driver.publish(f"{NAMESPACE}/{d.app.name}", {"seed": i}))
+            cluster.driver.flush()
+            time.sleep(interval_s)
     all_ok = True
     print(f"\n{'app':<32} {'ok':>5} {'SLO ms':>8} {'hit':>5} {'p50 ms':>8} {'max ms':>8}")
     for d in apps:

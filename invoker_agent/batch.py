@@ -63,7 +63,8 @@ class BatchRunner:
                 return failed(msg, name, rt.WHISK_ERROR, str(e))
             assert ids is not None
             try:
-                key = WorkerKey(action.fqn, action.revision, msg.config.label(), uuid)
+                # a warm worker serves any batch size: only its vCPUs and slice define it
+                key = WorkerKey(action.fqn, action.revision, f"{msg.config.vcpus}c/{msg.config.gpu or 'cpu'}", uuid)
                 spec = WorkerSpec(self.vcpus.host_ids(ids), uuid, msg.action.memory_mb)
                 self.warm.note(key, msg.function, msg.config)
                 reqs = [rt.RunRequest(r.value if isinstance(r.value, dict) else {"value": r.value},

@@ -53,8 +53,10 @@ def open_consumer(bootstrap: str, topic: str, group_id: str,
                   timeout_s: float = 10.0) -> tuple[KafkaConsumer, list[TopicPartition]]:
     """A consumer of ``group_id`` (manual commits, resuming at the group's committed offsets) and the
     partitions of ``topic`` it is to ``assign()`` (no group join: Tansu joins are slow)."""
+    # A short fetch wait: the broker may hold an empty fetch for the whole wait even when a dispatch
+    # arrives meanwhile, and every millisecond here is dispatch latency.
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False,
-                             auto_offset_reset="earliest", client_id=group_id)
+                             auto_offset_reset="earliest", client_id=group_id, fetch_max_wait_ms=20)
     deadline = time.monotonic() + timeout_s
     parts = consumer.partitions_for_topic(topic)
     while not parts and time.monotonic() < deadline:

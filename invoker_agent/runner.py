@@ -65,7 +65,7 @@ class WorkerKey:
 
     action: str                 # fully qualified action name
     revision: str
-    config: str                 # e.g. "b8-c2-3g.20gb": the configuration the scheduler chose
+    config: str                 # e.g. "2c/3g.20gb": vCPUs and MIG profile (any batch size runs on it)
     slice_uuid: str | None      # MIG UUID, None for CPU only
 
 

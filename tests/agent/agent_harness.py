@@ -1,17 +1,14 @@
-"""Test helpers for the agent service: an OpenWhisk REST stand-in, the agent as a subprocess, and a
+"""Test helpers for the agent service: the OpenWhisk REST stand-in, the agent as a subprocess, and a
 scheduler-side Kafka client that sends dispatches and reads results and heartbeats (real broker)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -28,53 +25,23 @@ from esg.protocol import (
     dispatch_topic,
     encode,
 )
+from esg_cli import openwhisk_standin as standin
 from invoker_agent.kafka_io import ensure_topics
 
 REPO = Path(__file__).resolve().parents[2]
 AUTH = "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:test-secret-key-do-not-log"
 
 
-class OpenWhiskStandIn:
-    """``GET /api/v1/namespaces/{ns}/actions/{name}?code=true`` for the actions in ``actions``."""
+class OpenWhiskStandIn(standin.OpenWhiskStandIn):
+    """The project's REST stand-in, knowing the test key, with a shortcut to add Python source actions."""
 
     def __init__(self) -> None:
-        self.actions: dict[tuple[str, str], dict] = {}
-        self.gets = 0
-        standin = self
+        super().__init__(keys={AUTH: "guest"})
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
-                standin.gets += 1
-                parts = self.path.split("?")[0].strip("/").split("/")
-                doc = None
-                if len(parts) >= 6 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "actions":
-                    doc = standin.actions.get((parts[3], "/".join(parts[5:])))
-                body = json.dumps(doc or {"error": "The requested resource does not exist."}).encode()
-                self.send_response(200 if doc else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def add(self, name: str, code: str, namespace: str = "guest", version: str = "0.0.1",
-            timeout_ms: int = 60000) -> None:
-        self.actions[(namespace, name)] = {
-            "namespace": namespace, "name": name, "version": version,
+    def add(self, name: str, code: str, namespace: str = "guest", timeout_ms: int = 60000) -> None:
+        self.put_action(f"{namespace}/{name}", {
             "exec": {"kind": "python:3", "code": code, "main": "main", "binary": False},
-            "limits": {"timeout": timeout_ms, "memory": 256, "logs": 10},
-            "parameters": [], "annotations": []}
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+            "limits": {"timeout": timeout_ms, "memory": 256, "logs": 10}})
 
 
 class AgentProcess:

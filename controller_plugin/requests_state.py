@@ -16,19 +16,8 @@ from controller_plugin.metadata import AppPlan
 
 
 @dataclass(frozen=True)
-class FunctionResult:
-    status_code: int
-    result: Any
-    start_ms: int
-    end_ms: int
-    init_ms: int | None = None
-    logs: tuple[str, ...] = ()
-    timed_out: bool = False
-
-
-@dataclass(frozen=True)
 class Outcome:
-    """How an activation ends: what its WhiskActivation will say."""
+    """What one function returned, or how a whole activation ends (what its WhiskActivation says)."""
 
     status_code: int
     result: Any
@@ -37,6 +26,9 @@ class Outcome:
     init_ms: int | None = None
     logs: tuple[str, ...] = ()
     timed_out: bool = False
+
+
+FunctionResult = Outcome
 
 
 @dataclass

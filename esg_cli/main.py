@@ -17,6 +17,7 @@ from esg_cli.errors import CliError
 SUBCOMMANDS = (
     "esg_cli.plan",
     "esg_cli.mig",
+    "esg_cli.emulate",
 )
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from esg.cluster import ClusterSnapshot
 from esg.cost import Prices
-from esg.emulator.clock import ARRIVAL, DONE, TIMER, EventHeap
+from esg.emulator.clock import DONE, TIMER, EventHeap
 from esg.emulator.config import ClusterSpec, EmulatorParams
 from esg.emulator.metrics import Metrics
 from esg.emulator.nodes import NodeModel
@@ -41,8 +41,11 @@ class RunResult:
 class Emulation:
     def __init__(self, apps: Mapping[str, App], profiles: Mapping[str, Profile], policy: Policy,
                  requests: Sequence[Request], rng: np.random.Generator,
-                 cluster: ClusterSpec = ClusterSpec(), params: EmulatorParams = EmulatorParams(),
-                 prices: Prices = Prices(), invariant_hook: InvariantHook | None = None):
+                 cluster: ClusterSpec | None = None, params: EmulatorParams | None = None,
+                 prices: Prices | None = None, invariant_hook: InvariantHook | None = None):
+        cluster = cluster or ClusterSpec()
+        params = params or EmulatorParams()
+        prices = prices or Prices()
         self.apps, self.profiles, self.policy = apps, profiles, policy
         self.requests = requests
         self.rng, self.cluster, self.params, self.prices = rng, cluster, params, prices

@@ -12,6 +12,7 @@ for every request; when no trial is feasible, the one with the smallest violatio
 from __future__ import annotations
 
 import logging
+import warnings
 
 import optuna
 
@@ -69,11 +70,16 @@ class AquatopePolicy(Policy):
             trial.set_user_attr("latency", lat)
             return cost
 
-        sampler = optuna.samplers.TPESampler(
-            seed=self.ctx.seed, n_startup_trials=N_STARTUP,
-            constraints_func=lambda t: (t.user_attrs["violation"],))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sampler = optuna.samplers.TPESampler(
+                seed=self.ctx.seed, n_startup_trials=N_STARTUP,
+                constraints_func=lambda t: (t.user_attrs["violation"],))
         study = optuna.create_study(direction="minimize", sampler=sampler)
-        study.optimize(objective, n_trials=self.n_trials)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # constraints_func: deprecated in optuna 5, kept
+            warnings.simplefilter("ignore", UserWarning)
+            study.optimize(objective, n_trials=self.n_trials)
         feasible = [t for t in study.trials if t.user_attrs["violation"] <= 0]
         best = (min(feasible, key=lambda t: (t.value, t.number)) if feasible
                 else min(study.trials, key=lambda t: (t.user_attrs["violation"], t.number)))

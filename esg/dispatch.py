@@ -22,14 +22,20 @@ def home_node(app: str, function: str, nodes: Sequence[str]) -> str:
     return ordered[zlib.crc32(f"{app}/{function}".encode()) % len(ordered)]
 
 
-def node_order(snapshot: ClusterSnapshot, preferred: Sequence[str], config: Config) -> list[str]:
-    """Preferred nodes first (in the given order), then the rest by free capacity for ``config``."""
+def node_order(snapshot: ClusterSnapshot, preferred: Sequence[str], config: Config,
+               idle: dict[str, int] | None = None) -> list[str]:
+    """Preferred nodes first (in the given order), then the rest by free capacity for ``config``.
+
+    ``idle`` (idle compute slices per node) may be passed in when the caller already computed it.
+    """
     first = [n for n in dict.fromkeys(preferred) if n in snapshot.nodes]
     rest = [n for n in snapshot.nodes if n not in first]
     if config.gpu is None:
         rest.sort(key=lambda n: (-snapshot.nodes[n].vcpus_free, n))
     else:
-        rest.sort(key=lambda n: (-snapshot.nodes[n].idle_compute_slices(), -snapshot.nodes[n].vcpus_free, n))
+        if idle is None:
+            idle = {n: snapshot.nodes[n].idle_compute_slices() for n in rest}
+        rest.sort(key=lambda n: (-idle[n], -snapshot.nodes[n].vcpus_free, n))
     return first + rest
 
 
@@ -46,8 +52,11 @@ def dispatch(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred:
         return "no configuration meets the remaining budget"
     if not snapshot.nodes:
         return "no nodes"
+    idle: dict[str, int] | None = None  # the snapshot does not change until the reserve that ends this
     for config in priorities:
-        for name in node_order(snapshot, preferred, config):
+        if config.gpu is not None and idle is None:
+            idle = {n: s.idle_compute_slices() for n, s in snapshot.nodes.items()}
+        for name in node_order(snapshot, preferred, config, idle):
             fit = snapshot.fit(name, config)
             if fit is not None:
                 snapshot.reserve(config, fit)

@@ -100,6 +100,7 @@ GEOMETRIES: dict[str, GpuGeometry] = {
 ALIASES = {"A100": "A100-40GB", "H100": "H100-80GB", "H200-141GB": "H200", "A30-24GB": "A30"}
 
 
+@cache
 def geometry(model: str) -> GpuGeometry:
     """The geometry of ``model`` (case-insensitive, common aliases accepted)."""
     key = ALIASES.get(model, model)

@@ -118,6 +118,8 @@ class StepResult:
     outcomes: list[RequestOutcome] = field(default_factory=list)
     completed: list[FunctionDone] = field(default_factory=list)
     waiting: dict[QueueKey, str] = field(default_factory=dict)
+    wake_at_ms: float | None = None
+    """The earliest time a held queue asked to be looked at again (drivers set a timer)."""
 
 
 @dataclass
@@ -143,6 +145,7 @@ class Scheduler:
         self.queues = AfwQueues()
         self._requests: dict[str, _RequestState] = {}
         self._in_flight: dict[str, _InFlight] = {}
+        self._wake: float | None = None
         self._ids = iter(batch_ids) if batch_ids is not None else (f"b{i}" for i in itertools.count())
 
     # -- folding events in ------------------------------------------------------------------------
@@ -157,7 +160,9 @@ class Scheduler:
                 self._requeue(event.batch_id)
             else:
                 self._requests.pop(event.request_id, None)
+        self._wake: float | None = None
         self._decide(now_ms, snapshot, out)
+        out.wake_at_ms = self._wake
         return out
 
     def _arrive(self, request: Request, now_ms: float) -> None:
@@ -233,8 +238,13 @@ class Scheduler:
         app = self.apps[queue.key[0]]
         choice = self.policy.choose(app, queue, now_ms, snapshot)
         if not choice.priorities:
+            if choice.retry_at_ms is not None:
+                self._wake = choice.retry_at_ms if self._wake is None else min(self._wake, choice.retry_at_ms)
             return choice.reason or "the policy holds the queue"
-        placed = dispatch(snapshot, choice.priorities, self._preferred(app, queue.head, snapshot))
+        preferred = self.policy.node_preference(app, queue.key[1], snapshot)
+        if preferred is None:
+            preferred = self._preferred(app, queue.head, snapshot)
+        placed = dispatch(snapshot, choice.priorities, preferred)
         if isinstance(placed, str):
             return placed
         return self._commit(app, queue, placed, choice.latency_of(placed.config))

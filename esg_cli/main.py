@@ -22,6 +22,7 @@ SUBCOMMANDS = (
     "esg_cli.scheduler",
     "esg_cli.up",
     "esg_cli.bench",
+    "esg_cli.emulate",
 )
 
 

@@ -53,6 +53,8 @@ class Choice:
     priorities: tuple[Config, ...] = ()
     reason: str | None = None
     latencies: Mapping[Config, float] = field(default_factory=dict)
+    retry_at_ms: float | None = None
+    """When the queue is held on purpose (e.g. a batch still filling), the time to ask again."""
 
     def latency_of(self, config: Config) -> float | None:
         return self.latencies.get(config)
@@ -82,6 +84,14 @@ class Policy(ABC):
     def on_dispatch(self, dispatch: Dispatch) -> None:
         """A batch was placed."""
         return None
+
+    def node_preference(self, app: App, function: str, snapshot: ClusterSnapshot) -> list[str] | None:
+        """Nodes to try first for a batch (None: ESG_Dispatch's locality order, home or predecessor)."""
+        return None
+
+    def work_units(self) -> int:
+        """Search work done so far (e.g. A* nodes expanded); drivers model decision time from it."""
+        return int(getattr(self, "expanded", 0))
 
     @abstractmethod
     def choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:

@@ -1,0 +1,41 @@
+"""The event heap: events ordered by (virtual time, priority, insertion sequence).
+
+The sequence number from ``itertools.count()`` breaks ties, so two runs with the same seed pop events
+in exactly the same order (no comparison ever reaches the payload).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+DONE, ARRIVAL, TIMER = 0, 1, 2
+"""Priorities at equal times: completions free resources before arrivals and timers look for them."""
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    time_ms: float
+    kind: int
+    payload: Any
+
+
+class EventHeap:
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._seq = itertools.count()
+
+    def push(self, time_ms: float, kind: int, payload: Any = None) -> None:
+        heapq.heappush(self._heap, (time_ms, kind, next(self._seq), payload))
+
+    def pop(self) -> Scheduled:
+        t, kind, _, payload = heapq.heappop(self._heap)
+        return Scheduled(t, kind, payload)
+
+    def peek_time(self) -> float | None:
+        return self._heap[0][0] if self._heap else None
+
+    def __len__(self) -> int:
+        return len(self._heap)

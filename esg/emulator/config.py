@@ -1,0 +1,50 @@
+"""Emulated cluster and model parameters, with the reason for each default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """The paper's testbed by default: 16 nodes, each 16 vCPUs and one A100-40GB in MIG mode."""
+
+    nodes: int = 16
+    vcpus: int = 16
+    gpu_model: str | None = "A100-40GB"
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1 or self.vcpus < 1:
+            raise ValueError("a cluster needs at least one node with at least one vCPU")
+
+    def node_names(self) -> list[str]:
+        width = len(str(self.nodes - 1))
+        return [f"node{i:0{width}d}" for i in range(self.nodes)]
+
+
+@dataclass(frozen=True)
+class EmulatorParams:
+    noise_cv: float = 0.05
+    """Coefficient of variation of execution time around the profiled latency (lognormal, mean 1)."""
+    keep_alive_ms: float = 600_000.0
+    """An idle warm worker is kept this long (OpenWhisk's default idle container timeout is 10 min)."""
+    bandwidth_gbps: float = 10.0
+    """Inter-node bandwidth for a function's output (10 GbE)."""
+    net_latency_ms: float = 0.2
+    """Per-transfer latency between nodes; 0 on the same node."""
+    mig_reconfig_ms: float = 2000.0
+    """Time per MIG GPU instance destroyed or created (reference/mig.md §3: GI destroy "may take O(1 s)"
+    and a full re-partition several seconds; 2 s per changed instance covers GI + CI create/destroy)."""
+    cold_start_scale: float = 1.0
+    """Multiplier on each profile's ``cold_start_ms`` (0 disables cold starts)."""
+    sched_ms_per_step: float = 0.05
+    """Modelled fixed decision time per scheduler step that dispatches (queue walk + ESG_Dispatch)."""
+    sched_ms_per_unit: float = 0.1
+    """Modelled decision time per unit of search work (one A* node expansion, one best-first step);
+    measured on the development machine (2 cores, Python 3.11): ESG_1Q took 50.3 ms for 432
+    A* expansions over the four apps x three SLO levels (top-8), about 0.116 ms each, setup included."""
+    warmup_ms: float = 30_000.0
+    """Requests arriving earlier are run but not measured: every run starts with no MIG instance and no
+    warm worker, and the first seconds measure only that start-up."""
+    drain_ms: float = 120_000.0
+    """After the last arrival, the run continues this long; requests still unfinished are misses."""

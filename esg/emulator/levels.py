@@ -1,0 +1,56 @@
+"""SLO levels and load levels of the evaluation, and the reference latency L they are relative to.
+
+* **L** of an app is the longest path through its DAG with every function at its *median profiled
+  configuration* (the median of the function's profiled ``latency_ms`` over all its configurations),
+  computed from the shipped A100-40GB tables and written into each app file's ``slo_ms``.
+* **SLO levels** (the paper): strict / moderate / relaxed = 0.8 L / 1.0 L / 1.2 L.
+* **Load levels**: light / normal / heavy = 30 % / 60 % / 90 % of the reference capacity
+  ``C = nodes * 1000 / mean_app(L)`` requests/s: the rate a platform that neither batches nor shares a
+  GPU (one request in flight per node at the reference latency, as stock OpenWhisk with one GPU
+  container per invoker) sustains. Apps share the rate equally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from esg.model import App
+from esg.profiles import Profile
+from esg.search import longest_path
+
+SLO_LEVELS = {"strict": 0.8, "moderate": 1.0, "relaxed": 1.2}
+LOAD_LEVELS = {"light": 0.3, "normal": 0.6, "heavy": 0.9}
+
+
+def median_config_latency(profile: Profile) -> float:
+    lats = sorted(e.latency_ms for e in profile.entries)
+    n = len(lats)
+    return lats[n // 2] if n % 2 else (lats[n // 2 - 1] + lats[n // 2]) / 2
+
+
+def reference_latency(app: App, profiles: Mapping[str, Profile]) -> float:
+    """L: the app's longest path with each function at its median profiled configuration."""
+    fs = app.topo_order
+    pos = {f: i for i, f in enumerate(fs)}
+    return longest_path([median_config_latency(profiles[f]) for f in fs],
+                        [tuple(pos[p] for p in app.predecessors(f)) for f in fs])
+
+
+def reference_capacity_rps(apps: Mapping[str, App], nodes: int) -> float:
+    """C = nodes * 1000 / mean over apps of L (the apps' ``slo_ms``)."""
+    mean_l = sum(a.slo_ms for a in apps.values()) / len(apps)
+    return nodes * 1000.0 / mean_l
+
+
+def load_rate_rps(level: str, apps: Mapping[str, App], nodes: int) -> float:
+    try:
+        return LOAD_LEVELS[level] * reference_capacity_rps(apps, nodes)
+    except KeyError:
+        raise ValueError(f"unknown load level {level!r} (known: {', '.join(LOAD_LEVELS)})") from None
+
+
+def slo_ms(level: str, app: App) -> float:
+    try:
+        return SLO_LEVELS[level] * app.slo_ms
+    except KeyError:
+        raise ValueError(f"unknown SLO level {level!r} (known: {', '.join(SLO_LEVELS)})") from None

@@ -1,0 +1,70 @@
+"""What a run measures: per-request outcomes, resource cost, cold starts, MIG changes, decision time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from esg.scheduler import RequestOutcome
+
+
+@dataclass
+class AppStats:
+    requests: int = 0
+    hits: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Metrics:
+    requests: int = 0
+    completed: int = 0
+    failed: int = 0
+    hits: int = 0
+    cost: float = 0.0
+    """Σ over batches of (price of the resources held) × (time held, from dispatch to completion)."""
+    batches: int = 0
+    jobs: int = 0
+    cold_starts: int = 0
+    reconfigured_instances: int = 0
+    decisions: int = 0
+    sched_ms: float = 0.0
+    events: int = 0
+    per_app: dict[str, AppStats] = field(default_factory=dict)
+
+    def arrived(self, app: str) -> None:
+        self.requests += 1
+        self.per_app.setdefault(app, AppStats()).requests += 1
+
+    def outcome(self, o: RequestOutcome) -> None:
+        stats = self.per_app.setdefault(o.app, AppStats())
+        if not o.ok:
+            self.failed += 1
+            return
+        self.completed += 1
+        stats.latencies_ms.append(o.latency_ms)
+        if o.slo_hit:
+            self.hits += 1
+            stats.hits += 1
+
+    @property
+    def missed(self) -> int:
+        """Requests that did not meet their SLO: late, failed or never finished."""
+        return self.requests - self.hits
+
+    def summary(self) -> dict[str, float | int]:
+        lat = np.array([x for s in self.per_app.values() for x in s.latencies_ms])
+        return {
+            "requests": self.requests,
+            "completed": self.completed,
+            "slo_hit_rate": self.hits / self.requests if self.requests else 0.0,
+            "cost": self.cost / self.requests if self.requests else 0.0,
+            "p50_ms": float(np.percentile(lat, 50)) if lat.size else float("nan"),
+            "p99_ms": float(np.percentile(lat, 99)) if lat.size else float("nan"),
+            "sched_overhead_ms": self.sched_ms / self.decisions if self.decisions else 0.0,
+            "cold_starts": self.cold_starts,
+            "mig_changes": self.reconfigured_instances,
+            "batches": self.batches,
+            "mean_batch": self.jobs / self.batches if self.batches else 0.0,
+        }

@@ -1,0 +1,102 @@
+"""Node models: vCPUs, the MIG layout of the node's GPU, and its warm workers.
+
+A node changes its MIG layout only as ESG_Dispatch's :class:`esg.cluster.Fit` says (idle instances
+destroyed, one created), and each changed instance costs ``mig_reconfig_ms``. A *worker* is bound to
+(function, MIG instance or CPU): it serves any batch size on any vCPU count (a container's CPU quota
+can be changed in place), one batch at a time; a batch with no
+idle worker of its kind on the node pays the function's cold start, and a worker idle for longer than
+the keep-alive is gone. Destroying an instance kills its workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from esg import mig
+from esg.cluster import NodeState, Slice, SliceRef
+from esg.scheduler import Dispatch
+
+WorkerKey = tuple[str, SliceRef | None]
+
+
+@dataclass(frozen=True)
+class StartCost:
+    """What a dispatch pays before it runs on this node."""
+
+    reconfig_ms: float
+    reconfigured: int
+    cold: bool
+
+
+@dataclass
+class NodeModel:
+    name: str
+    vcpus_total: int
+    gpu_model: str | None
+    vcpus_free: int = -1
+    slices: dict[SliceRef, bool] = field(default_factory=dict)
+    """Existing MIG instances -> busy."""
+    idle_workers: dict[WorkerKey, list[float]] = field(default_factory=dict)
+    """Idle warm workers by kind -> the times they expire."""
+
+    def __post_init__(self) -> None:
+        if self.vcpus_free < 0:
+            self.vcpus_free = self.vcpus_total
+
+    def snapshot(self) -> NodeState:
+        return NodeState(self.name, self.vcpus_total, self.vcpus_free, self.gpu_model,
+                         [Slice(ref, busy) for ref, busy in sorted(self.slices.items())])
+
+    def start(self, d: Dispatch, now_ms: float, reconfig_ms: float) -> StartCost:
+        """Claim the batch's resources, apply its MIG change, and take (or miss) a warm worker."""
+        cfg, fit = d.config, d.fit
+        if cfg.vcpus > self.vcpus_free:
+            raise AssertionError(f"{self.name}: {cfg.vcpus} vCPUs asked, {self.vcpus_free} free")
+        self.vcpus_free -= cfg.vcpus
+        changed = 0
+        if fit.slice is not None:
+            for victim in fit.destroy:
+                if self.slices.pop(victim, None) is not False:
+                    raise AssertionError(f"{self.name}: MIG instance {victim} destroyed while busy or absent")
+                self._kill_workers(victim)
+                changed += 1
+            if fit.create:
+                if fit.slice in self.slices:
+                    raise AssertionError(f"{self.name}: MIG instance {fit.slice} created twice")
+                self.slices[fit.slice] = True
+                changed += 1
+            elif self.slices.get(fit.slice) is not False:
+                raise AssertionError(f"{self.name}: MIG instance {fit.slice} is busy or absent")
+            else:
+                self.slices[fit.slice] = True
+        cold = not self._take_worker((d.function, fit.slice), now_ms)
+        return StartCost(changed * reconfig_ms, changed, cold)
+
+    def finish(self, d: Dispatch, now_ms: float, keep_alive_ms: float) -> None:
+        """Give the batch's resources back; its worker becomes idle until the keep-alive expires."""
+        self.vcpus_free += d.config.vcpus
+        if d.fit.slice is not None:
+            self.slices[d.fit.slice] = False
+        self.idle_workers.setdefault((d.function, d.fit.slice), []).append(
+            now_ms + keep_alive_ms)
+
+    def _take_worker(self, key: WorkerKey, now_ms: float) -> bool:
+        pool = self.idle_workers.get(key)
+        if not pool:
+            return False
+        live = [t for t in pool if t >= now_ms]
+        if not live:
+            del self.idle_workers[key]
+            return False
+        live.pop()
+        self.idle_workers[key] = live
+        return True
+
+    def _kill_workers(self, ref: SliceRef) -> None:
+        for key in [k for k in self.idle_workers if k[1] == ref]:
+            del self.idle_workers[key]
+
+    def layout_valid(self) -> bool:
+        if self.gpu_model is None:
+            return not self.slices
+        return mig.place(self.gpu_model, [], [(r.profile, r.start) for r in self.slices]) is not None

@@ -1,0 +1,161 @@
+"""The emulation loop: virtual time, node models and the scheduler's step function.
+
+At every instant something happens (arrivals, batch completions, a timer a held queue asked for), the
+runner builds a :class:`~esg.cluster.ClusterSnapshot` from its node models and calls
+``Scheduler.step`` with those events -- the same call the live service makes. Each dispatch then pays,
+before it runs: the modelled decision time of that step, the data transfer of its inputs from other
+nodes (in parallel with) the MIG changes its placement needs followed by a cold start when no idle
+worker of its kind is on the node. Its execution time is the profiled latency times log-normal noise.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from esg.cluster import ClusterSnapshot
+from esg.cost import Prices
+from esg.emulator.clock import DONE, TIMER, EventHeap
+from esg.emulator.config import ClusterSpec, EmulatorParams
+from esg.emulator.metrics import Metrics
+from esg.emulator.nodes import NodeModel
+from esg.model import App, Config
+from esg.policies.base import Policy
+from esg.profiles import Profile
+from esg.scheduler import Arrival, BatchDone, Dispatch, Request, Scheduler
+
+InvariantHook = Callable[[float, Mapping[str, NodeModel], Scheduler], None]
+
+
+@dataclass
+class RunResult:
+    metrics: Metrics
+    end_ms: float
+    unfinished: int
+    summary: dict = field(default_factory=dict)
+
+
+class Emulation:
+    def __init__(self, apps: Mapping[str, App], profiles: Mapping[str, Profile], policy: Policy,
+                 requests: Sequence[Request], rng: np.random.Generator,
+                 cluster: ClusterSpec | None = None, params: EmulatorParams | None = None,
+                 prices: Prices | None = None, invariant_hook: InvariantHook | None = None):
+        cluster = cluster or ClusterSpec()
+        params = params or EmulatorParams()
+        prices = prices or Prices()
+        self.apps, self.profiles, self.policy = apps, profiles, policy
+        self.requests = requests
+        self.rng, self.cluster, self.params, self.prices = rng, cluster, params, prices
+        self.hook = invariant_hook
+        self.scheduler = Scheduler(apps, policy)
+        self.nodes = {n: NodeModel(n, cluster.vcpus, cluster.gpu_model) for n in cluster.node_names()}
+        self.metrics = Metrics()
+        self.heap = EventHeap()
+        self._latency: dict[tuple[str, Config], float] = {
+            (f, e.config): e.latency_ms for f, p in profiles.items() for e in p.entries}
+        self._ran_on: dict[tuple[str, str], str] = {}
+        self._flight: dict[str, tuple[Dispatch, float]] = {}
+        self._timers: set[float] = set()
+        self._measured: set[str] = set()
+        sigma = math.sqrt(math.log1p(params.noise_cv ** 2))
+        self._noise = (-sigma * sigma / 2, sigma)
+
+    def run(self) -> RunResult:
+        reqs, i, now = self.requests, 0, 0.0
+        last = reqs[-1].arrival_ms if reqs else 0.0
+        horizon = last + self.params.drain_ms
+        while True:
+            t_heap = self.heap.peek_time()
+            t_arr = reqs[i].arrival_ms if i < len(reqs) else None
+            if t_heap is None and t_arr is None:
+                break
+            now = min(t for t in (t_heap, t_arr) if t is not None)
+            if now > horizon:
+                break
+            events: list = []
+            while i < len(reqs) and reqs[i].arrival_ms == now:
+                events.append(Arrival(reqs[i]))
+                if now >= self.params.warmup_ms:
+                    self.metrics.arrived(reqs[i].app)
+                    self._measured.add(reqs[i].request_id)
+                i += 1
+            while self.heap.peek_time() == now:
+                ev = self.heap.pop()
+                if ev.kind == DONE:
+                    events.append(self._finish(ev.payload, now))
+                else:
+                    self._timers.discard(now)
+            self._step(now, events)
+        unfinished = self.scheduler.pending_requests()
+        summary = self.metrics.summary()
+        return RunResult(self.metrics, now, unfinished, summary)
+
+    def _step(self, now: float, events: list) -> None:
+        self.metrics.events += max(1, len(events))
+        snapshot = ClusterSnapshot({n: m.snapshot() for n, m in self.nodes.items()})
+        before = self.policy.work_units()
+        result = self.scheduler.step(now, snapshot, events)
+        for o in result.outcomes:
+            if o.request_id in self._measured:
+                self._measured.discard(o.request_id)
+                self.metrics.outcome(o)
+            for f in self.apps[o.app].functions:
+                self._ran_on.pop((o.request_id, f), None)
+        for c in result.completed:
+            self._ran_on[(c.request_id, c.function)] = c.node
+        decision_ms = 0.0
+        if result.dispatches:
+            decision_ms = (self.params.sched_ms_per_step
+                           + (self.policy.work_units() - before) * self.params.sched_ms_per_unit)
+            self.metrics.sched_ms += decision_ms * len(result.dispatches)
+            self.metrics.decisions += len(result.dispatches)
+        for d in result.dispatches:
+            self._start(d, now, decision_ms)
+        wake = result.wake_at_ms
+        if wake is not None and wake > now and wake not in self._timers:
+            self._timers.add(wake)
+            self.heap.push(wake, TIMER)
+        if self.hook is not None:
+            self.hook(now, self.nodes, self.scheduler)
+
+    def _start(self, d: Dispatch, now: float, decision_ms: float) -> None:
+        node = self.nodes[d.node]
+        cost = node.start(d, now, self.params.mig_reconfig_ms)
+        cold_ms = self.profiles[d.function].cold_start_ms * self.params.cold_start_scale if cost.cold else 0.0
+        wait = decision_ms + max(self._transfer_ms(d), cost.reconfig_ms + cold_ms)
+        mu, sigma = self._noise
+        run_ms = self._latency[(d.function, d.config)] * float(self.rng.lognormal(mu, sigma))
+        done = now + wait + run_ms
+        self._flight[d.batch_id] = (d, now)
+        self.heap.push(done, DONE, d.batch_id)
+        m = self.metrics
+        if not any(j.request_id in self._measured for j in d.jobs):
+            return
+        m.batches += 1
+        m.jobs += len(d.jobs)
+        m.cold_starts += cost.cold
+        m.reconfigured_instances += cost.reconfigured
+        gpu_model = self.cluster.gpu_model or "A100-40GB"
+        m.cost += self.prices.rate(gpu_model, d.config) * (done - now)
+
+    def _transfer_ms(self, d: Dispatch) -> float:
+        """Inputs produced on other nodes cross the network before the batch starts."""
+        preds = self.apps[d.app].predecessors(d.function)
+        if not preds:
+            return 0.0
+        remote = 0
+        for job in d.jobs:
+            for p in preds:
+                if self._ran_on.get((job.request_id, p), d.node) != d.node:
+                    remote += self.profiles[p].output_bytes
+        if not remote:
+            return 0.0
+        return remote * 8 / (self.params.bandwidth_gbps * 1e9) * 1e3 + self.params.net_latency_ms
+
+    def _finish(self, batch_id: str, now: float) -> BatchDone:
+        d, _ = self._flight.pop(batch_id)
+        self.nodes[d.node].finish(d, now, self.params.keep_alive_ms)
+        return BatchDone(batch_id)

@@ -1,0 +1,64 @@
+"""Helpers the baseline policies share: per-stage SLO shares, weighted resources, config ladders."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from esg.cluster import ClusterSnapshot
+from esg.cost import Prices, config_cost
+from esg.mig import compute_slices
+from esg.model import App, Config
+from esg.profiles import Profile
+from esg.search import longest_path
+
+CPU_WEIGHT = 64.0
+"""INFless weighs a CPU core as 64 (its scheduler.go resource weights)."""
+GPU_PERCENT_WEIGHT = 142.0
+"""... and one percent of GPU SMs as 142; a MIG slice of g compute slices is 100 * g / 7 percent."""
+P95_Z = 1.645
+
+
+def weighted_resource(gpu_model: str, config: Config) -> float:
+    pct = 100.0 * compute_slices(gpu_model, config.gpu) / 7.0
+    return CPU_WEIGHT * config.vcpus + GPU_PERCENT_WEIGHT * pct
+
+
+def app_latency(app: App, latency: Mapping[str, float]) -> float:
+    fs = app.topo_order
+    pos = {f: i for i, f in enumerate(fs)}
+    return longest_path([latency[f] for f in fs], [tuple(pos[p] for p in app.predecessors(f)) for f in fs])
+
+
+def stage_shares(app: App, profiles: Mapping[str, Profile], slo_ms: float) -> dict[str, float]:
+    """Per-function SLO shares for DAG-unaware policies: proportional to each function's fastest
+    profiled latency, scaled so the critical path of shares equals the SLO."""
+    fastest = {f: min(e.latency_ms for e in profiles[f].entries) for f in app.functions}
+    total = app_latency(app, fastest)
+    return {f: slo_ms * fastest[f] / total for f in app.functions}
+
+
+def p95_factor(noise_cv: float) -> float:
+    """P95 of a mean-1 log-normal with the given CV (the planning percentile of Orion/Aquatope)."""
+    sigma = math.sqrt(math.log1p(noise_cv ** 2))
+    return math.exp(-sigma * sigma / 2 + P95_Z * sigma)
+
+
+def ladder(profile: Profile, prices: Prices, allowed) -> list[tuple[float, float, Config]]:
+    """(cost, latency, config) from cheapest to fastest, keeping only configs faster than every cheaper
+    one: each step up is a strict latency improvement (Orion's 'one more memory step')."""
+    opts = sorted((config_cost(prices, profile.gpu_model, e.config, e.latency_ms), e.latency_ms, e.config)
+                  for e in profile.entries if allowed(e.config))
+    out: list[tuple[float, float, Config]] = []
+    for o in opts:
+        if not out or o[1] < out[-1][1]:
+            out.append(o)
+    return out
+
+
+def packing_order(snapshot: ClusterSnapshot, gpu: bool) -> list[str]:
+    """Nodes fullest first (best fit): GPU nodes by fewest idle compute slices, then fewest free vCPUs."""
+    def key(n: str):
+        s = snapshot.nodes[n]
+        return ((s.idle_compute_slices() if gpu else 0), s.vcpus_free, n)
+    return sorted(snapshot.nodes, key=key)

@@ -1,0 +1,53 @@
+"""FaST-GShare (ICPP'23) adapted to MIG slices: per function, not DAG-aware, no batching.
+
+FaST-Scheduler's rule (reference/esg.md §3.2): among the configurations that meet the function's
+latency target, take the one with the **highest throughput per resource** (requests/s per weighted
+resource, ties to the cheaper), and place it to **pack GPU nodes** (fullest node that fits first). The
+original design does not batch, so every configuration has batch 1. The function's latency target is
+its share of the app SLO (proportional to its fastest latency), as for INFless.
+"""
+
+from __future__ import annotations
+
+from esg.cluster import ClusterSnapshot
+from esg.cost import config_cost
+from esg.model import App, Config
+from esg.policies import register
+from esg.policies.base import Choice, Policy, PolicyContext
+from esg.policies.common import packing_order, stage_shares, weighted_resource
+from esg.queues import AfwQueue
+
+
+@register("fastgshare")
+class FastGSharePolicy(Policy):
+    name = "fastgshare"
+
+    def __init__(self, ctx: PolicyContext):
+        super().__init__(ctx)
+        self.expanded = 0
+        self._ranked = {(a, f): self.ranked(app, f) for a, app in ctx.apps.items() for f in app.functions}
+
+    def ranked(self, app: App, function: str) -> list[tuple[Config, float]]:
+        """Batch-1 configs meeting the stage target, best throughput per resource first; if none meets
+        it, the fastest ones."""
+        target = stage_shares(app, self.ctx.profiles, app.slo_ms)[function]
+        prof = self.ctx.profiles[function]
+        ones = [e for e in prof.entries if e.config.batch == 1 and self.ctx.spec(function).allows(e.config)]
+
+        def key(e):
+            tput = 1000.0 / e.latency_ms
+            return (-tput / weighted_resource(prof.gpu_model, e.config),
+                    config_cost(self.ctx.prices, prof.gpu_model, e.config, e.latency_ms), e.config)
+
+        ok = sorted((e for e in ones if e.latency_ms <= target), key=key)
+        if not ok:
+            ok = sorted(ones, key=lambda e: (e.latency_ms, e.config))
+        return [(e.config, e.latency_ms) for e in ok[:8]]
+
+    def choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
+        self.expanded += 1
+        ranked = self._ranked[(app.name, queue.key[1])]
+        return Choice(tuple(c for c, _ in ranked), latencies=dict(ranked))
+
+    def node_preference(self, app: App, function: str, snapshot: ClusterSnapshot) -> list[str]:
+        return packing_order(snapshot, gpu=True)

@@ -1,0 +1,85 @@
+"""Orion (OSDI'22) right-sizing adapted to (batch, vCPU, MIG slice) configurations.
+
+Orion's best-first search (reference/esg.md §3.3, ``DAG_Modeler/Program.cs``): start **every stage at
+its cheapest configuration**; at each step try the one-step increment of every stage separately (the
+next rung of the stage's ladder: configurations by cost, each faster than all cheaper ones, like one
+more 64 MB of Lambda memory) and keep **the single increment that lowers the app's end-to-end P95
+latency the most**; stop when the P95 meets the budget (or no stage can grow). The P95 of a stage is its
+profiled latency times the P95 of the execution-time noise. The configurations are **fixed for the whole
+request when its first stage is scheduled** (budget = what is left of its SLO then); later stages use
+them whatever happens.
+"""
+
+from __future__ import annotations
+
+import math
+
+from esg.cluster import ClusterSnapshot
+from esg.model import App, Config
+from esg.policies import register
+from esg.policies.base import Choice, Policy, PolicyContext
+from esg.policies.common import app_latency, ladder, p95_factor
+from esg.queues import AfwQueue
+
+NOISE_CV = 0.05
+
+
+@register("orion")
+class OrionPolicy(Policy):
+    name = "orion"
+
+    def __init__(self, ctx: PolicyContext, noise_cv: float = NOISE_CV):
+        super().__init__(ctx)
+        self.p95 = p95_factor(noise_cv)
+        self.expanded = 0
+        self.ladders = {f: ladder(p, ctx.prices, lambda c, f=f: ctx.spec(f).allows(c))
+                        for f, p in ctx.profiles.items()}
+        self._plans: dict[tuple[str, int], dict[str, Config]] = {}
+        self._fixed: dict[str, dict[str, Config]] = {}
+        self.trace: list[tuple[str, str]] = []
+        """(stage upgraded, its new config label) of the last search: the best-first path."""
+
+    def right_size(self, app: App, budget_ms: float) -> dict[str, Config]:
+        rung = {f: 0 for f in app.functions}
+        self.trace = []
+
+        def p95(r):
+            return app_latency(app, {f: self.ladders[f][r[f]][1] * self.p95 for f in app.functions})
+
+        current = p95(rung)
+        while current > budget_ms:
+            best = None
+            for f in app.functions:  # try each stage's one-step increment separately
+                if rung[f] + 1 >= len(self.ladders[f]):
+                    continue
+                self.expanded += 1
+                trial = dict(rung)
+                trial[f] += 1
+                lat = p95(trial)
+                if best is None or lat < best[0]:
+                    best = (lat, f)
+            if best is None or best[0] >= current:
+                break
+            rung[best[1]] += 1
+            current = best[0]
+            self.trace.append((best[1], self.ladders[best[1]][rung[best[1]]][2].label()))
+        return {f: self.ladders[f][rung[f]][2] for f in app.functions}
+
+    def choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
+        head = queue.head
+        plan = self._fixed.get(head.request_id)
+        if plan is None:  # the request's first stage: fix its configurations now
+            budget = math.floor(head.deadline_ms - now_ms)
+            key = (app.name, budget)
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = self._plans[key] = self.right_size(app, budget)
+            self._fixed[head.request_id] = plan
+        c = plan[queue.key[1]]
+        return Choice((c,), latencies={c: self.ctx.profiles[queue.key[1]].latency(c)})
+
+    def on_dispatch(self, dispatch) -> None:
+        app = self.ctx.apps[dispatch.app]
+        if dispatch.function in app.sinks and len(app.sinks) == 1:
+            for job in dispatch.jobs:
+                self._fixed.pop(job.request_id, None)

@@ -1,0 +1,115 @@
+"""Each baseline's defining rule."""
+
+import numpy as np
+
+from esg.model import App, Config, Job
+from esg.policies import make_policy
+from esg.policies.base import PolicyContext
+from esg.policies.common import app_latency, stage_shares
+from esg.queues import AfwQueue
+from esg.scheduler import Request
+
+
+def _queue(app, function, n, now=0.0):
+    q = AfwQueue((app.name, function))
+    for i in range(n):
+        q.push(Job(f"r{i}/{function}", f"r{i}", app.name, function, now, now + app.slo_ms, now))
+    return q
+
+
+def test_infless_batches_within_half_the_stage_share(apps, profiles):
+    app = apps["image-classification"]
+    pol = make_policy("infless", PolicyContext(apps, profiles))
+    share = stage_shares(app, profiles, app.slo_ms)["resnet50"]
+    cands = pol.candidates(app.name, "resnet50")
+    assert cands
+    for _cre, t, timeout, c in cands:
+        assert t <= (share / 2 if c.batch > 1 else share)
+        assert abs(timeout - (share - t)) < 1e-9
+    # a batch > 1 that only meets the full share, not half of it, is never a candidate
+    half_only = [e for e in profiles["resnet50"].entries
+                 if e.config.batch > 1 and share / 2 < e.latency_ms <= share]
+    assert half_only and not {e.config for e in half_only} & {c for *_, c in cands}
+
+
+def test_infless_holds_a_filling_batch_until_its_timeout(apps, profiles):
+    app = App("one", 400.0, ("resnet50",))
+    ctx = PolicyContext({"one": app}, profiles)
+    pol = make_policy("infless", ctx)
+    for i in range(3000):  # 300 rps observed over the 10 s window: a batched config's window
+        pol.on_arrival(Request(f"x{i}", "one", i * 10 / 3), app, i * 10 / 3)
+    choice = pol.choose(app, _queue(app, "resnet50", 1, now=10_000.0), 10_000.0, None)
+    if not choice.priorities:
+        assert choice.retry_at_ms is not None and choice.retry_at_ms > 10_000.0
+
+
+def test_fastgshare_batch_one_best_throughput_per_resource(apps, profiles):
+    from esg.policies.common import weighted_resource
+    pol = make_policy("fastgshare", PolicyContext(apps, profiles))
+    for app in apps.values():
+        target = stage_shares(app, profiles, app.slo_ms)
+        for f in app.functions:
+            choice = pol.choose(app, _queue(app, f, 20), 0.0, None)
+            assert all(c.batch == 1 for c in choice.priorities), "FaST-GShare never batches"
+            ok = [e for e in profiles[f].entries if e.config.batch == 1 and e.latency_ms <= target[f]]
+            if ok:
+                best = max(1000 / e.latency_ms / weighted_resource("A100-40GB", e.config) for e in ok)
+                top = choice.priorities[0]
+                assert np.isclose(1000 / profiles[f].latency(top) / weighted_resource("A100-40GB", top), best)
+
+
+def test_orion_grows_one_stage_at_a_time_best_first(apps, profiles):
+    pol = make_policy("orion", PolicyContext(apps, profiles))
+    app = apps["depth-recognition"]
+    plan = pol.right_size(app, app.slo_ms)
+    lat = lambda p: app_latency(app, {f: profiles[f].latency(c) * pol.p95 for f, c in p.items()})  # noqa: E731
+    # replay the trace: each step upgrades exactly one stage by one rung, the one lowering P95 most
+    rung = {f: 0 for f in app.functions}
+    for f, label in pol.trace:
+        options = {}
+        for g in app.functions:
+            if rung[g] + 1 < len(pol.ladders[g]):
+                trial = {h: pol.ladders[h][rung[h] + (h == g)][2] for h in app.functions}
+                options[g] = lat(trial)
+        assert options[f] == min(options.values())
+        rung[f] += 1
+        assert pol.ladders[f][rung[f]][2].label() == label
+    assert plan == {f: pol.ladders[f][rung[f]][2] for f in app.functions}
+    assert lat(plan) <= app.slo_ms
+    assert pol.trace, "the cheapest configurations alone should not meet L"
+
+
+def test_orion_fixes_configurations_at_the_first_stage(apps, profiles):
+    pol = make_policy("orion", PolicyContext(apps, profiles))
+    app = apps["image-classification"]
+    q = _queue(app, "preprocess", 1)
+    first = pol.choose(app, q, 0.0, None)
+    planned = pol._fixed["r0"]
+    later = _queue(app, "resnet50", 1)
+    # much later, with almost no budget left, the second stage keeps the configuration fixed at first
+    late = pol.choose(app, later, app.slo_ms - 1.0, None)
+    assert late.priorities == (planned["resnet50"],)
+    assert first.priorities == (planned["preprocess"],)
+
+
+def test_aquatope_preplans_once_and_respects_the_constraint(apps, profiles):
+    pol = make_policy("aquatope", PolicyContext(apps, profiles, seed=1))
+    evaluations = pol.evaluations
+    for name, app in apps.items():
+        for f in app.functions:
+            c = pol.choose(app, _queue(app, f, 5), 123.0, None).priorities
+            assert c == (pol.plans[name][f],)
+        cost, p95 = pol.predicted[name]
+        assert p95 <= app.slo_ms, f"{name}: a feasible plan exists (ESG's plan meets L) but was not found"
+    assert pol.evaluations == evaluations, "Aquatope must not search again at run time"
+    again = make_policy("aquatope", PolicyContext(apps, profiles, seed=1))
+    assert again.plans == pol.plans
+
+
+def test_no_policy_reads_the_future(apps, profiles):
+    """Policies are built from apps and profiles only; the workload is never handed to them."""
+    import inspect
+    for name in ("esg", "infless", "fastgshare", "orion", "aquatope"):
+        pol = make_policy(name, PolicyContext(apps, profiles))
+        assert "requests" not in inspect.signature(type(pol).__init__).parameters
+    assert isinstance(Config(1, 1), Config)

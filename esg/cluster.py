@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
 
 from esg import mig
 from esg.model import Config
@@ -43,11 +44,16 @@ class NodeState:
     warm: set[tuple[str, Config]] = field(default_factory=set)
     """(function, config) pairs with a warm worker on this node."""
     memory_mb: int = 0
+    idle_workers: dict[tuple[str, SliceRef | None], int] = field(default_factory=dict)
+    """Idle warm workers by (function, MIG instance or None for CPU), where the driver knows them."""
 
     def free_compute_slices(self) -> int:
         if self.gpu_model is None:
             return 0
         return mig.free_compute_slices(self.gpu_model, [(s.ref.profile, s.ref.start) for s in self.slices])
+
+    def has_idle_slice(self, profile: str | None) -> bool:
+        return any(not s.busy and s.ref.profile == profile for s in self.slices)
 
     def idle_compute_slices(self) -> int:
         if self.gpu_model is None:
@@ -64,15 +70,25 @@ class Fit:
     slice: SliceRef | None = None
     create: bool = False
     destroy: tuple[SliceRef, ...] = ()
+    warm_worker: tuple[str, SliceRef | None] | None = None
+    """The idle warm worker this placement takes (None: a cold start, or not tracked)."""
 
     @property
     def reconfigures(self) -> bool:
         return self.create or bool(self.destroy)
 
+    @property
+    def changed_instances(self) -> int:
+        return int(self.create) + len(self.destroy)
+
 
 @dataclass
 class ClusterSnapshot:
     nodes: dict[str, NodeState]
+    tracks_workers: bool = False
+    """Whether ``NodeState.idle_workers`` is filled in (the emulator knows every worker)."""
+    _fit_memo: dict[tuple[str, Config], Fit | None] = field(default_factory=dict, repr=False, compare=False)
+    _idle_memo: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, nodes: Iterable[NodeState]) -> ClusterSnapshot:
@@ -81,32 +97,42 @@ class ClusterSnapshot:
     def copy(self) -> ClusterSnapshot:
         return copy.deepcopy(self)
 
-    def fit(self, node_name: str, config: Config) -> Fit | None:
+    def idle_compute(self, node_name: str) -> int:
+        """Idle compute slices of a node (remembered until the node's next reservation)."""
+        if node_name not in self._idle_memo:
+            self._idle_memo[node_name] = self.nodes[node_name].idle_compute_slices()
+        return self._idle_memo[node_name]
+
+    def fit(self, node_name: str, config: Config, function: str | None = None) -> Fit | None:
+        key = (node_name, config)
+        if key not in self._fit_memo:
+            self._fit_memo[key] = self._fit(node_name, config)
+        fit = self._fit_memo[key]
+        if fit is None or function is None or fit.create:
+            return fit
+        key = (function, fit.slice)
+        if self.nodes[node_name].idle_workers.get(key, 0) > 0:
+            return Fit(fit.node, fit.slice, fit.create, fit.destroy, key)
+        return fit
+
+    def _fit(self, node_name: str, config: Config) -> Fit | None:
         node = self.nodes[node_name]
         if node.vcpus_free < config.vcpus:
             return None
         if config.gpu is None:
             return Fit(node_name)
-        if node.gpu_model is None or config.gpu not in mig.geometry(node.gpu_model).profiles:
+        if node.gpu_model is None:
             return None
-        for s in sorted(node.slices, key=lambda s: s.ref):
-            if not s.busy and s.ref.profile == config.gpu:
-                return Fit(node_name, s.ref)
-        occupied = [(s.ref.profile, s.ref.start) for s in node.slices]
-        start = _new_start(node.gpu_model, config.gpu, occupied)
-        if start is not None:
-            return Fit(node_name, SliceRef(config.gpu, start), create=True)
-        kept = [(s.ref.profile, s.ref.start) for s in node.slices if s.busy]
-        start = _new_start(node.gpu_model, config.gpu, kept)
-        if start is None:
-            return None
-        new = SliceRef(config.gpu, start)
-        victims = tuple(s.ref for s in node.slices if not s.busy and _overlaps(node.gpu_model, s.ref, new))
-        return Fit(node_name, new, create=True, destroy=victims)
+        layout = tuple(sorted((s.ref.profile, s.ref.start, s.busy) for s in node.slices))
+        placed = gpu_fit(node.gpu_model, layout, config.gpu)
+        return None if placed is None else Fit(node_name, *placed)
 
     def reserve(self, config: Config, fit: Fit) -> None:
         node = self.nodes[fit.node]
+        self._forget(fit.node)
         node.vcpus_free -= config.vcpus
+        if fit.warm_worker is not None:
+            node.idle_workers[fit.warm_worker] -= 1
         if fit.slice is None:
             return
         node.slices = [s for s in node.slices if s.ref not in fit.destroy]
@@ -119,14 +145,39 @@ class ClusterSnapshot:
     def release(self, config: Config, fit: Fit) -> None:
         """Undo :meth:`reserve`'s claim (the slice stays, idle; destroyed slices stay destroyed)."""
         node = self.nodes[fit.node]
+        self._forget(fit.node)
         node.vcpus_free = min(node.vcpus_total, node.vcpus_free + config.vcpus)
         for s in node.slices:
             if s.ref == fit.slice:
                 s.busy = False
 
 
-def _new_start(model: str, profile: str, occupied: list[tuple[str, int]]) -> int | None:
-    return mig.best_start(model, profile, tuple(sorted(occupied)))
+    def _forget(self, node_name: str) -> None:
+        self._idle_memo.pop(node_name, None)
+        for key in [k for k in self._fit_memo if k[0] == node_name]:
+            del self._fit_memo[key]
+
+
+@cache
+def gpu_fit(model: str, layout: tuple[tuple[str, int, bool], ...], profile: str
+            ) -> tuple[SliceRef, bool, tuple[SliceRef, ...]] | None:
+    """Where ``profile`` runs on a GPU whose instances are ``layout`` (profile, start, busy):
+    (slice, create?, idle slices to destroy), or None. A pure function of the layout, so remembered."""
+    if profile not in mig.geometry(model).profiles:
+        return None
+    for p, start, busy in layout:
+        if not busy and p == profile:
+            return SliceRef(p, start), False, ()
+    start = mig.best_start(model, profile, tuple((p, st) for p, st, _ in layout))
+    if start is not None:
+        return SliceRef(profile, start), True, ()
+    start = mig.best_start(model, profile, tuple((p, st) for p, st, busy in layout if busy))
+    if start is None:
+        return None
+    new = SliceRef(profile, start)
+    victims = tuple(SliceRef(p, st) for p, st, busy in layout
+                    if not busy and _overlaps(model, SliceRef(p, st), new))
+    return new, True, victims
 
 
 def _overlaps(model: str, a: SliceRef, b: SliceRef) -> bool:

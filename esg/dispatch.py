@@ -9,7 +9,7 @@ fits is reserved. When no configuration fits anywhere, the batch waits and the c
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from esg.cluster import ClusterSnapshot, Fit
@@ -22,20 +22,14 @@ def home_node(app: str, function: str, nodes: Sequence[str]) -> str:
     return ordered[zlib.crc32(f"{app}/{function}".encode()) % len(ordered)]
 
 
-def node_order(snapshot: ClusterSnapshot, preferred: Sequence[str], config: Config,
-               idle: dict[str, int] | None = None) -> list[str]:
-    """Preferred nodes first (in the given order), then the rest by free capacity for ``config``.
-
-    ``idle`` (idle compute slices per node) may be passed in when the caller already computed it.
-    """
+def node_order(snapshot: ClusterSnapshot, preferred: Sequence[str], config: Config) -> list[str]:
+    """Preferred nodes first (in the given order), then the rest by free capacity for ``config``."""
     first = [n for n in dict.fromkeys(preferred) if n in snapshot.nodes]
     rest = [n for n in snapshot.nodes if n not in first]
     if config.gpu is None:
         rest.sort(key=lambda n: (-snapshot.nodes[n].vcpus_free, n))
     else:
-        if idle is None:
-            idle = {n: snapshot.nodes[n].idle_compute_slices() for n in rest}
-        rest.sort(key=lambda n: (-idle[n], -snapshot.nodes[n].vcpus_free, n))
+        rest.sort(key=lambda n: (-snapshot.idle_compute(n), -snapshot.nodes[n].vcpus_free, n))
     return first + rest
 
 
@@ -45,20 +39,35 @@ class Placement:
     fit: Fit
 
 
-def dispatch(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred: Sequence[str]
-             ) -> Placement | str:
-    """The first (configuration, node) that fits, reserved on ``snapshot``; else the reason it waits."""
+def dispatch(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred: Sequence[str],
+             no_fit: set[Config] | None = None) -> Placement | str:
+    """The first (configuration, node) that fits, reserved on ``snapshot``; else the reason it waits.
+
+    ``no_fit`` remembers, for the rest of one scheduling step, the configurations that fit nowhere:
+    within a step capacity only shrinks, so they cannot fit later in it either.
+    """
     if not priorities:
         return "no configuration meets the remaining budget"
     if not snapshot.nodes:
         return "no nodes"
-    idle: dict[str, int] | None = None  # the snapshot does not change until the reserve that ends this
-    for config in priorities:
-        if config.gpu is not None and idle is None:
-            idle = {n: s.idle_compute_slices() for n, s in snapshot.nodes.items()}
-        for name in node_order(snapshot, preferred, config, idle):
-            fit = snapshot.fit(name, config)
-            if fit is not None:
-                snapshot.reserve(config, fit)
-                return Placement(config, fit)
+    for config, fit in candidate_fits(snapshot, priorities, preferred, no_fit):
+        snapshot.reserve(config, fit)
+        return Placement(config, fit)
     return f"none of {len(priorities)} configurations fits on any of {len(snapshot.nodes)} nodes"
+
+
+def candidate_fits(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred: Sequence[str],
+                   no_fit: set[Config] | None = None, function: str | None = None
+                   ) -> Iterator[tuple[Config, Fit]]:
+    """Every (configuration, node) that fits, in priority then locality order (nothing reserved)."""
+    for config in priorities:
+        if no_fit is not None and config in no_fit:
+            continue
+        found = False
+        for name in node_order(snapshot, preferred, config):
+            fit = snapshot.fit(name, config, function)
+            if fit is not None:
+                found = True
+                yield config, fit
+        if not found and no_fit is not None:
+            no_fit.add(config)

@@ -9,7 +9,7 @@ their fastest latency.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
 from esg.cost import Prices, config_cost
@@ -67,16 +67,27 @@ class Planner:
             raise ProfileError(f"app {self.app.name!r}: function {missing[0]!r} has no profile")
         self._all_options = {f: build_options(self.profiles[f], self.prices) for f in self.app.functions}
         self._estimate = {f: median_latency(self.profiles[f]) for f in self.app.functions}
+        self._filtered: dict[tuple[str, Hashable], tuple[Option, ...]] = {}
 
-    def options(self, function: str, allow: OptionFilter | None = None) -> tuple[Option, ...]:
+    def options(self, function: str, allow: OptionFilter | None = None,
+                allow_key: Hashable | None = None) -> tuple[Option, ...]:
+        """``function``'s options that ``allow`` admits; with ``allow_key`` (naming what ``allow``
+        depends on) the filtered tuple is computed once and reused."""
         opts = self._all_options[function]
-        return opts if allow is None else tuple(o for o in opts if allow(function, o.config))
+        if allow is None:
+            return opts
+        if allow_key is None:
+            return tuple(o for o in opts if allow(function, o.config))
+        key = (function, allow_key)
+        if key not in self._filtered:
+            self._filtered[key] = tuple(o for o in opts if allow(function, o.config))
+        return self._filtered[key]
 
     def plan(self, budget_ms: float, k: int = 1, start: str | None = None,
-             allow: OptionFilter | None = None) -> PlanResult:
+             allow: OptionFilter | None = None, allow_key: Hashable | None = None) -> PlanResult:
         """The K cheapest feasible paths for the app (or for ``start`` and its descendants)."""
         app = self.app if start is None else self.app.sub_app(self.app.descendants(start))
-        options = {f: self.options(f, allow) for f in app.functions}
+        options = {f: self.options(f, allow, allow_key) for f in app.functions}
         stats = SearchStats()
         if self.exact or self.brute_force or len(app.functions) <= self.max_group:
             # the search walks functions in topological order; an app file may list them in any order
@@ -98,6 +109,13 @@ class Planner:
             if full is not None:
                 paths.append(full)
         paths.sort(key=lambda p: p.cost)
+        if not paths and group_latency(app, app.topo_order, {f: min((o.latency_ms for o in options[f]),
+                                                                    default=float("inf"))
+                                                             for f in app.topo_order}) <= budget_ms:
+            # Cutting a parallel region into sequential groups overstates its latency, so a tight
+            # budget that the app can meet may have no grouped plan: search the whole app then.
+            paths = self._search(Group(app.topo_order, app.edges, options), budget_ms, k, stats)
+            return PlanResult(bool(paths), tuple(paths), (app.topo_order,), stats)
         return PlanResult(bool(paths), tuple(paths), tuple(s.functions for s in shares), stats)
 
     def fastest_latency(self, allow: OptionFilter | None = None) -> float:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from esg.cluster import ClusterSnapshot, Fit
-from esg.dispatch import Placement, dispatch, home_node
+from esg.dispatch import Placement, home_node
 from esg.errors import AppError
 from esg.model import App, Config, Job
 from esg.queues import AfwQueue, AfwQueues, QueueKey
@@ -145,6 +145,7 @@ class Scheduler:
         self.queues = AfwQueues()
         self._requests: dict[str, _RequestState] = {}
         self._in_flight: dict[str, _InFlight] = {}
+        self._dead_jobs = False
         self._wake: float | None = None
         self._ids = iter(batch_ids) if batch_ids is not None else (f"b{i}" for i in itertools.count())
 
@@ -158,8 +159,8 @@ class Scheduler:
                 self._finish(event, now_ms, out)
             elif isinstance(event, BatchLost):
                 self._requeue(event.batch_id)
-            else:
-                self._requests.pop(event.request_id, None)
+            elif self._requests.pop(event.request_id, None) is not None:
+                self._dead_jobs = True
         self._wake: float | None = None
         self._decide(now_ms, snapshot, out)
         out.wake_at_ms = self._wake
@@ -187,6 +188,7 @@ class Scheduler:
         if flight is None:
             return  # unknown or already folded: a duplicate result is ignored
         d = flight.dispatch
+        self.policy.on_done(d)
         app = self.apps[d.app]
         for job in d.jobs:
             state = self._requests.get(job.request_id)
@@ -194,6 +196,7 @@ class Scheduler:
                 continue
             if not event.ok:
                 state.failed = event.error or f"{d.function} failed"
+                self._dead_jobs = True
                 out.outcomes.append(self._outcome(state, now_ms))
                 del self._requests[job.request_id]
                 continue
@@ -210,6 +213,7 @@ class Scheduler:
         flight = self._in_flight.pop(batch_id, None)
         if flight is None:
             return
+        self.policy.on_done(flight.dispatch)
         for job in reversed(flight.dispatch.jobs):
             self.queues.push_front(job)
 
@@ -221,8 +225,13 @@ class Scheduler:
 
     # -- deciding -----------------------------------------------------------------------------------
     def _decide(self, now_ms: float, snapshot: ClusterSnapshot, out: StepResult) -> None:
+        self._no_fit: set[Config] = set()
+        if not any(n.vcpus_free > 0 for n in snapshot.nodes.values()):
+            for queue in self.queues.non_empty():  # every configuration needs a vCPU: nothing can fit
+                out.waiting[queue.key] = "nothing fits: no free vCPUs on any node"
+            return
+        self._drop_dead()
         for queue in self.queues.non_empty():
-            self._drop_dead(queue)
             while queue.jobs:
                 placed = self._place_head(queue, now_ms, snapshot)
                 if isinstance(placed, str):
@@ -230,9 +239,12 @@ class Scheduler:
                     break
                 out.dispatches.append(placed)
 
-    def _drop_dead(self, queue: AfwQueue) -> None:
-        """Jobs of requests that already failed (another branch's error) are not run."""
-        queue.jobs = type(queue.jobs)(j for j in queue.jobs if j.request_id in self._requests)
+    def _drop_dead(self) -> None:
+        """Jobs of requests that already failed (another branch's error) or were cancelled are not run."""
+        if self._dead_jobs:
+            for queue in self.queues:
+                queue.jobs = type(queue.jobs)(j for j in queue.jobs if j.request_id in self._requests)
+            self._dead_jobs = False
 
     def _place_head(self, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Dispatch | str:
         app = self.apps[queue.key[0]]
@@ -244,7 +256,7 @@ class Scheduler:
         preferred = self.policy.node_preference(app, queue.key[1], snapshot)
         if preferred is None:
             preferred = self._preferred(app, queue.head, snapshot)
-        placed = dispatch(snapshot, choice.priorities, preferred)
+        placed = self.policy.place(app, queue, choice, snapshot, preferred, now_ms, self._no_fit)
         if isinstance(placed, str):
             return placed
         return self._commit(app, queue, placed, choice.latency_of(placed.config))

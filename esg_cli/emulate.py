@@ -129,7 +129,9 @@ def run_cell(args, cell, trace):
     requests = generate(list(apps), rate, args.duration_s, wl_rng, trace)
     params = EmulatorParams(mig_reconfig_ms=args.mig_reconfig_ms, cold_start_scale=args.cold_start_scale,
                             warmup_ms=args.warmup_s * 1e3)
-    policy = make_policy(policy_name, PolicyContext(apps, profiles, seed=args.seed))
+    policy = make_policy(policy_name, PolicyContext(apps, profiles, seed=args.seed,
+                                                    mig_reconfig_ms=args.mig_reconfig_ms,
+                                                    cold_start_scale=args.cold_start_scale))
     rng = np.random.default_rng([args.seed, _stable(policy_name), _stable(slo_level), _stable(load_level)])
     result = Emulation(apps, profiles, policy, requests, rng, cluster, params).run()
     s = result.summary

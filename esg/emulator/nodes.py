@@ -43,9 +43,11 @@ class NodeModel:
         if self.vcpus_free < 0:
             self.vcpus_free = self.vcpus_total
 
-    def snapshot(self) -> NodeState:
+    def snapshot(self, now_ms: float) -> NodeState:
+        idle = {k: n for k, ts in self.idle_workers.items() if (n := sum(t >= now_ms for t in ts))}
         return NodeState(self.name, self.vcpus_total, self.vcpus_free, self.gpu_model,
-                         [Slice(ref, busy) for ref, busy in sorted(self.slices.items())])
+                         [Slice(ref, busy) for ref, busy in sorted(self.slices.items())],
+                         idle_workers=idle)
 
     def start(self, d: Dispatch, now_ms: float, reconfig_ms: float) -> StartCost:
         """Claim the batch's resources, apply its MIG change, and take (or miss) a warm worker."""

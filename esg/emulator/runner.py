@@ -95,7 +95,7 @@ class Emulation:
 
     def _step(self, now: float, events: list) -> None:
         self.metrics.events += max(1, len(events))
-        snapshot = ClusterSnapshot({n: m.snapshot() for n, m in self.nodes.items()})
+        snapshot = ClusterSnapshot({n: m.snapshot(now) for n, m in self.nodes.items()}, tracks_workers=True)
         before = self.policy.work_units()
         result = self.scheduler.step(now, snapshot, events)
         for o in result.outcomes:

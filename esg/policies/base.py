@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from esg.cluster import ClusterSnapshot
 from esg.cost import Prices
+from esg.dispatch import Placement, dispatch
 from esg.model import App, Config
 from esg.profiles import Profile
 from esg.queues import AfwQueue
@@ -41,6 +42,10 @@ class PolicyContext:
     top_k: int = 8
     max_group: int = 3
     seed: int = 0
+    mig_reconfig_ms: float = 2000.0
+    """What one MIG instance created or destroyed costs (the driver's figure; reference/mig.md §3)."""
+    cold_start_scale: float = 1.0
+    """Multiplies the profiles' ``cold_start_ms`` (as the driver does)."""
 
     def spec(self, function: str) -> FunctionSpec:
         return self.specs.get(function, FunctionSpec())
@@ -84,6 +89,15 @@ class Policy(ABC):
     def on_dispatch(self, dispatch: Dispatch) -> None:
         """A batch was placed."""
         return None
+
+    def on_done(self, dispatch: Dispatch) -> None:
+        """A placed batch finished (or was lost)."""
+        return None
+
+    def place(self, app: App, queue: AfwQueue, choice: Choice, snapshot: ClusterSnapshot,
+              preferred: Sequence[str], now_ms: float, no_fit: set[Config]) -> Placement | str:
+        """Where the head batch runs: by default the first configuration and node that fit."""
+        return dispatch(snapshot, choice.priorities, preferred, no_fit)
 
     def node_preference(self, app: App, function: str, snapshot: ClusterSnapshot) -> list[str] | None:
         """Nodes to try first for a batch (None: ESG_Dispatch's locality order, home or predecessor)."""

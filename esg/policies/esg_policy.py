@@ -9,18 +9,34 @@ fastest configurations are tried, fastest first, to lose as little time as possi
 
 Plans are cached per (app, function, batch cap, budget floored to 1 ms): the budget only shrinks as a
 job waits, and flooring keeps the plan on the safe side.
+
+ESG_Dispatch is locality- and warm-start-aware. Where the driver tracks warm workers
+(``ClusterSnapshot.tracks_workers``), a placement's *start-up* -- MIG instances created or destroyed
+(``mig_reconfig_ms`` each) plus a cold start when no idle worker of the function waits on that slice --
+is weighed against the head job's budget, in three passes over the priority list:
+
+1. a warm worker with no MIG change, in priority then locality order;
+2. otherwise any placement whose start-up, run time and the fastest rest of the app still fit the budget;
+3. otherwise scale out (take the placement that starts soonest) only when no batch of this queue is
+   running or more jobs wait than the running batches can take next; else wait for a worker to free up.
+
+Without worker tracking (the live service today) the first placement that fits is taken.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Sequence
 
-from esg.cluster import ClusterSnapshot
+from esg.cluster import ClusterSnapshot, Fit
+from esg.dispatch import Placement, dispatch, node_order
 from esg.model import App, Config
 from esg.planner import Planner
 from esg.policies import register
 from esg.policies.base import Choice, Policy, PolicyContext
 from esg.queues import AfwQueue
+from esg.slo_split import group_latency
 
 FALLBACK_OPTIONS = 4
 
@@ -34,6 +50,8 @@ class EsgPolicy(Policy):
         self.exact = exact
         self.planners = {name: self._planner(app) for name, app in ctx.apps.items()}
         self._cache: dict[tuple, Choice] = {}
+        self._rest_ms: dict[tuple[str, str], float] = {}
+        self._running: Counter[tuple[str, str]] = Counter()
         self.searches = 0
         self.expanded = 0
 
@@ -44,6 +62,92 @@ class EsgPolicy(Policy):
     def on_app_added(self, app: App) -> None:
         self.planners[app.name] = self._planner(app)
         self._cache = {k: v for k, v in self._cache.items() if k[0] != app.name}
+        self._rest_ms = {k: v for k, v in self._rest_ms.items() if k[0] != app.name}
+
+    def on_dispatch(self, dispatch) -> None:
+        self._running[(dispatch.app, dispatch.function)] += 1
+
+    def on_done(self, dispatch) -> None:
+        self._running[(dispatch.app, dispatch.function)] -= 1
+
+    # -- ESG_Dispatch ------------------------------------------------------------------------------
+    def place(self, app: App, queue: AfwQueue, choice: Choice, snapshot: ClusterSnapshot,
+              preferred: Sequence[str], now_ms: float, no_fit: set[Config]) -> Placement | str:
+        if not snapshot.tracks_workers:
+            return dispatch(snapshot, choice.priorities, preferred, no_fit)
+        function = queue.key[1]
+        budget = queue.head.deadline_ms - now_ms - self._rest(app, function)
+        cold_ms = self.ctx.profiles[function].cold_start_ms * self.ctx.cold_start_scale
+        warm_nodes = {n for n, s in snapshot.nodes.items()
+                      if any(k[0] == function and v > 0 for k, v in s.idle_workers.items())}
+        in_time: tuple[Config, Fit] | None = None
+        soonest: tuple[float, Config, Fit] | None = None
+        for config, fit in self._fits(snapshot, choice.priorities, preferred, no_fit, function, warm_nodes):
+            if fit.warm_worker is not None and not fit.reconfigures:
+                in_time = (config, fit)  # pass 1: the first warm placement in priority order
+                break
+            t = self._startup(fit, cold_ms) + self._latency(choice, config, function)
+            if in_time is None and t <= budget:
+                in_time = (config, fit)
+            if soonest is None or t < soonest[0]:
+                soonest = (t, config, fit)
+        chosen = in_time
+        if chosen is None and soonest is not None and self._may_scale_out(queue, choice):
+            chosen = soonest[1:]
+        if chosen is None:
+            if soonest is None:
+                return f"none of {len(choice.priorities)} configurations fits on any of {len(snapshot.nodes)} nodes"
+            return f"waiting for a warm worker of {function}: starting another would take longer"
+        snapshot.reserve(*chosen)
+        return Placement(*chosen)
+
+    @staticmethod
+    def _fits(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred: Sequence[str],
+              no_fit: set[Config], function: str, warm_nodes: set[str]):
+        """Placements worth weighing, in priority then locality order. Once a node can start the batch
+        cold without destroying anything, only nodes that could start it sooner are tried: those with a
+        warm worker of ``function`` and, if that placement had to create its slice, those with an idle
+        slice of the profile already."""
+        for config in priorities:
+            if config in no_fit:
+                continue
+            found = False
+            settled: Fit | None = None
+            for name in node_order(snapshot, preferred, config):
+                if settled is not None and name not in warm_nodes and not (
+                        settled.create and snapshot.nodes[name].has_idle_slice(config.gpu)):
+                    continue
+                fit = snapshot.fit(name, config, function)
+                if fit is None:
+                    continue
+                found = True
+                if settled is None and fit.warm_worker is None and not fit.destroy:
+                    settled = fit
+                yield config, fit
+            if not found:
+                no_fit.add(config)
+
+    def _startup(self, fit: Fit, cold_ms: float) -> float:
+        cold = 0.0 if fit.warm_worker is not None else cold_ms
+        return fit.changed_instances * self.ctx.mig_reconfig_ms + cold
+
+    def _latency(self, choice: Choice, config: Config, function: str) -> float:
+        lat = choice.latency_of(config)
+        return lat if lat is not None else self.ctx.profiles[function].latency(config)
+
+    def _may_scale_out(self, queue: AfwQueue, choice: Choice) -> bool:
+        running = self._running[queue.key]
+        return running == 0 or len(queue) > running * max(c.batch for c in choice.priorities)
+
+    def _rest(self, app: App, function: str) -> float:
+        """The fastest the functions after ``function`` can run (what the head must leave them)."""
+        key = (app.name, function)
+        if key not in self._rest_ms:
+            after = tuple(f for f in app.descendants(function) if f != function)
+            planner = self.planners[app.name]
+            fastest = {f: min(o.latency_ms for o in planner.options(f)) for f in after}
+            self._rest_ms[key] = group_latency(app, after, fastest) if after else 0.0
+        return self._rest_ms[key]
 
     def choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
         function = queue.key[1]
@@ -65,14 +169,14 @@ class EsgPolicy(Policy):
             return c.batch <= cap and self.ctx.spec(f).allows(c)
 
         if budget > 0:
-            result = planner.plan(budget, self.ctx.top_k, start=function, allow=allow)
+            result = planner.plan(budget, self.ctx.top_k, start=function, allow=allow, allow_key=cap)
             self.searches += 1
             self.expanded += result.stats.expanded
             if result.feasible:
                 prios = result.priority_list(function)
                 lat = {c: planner.profiles[function].latency(c) for c in prios}
                 return Choice(tuple(prios), latencies=lat)
-        fastest = sorted(planner.options(function, allow), key=lambda o: (o.latency_ms, o.cost))
+        fastest = sorted(planner.options(function, allow, cap), key=lambda o: (o.latency_ms, o.cost))
         prios = tuple(o.config for o in fastest[:FALLBACK_OPTIONS])
         return Choice(prios, reason=None if prios else "no allowed configuration",
                       latencies={o.config: o.latency_ms for o in fastest[:FALLBACK_OPTIONS]})

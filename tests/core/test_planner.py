@@ -149,3 +149,21 @@ def test_missing_profile_is_named():
 
     with pytest.raises(ProfileError, match="'g'"):
         Planner(SEVEN, {f: v for f, v in _profiles(SEVEN).items() if f != "g"})
+
+
+def test_grouped_planning_falls_back_to_the_whole_app_when_the_cut_overstates_latency():
+    """A fan-out of four cut into groups of three looks sequential; a budget only the parallel
+    schedule meets must still get a plan."""
+    from esg.model import App
+    from esg.planner import Planner
+
+    from .helpers import profile
+
+    app = App("fan", 100.0, ("p", "a", "b", "c", "v"),
+              (("p", "a"), ("p", "b"), ("p", "c"), ("a", "v"), ("b", "v"), ("c", "v")))
+    profs = {f: profile(f, [(1, 1, None, 10.0), (1, 2, None, 12.0)]) for f in app.functions}
+    planner = Planner(app, profs)
+    assert planner.fastest_latency() == 30.0
+    result = planner.plan(31.0, 2)
+    assert result.feasible
+    assert all(p.latency_ms <= 31.0 for p in result.paths)

@@ -10,6 +10,7 @@ the keep-alive is gone. Destroying an instance kills its workers.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from esg import mig
@@ -44,7 +45,8 @@ class NodeModel:
             self.vcpus_free = self.vcpus_total
 
     def snapshot(self, now_ms: float) -> NodeState:
-        idle = {k: n for k, ts in self.idle_workers.items() if (n := sum(t >= now_ms for t in ts))}
+        self._expire(now_ms)
+        idle = {k: len(ts) for k, ts in self.idle_workers.items() if ts}
         return NodeState(self.name, self.vcpus_total, self.vcpus_free, self.gpu_model,
                          [Slice(ref, busy) for ref, busy in sorted(self.slices.items())],
                          idle_workers=idle)
@@ -82,16 +84,23 @@ class NodeModel:
         self.idle_workers.setdefault((d.function, d.fit.slice), []).append(
             now_ms + keep_alive_ms)
 
+    def _expire(self, now_ms: float) -> None:
+        """Drop workers idle past their keep-alive. Each list is in expiry order: workers join it
+        with ``now + keep_alive`` as time goes forward, and leave it from the end."""
+        for ts in self.idle_workers.values():
+            gone = bisect.bisect_left(ts, now_ms)
+            if gone:
+                del ts[:gone]
+
     def _take_worker(self, key: WorkerKey, now_ms: float) -> bool:
         pool = self.idle_workers.get(key)
         if not pool:
             return False
-        live = [t for t in pool if t >= now_ms]
-        if not live:
+        del pool[:bisect.bisect_left(pool, now_ms)]
+        if not pool:
             del self.idle_workers[key]
             return False
-        live.pop()
-        self.idle_workers[key] = live
+        pool.pop()  # the most recently idle worker: the others keep their expiry order
         return True
 
     def _kill_workers(self, ref: SliceRef) -> None:

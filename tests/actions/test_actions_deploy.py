@@ -6,12 +6,15 @@ import json
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
 from actions import CPU_ONLY, MODULES
 from actions.deploy import action_zip
 from actions.deploy import main as deploy
+
+REPO_APPS = Path(__file__).resolve().parents[2] / "apps"
 
 AUTH = "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:123zO3xZCLrMN6v2BKK1dXYFpXlPkccOFqm12CdAsMgRU4VrNZ9lyGVCGuMDGIwP"
 
@@ -73,7 +76,8 @@ def test_deploy_creates_functions_and_apps(openwhisk, capsys):
     order = [r["path"].split("?")[0].rsplit("/", 1)[-1] for r in seen]
     assert max(order.index(f) for f in MODULES) < order.index("image-classification")
     a = ann(by_name["expanded-image-classification"])
-    assert a["esg-slo-ms"] == 300 and isinstance(a["esg-slo-ms"], int)
+    slo = json.loads((REPO_APPS / "expanded-image-classification.json").read_text())["slo_ms"]
+    assert a["esg-slo-ms"] == slo and not isinstance(a["esg-slo-ms"], str)  # the app file's, as a number
     assert a["esg-dag"]["functions"] == ["preprocess", "resnet50", "densenet121", "inceptionv3", "vote"]
     assert ["resnet50", "vote"] in a["esg-dag"]["edges"]
     assert "ESG app" in by_name["image-classification"]["body"]["exec"]["code"]
@@ -103,7 +107,8 @@ def test_print_wsk_writes_the_zips_and_json_annotations(tmp_path, capsys):
     assert deploy(["--print-wsk", "--zip-dir", str(tmp_path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     app = next(line for line in lines if line.startswith("wsk action update image-classification "))
-    assert "-a esg-slo-ms 200" in app
+    slo = json.loads((REPO_APPS / "image-classification.json").read_text())["slo_ms"]
+    assert f"-a esg-slo-ms {slo}" in app
     assert """-a esg-dag '{"functions":["preprocess","resnet50"],"edges":[["preprocess","resnet50"]]}'""" in app
     pre = next(line for line in lines if line.startswith("wsk action update preprocess "))
     assert "-a esg-gpu false" in pre and "-a esg-profile preprocess" in pre

@@ -213,17 +213,27 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(200, json.loads(raw))
         return self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
 
-    def do_PUT(self) -> None:  # noqa: N802 - the stdlib's name
+    def _action_route(self) -> tuple[str, str, dict[str, list[str]]] | None:
+        """(namespace, action, query) of an authenticated ``.../actions/{name}`` request; otherwise
+        the 404 or 401 is sent and None returned."""
         route = self._route()
         caller = self._auth() if route is not None else None
         if route is None:
-            return self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
+            self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
+            return None
         if caller is None:
-            return
+            return None
         ns, collection, entity, query = route
-        ns = caller if ns == "_" else ns
         if collection != "actions" or not entity or entity.count("/") > 1:
-            return self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
+            self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
+            return None
+        return (caller if ns == "_" else ns), entity, query
+
+    def do_PUT(self) -> None:  # noqa: N802 - the stdlib's name
+        route = self._action_route()
+        if route is None:
+            return
+        ns, entity, query = route
         try:
             body = self._body()
         except ValueError:
@@ -235,15 +245,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
         """``POST .../actions/{name}?blocking=&result=``: invoke through the controller, as OpenWhisk does."""
-        route = self._route()
-        caller = self._auth() if route is not None else None
+        route = self._action_route()
         if route is None:
-            return self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
-        if caller is None:
             return
-        ns, collection, entity, query = route
-        ns = caller if ns == "_" else ns
-        if collection != "actions" or not entity or self.standin.store.get(ns, entity) is None:
+        ns, entity, query = route
+        if self.standin.store.get(ns, entity) is None:
             return self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
         if self.standin.invoker is None:
             return self._send(503, {"error": "No invokers available.", "code": _code()})

@@ -89,6 +89,9 @@ class ClusterSnapshot:
     """Whether ``NodeState.idle_workers`` is filled in (the emulator knows every worker)."""
     _fit_memo: dict[tuple[str, Config], Fit | None] = field(default_factory=dict, repr=False, compare=False)
     _idle_memo: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    _layout_memo: dict[str, tuple[tuple[str, int, bool], ...]] = field(default_factory=dict, repr=False,
+                                                                       compare=False)
+    _order_memo: dict[bool, list[str]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, nodes: Iterable[NodeState]) -> ClusterSnapshot:
@@ -102,6 +105,24 @@ class ClusterSnapshot:
         if node_name not in self._idle_memo:
             self._idle_memo[node_name] = self.nodes[node_name].idle_compute_slices()
         return self._idle_memo[node_name]
+
+    def by_capacity(self, gpu: bool) -> list[str]:
+        """Node names, most free capacity first: idle compute slices for GPU work, vCPUs for CPU work
+        (remembered until the next reservation)."""
+        if gpu not in self._order_memo:
+            if gpu:
+                key = lambda n: (-self.idle_compute(n), -self.nodes[n].vcpus_free, n)  # noqa: E731
+            else:
+                key = lambda n: (-self.nodes[n].vcpus_free, n)  # noqa: E731
+            self._order_memo[gpu] = sorted(self.nodes, key=key)
+        return self._order_memo[gpu]
+
+    def layout(self, node_name: str) -> tuple[tuple[str, int, bool], ...]:
+        """A node's MIG instances as sorted (profile, start, busy)."""
+        if node_name not in self._layout_memo:
+            self._layout_memo[node_name] = tuple(sorted(
+                (s.ref.profile, s.ref.start, s.busy) for s in self.nodes[node_name].slices))
+        return self._layout_memo[node_name]
 
     def fit(self, node_name: str, config: Config, function: str | None = None) -> Fit | None:
         key = (node_name, config)
@@ -123,8 +144,7 @@ class ClusterSnapshot:
             return Fit(node_name)
         if node.gpu_model is None:
             return None
-        layout = tuple(sorted((s.ref.profile, s.ref.start, s.busy) for s in node.slices))
-        placed = gpu_fit(node.gpu_model, layout, config.gpu)
+        placed = gpu_fit(node.gpu_model, self.layout(node_name), config.gpu)
         return None if placed is None else Fit(node_name, *placed)
 
     def reserve(self, config: Config, fit: Fit) -> None:
@@ -154,6 +174,8 @@ class ClusterSnapshot:
 
     def _forget(self, node_name: str) -> None:
         self._idle_memo.pop(node_name, None)
+        self._layout_memo.pop(node_name, None)
+        self._order_memo.clear()
         for key in [k for k in self._fit_memo if k[0] == node_name]:
             del self._fit_memo[key]
 

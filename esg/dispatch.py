@@ -25,12 +25,7 @@ def home_node(app: str, function: str, nodes: Sequence[str]) -> str:
 def node_order(snapshot: ClusterSnapshot, preferred: Sequence[str], config: Config) -> list[str]:
     """Preferred nodes first (in the given order), then the rest by free capacity for ``config``."""
     first = [n for n in dict.fromkeys(preferred) if n in snapshot.nodes]
-    rest = [n for n in snapshot.nodes if n not in first]
-    if config.gpu is None:
-        rest.sort(key=lambda n: (-snapshot.nodes[n].vcpus_free, n))
-    else:
-        rest.sort(key=lambda n: (-snapshot.idle_compute(n), -snapshot.nodes[n].vcpus_free, n))
-    return first + rest
+    return first + [n for n in snapshot.by_capacity(config.gpu is not None) if n not in first]
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,7 @@ class ClusterSnapshot:
     _layout_memo: dict[str, tuple[tuple[str, int, bool], ...]] = field(default_factory=dict, repr=False,
                                                                        compare=False)
     _order_memo: dict[bool, list[str]] = field(default_factory=dict, repr=False, compare=False)
+    _warm_memo: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, nodes: Iterable[NodeState]) -> ClusterSnapshot:
@@ -116,6 +117,14 @@ class ClusterSnapshot:
                 key = lambda n: (-self.nodes[n].vcpus_free, n)  # noqa: E731
             self._order_memo[gpu] = sorted(self.nodes, key=key)
         return self._order_memo[gpu]
+
+    def nodes_with_warm(self, function: str) -> frozenset[str]:
+        """Nodes with an idle warm worker of ``function`` (remembered until the next reservation)."""
+        if function not in self._warm_memo:
+            self._warm_memo[function] = frozenset(
+                n for n, s in self.nodes.items() if any(k[0] == function and v > 0
+                                                        for k, v in s.idle_workers.items()))
+        return self._warm_memo[function]
 
     def layout(self, node_name: str) -> tuple[tuple[str, int, bool], ...]:
         """A node's MIG instances as sorted (profile, start, busy)."""
@@ -176,6 +185,7 @@ class ClusterSnapshot:
         self._idle_memo.pop(node_name, None)
         self._layout_memo.pop(node_name, None)
         self._order_memo.clear()
+        self._warm_memo.clear()
         for key in [k for k in self._fit_memo if k[0] == node_name]:
             del self._fit_memo[key]
 

@@ -11,6 +11,7 @@ the keep-alive is gone. Destroying an instance kills its workers.
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, field
 
 from esg import mig
@@ -43,16 +44,25 @@ class NodeModel:
     def __post_init__(self) -> None:
         if self.vcpus_free < 0:
             self.vcpus_free = self.vcpus_total
+        self._state: NodeState | None = None
+        self._next_expiry = math.inf
 
     def snapshot(self, now_ms: float) -> NodeState:
-        self._expire(now_ms)
-        idle = {k: len(ts) for k, ts in self.idle_workers.items() if ts}
-        return NodeState(self.name, self.vcpus_total, self.vcpus_free, self.gpu_model,
-                         [Slice(ref, busy) for ref, busy in sorted(self.slices.items())],
-                         idle_workers=idle)
+        """The node as the scheduler sees it. Rebuilt only when the node changed since the last one: the
+        scheduler mutates a snapshot only where it places a batch, and every placement reaches
+        :meth:`start`, which marks the node changed."""
+        if self._state is None or now_ms >= self._next_expiry:
+            self._expire(now_ms)
+            idle = {k: len(ts) for k, ts in self.idle_workers.items() if ts}
+            self._state = NodeState(self.name, self.vcpus_total, self.vcpus_free, self.gpu_model,
+                                    [Slice(ref, busy) for ref, busy in sorted(self.slices.items())],
+                                    idle_workers=idle)
+            self._next_expiry = min((ts[0] for ts in self.idle_workers.values() if ts), default=math.inf)
+        return self._state
 
     def start(self, d: Dispatch, now_ms: float, reconfig_ms: float) -> StartCost:
         """Claim the batch's resources, apply its MIG change, and take (or miss) a warm worker."""
+        self._state = None
         cfg, fit = d.config, d.fit
         if cfg.vcpus > self.vcpus_free:
             raise AssertionError(f"{self.name}: {cfg.vcpus} vCPUs asked, {self.vcpus_free} free")
@@ -78,6 +88,7 @@ class NodeModel:
 
     def finish(self, d: Dispatch, now_ms: float, keep_alive_ms: float) -> None:
         """Give the batch's resources back; its worker becomes idle until the keep-alive expires."""
+        self._state = None
         self.vcpus_free += d.config.vcpus
         if d.fit.slice is not None:
             self.slices[d.fit.slice] = False

@@ -78,8 +78,7 @@ class EsgPolicy(Policy):
         function = queue.key[1]
         budget = queue.head.deadline_ms - now_ms - self._rest(app, function)
         cold_ms = self.ctx.profiles[function].cold_start_ms * self.ctx.cold_start_scale
-        warm_nodes = {n for n, s in snapshot.nodes.items()
-                      if any(k[0] == function and v > 0 for k, v in s.idle_workers.items())}
+        warm_nodes = snapshot.nodes_with_warm(function)
         in_time: tuple[Config, Fit] | None = None
         soonest: tuple[float, Config, Fit] | None = None
         for config, fit in self._fits(snapshot, choice.priorities, preferred, no_fit, function, warm_nodes):
@@ -103,7 +102,7 @@ class EsgPolicy(Policy):
 
     @staticmethod
     def _fits(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred: Sequence[str],
-              no_fit: set[Config], function: str, warm_nodes: set[str]):
+              no_fit: set[Config], function: str, warm_nodes: frozenset[str]):
         """Placements worth weighing, in priority then locality order. Once a node can start the batch
         cold without destroying anything, only nodes that could start it sooner are tried: those with a
         warm worker of ``function`` and, if that placement had to create its slice, those with an idle

@@ -17,9 +17,11 @@ def scheduler() -> Scheduler:
 
 
 def cluster(idle: dict | None = None, slices=()) -> ClusterSnapshot:
-    nodes = [NodeState(f"n{i}", 16, 16, "A100-40GB", [Slice(SliceRef(p, s), b) for p, s, b in slices if i == 0],
-                       idle_workers=dict(idle or {}) if i == 0 else {}) for i in range(2)]
-    return ClusterSnapshot({n.name: n for n in nodes}, tracks_workers=True)
+    """Two empty A100 nodes; n0 carries ``slices`` (profile, start, busy) and ``idle`` warm workers."""
+    n0 = NodeState("n0", 16, 16, "A100-40GB", [Slice(SliceRef(p, s), b) for p, s, b in slices],
+                   idle_workers=dict(idle or {}))
+    n1 = NodeState("n1", 16, 16, "A100-40GB")
+    return ClusterSnapshot({"n0": n0, "n1": n1}, tracks_workers=True)
 
 
 def test_a_warm_worker_beats_a_cheaper_configuration_that_would_start_cold():

@@ -46,6 +46,9 @@ class NodeState:
     memory_mb: int = 0
     idle_workers: dict[tuple[str, SliceRef | None], int] = field(default_factory=dict)
     """Idle warm workers by (function, MIG instance or None for CPU), where the driver knows them."""
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
+    """What :class:`ClusterSnapshot` derived from this state (fits, layout, idle slices). A driver that
+    hands the same unchanged object to several steps keeps it; a reservation clears it."""
 
     def free_compute_slices(self) -> int:
         if self.gpu_model is None:
@@ -87,10 +90,6 @@ class ClusterSnapshot:
     nodes: dict[str, NodeState]
     tracks_workers: bool = False
     """Whether ``NodeState.idle_workers`` is filled in (the emulator knows every worker)."""
-    _fit_memo: dict[tuple[str, Config], Fit | None] = field(default_factory=dict, repr=False, compare=False)
-    _idle_memo: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
-    _layout_memo: dict[str, tuple[tuple[str, int, bool], ...]] = field(default_factory=dict, repr=False,
-                                                                       compare=False)
     _order_memo: dict[bool, list[str]] = field(default_factory=dict, repr=False, compare=False)
     _warm_memo: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
 
@@ -103,9 +102,10 @@ class ClusterSnapshot:
 
     def idle_compute(self, node_name: str) -> int:
         """Idle compute slices of a node (remembered until the node's next reservation)."""
-        if node_name not in self._idle_memo:
-            self._idle_memo[node_name] = self.nodes[node_name].idle_compute_slices()
-        return self._idle_memo[node_name]
+        memo = self.nodes[node_name].memo
+        if "idle" not in memo:
+            memo["idle"] = self.nodes[node_name].idle_compute_slices()
+        return memo["idle"]
 
     def by_capacity(self, gpu: bool) -> list[str]:
         """Node names, most free capacity first: idle compute slices for GPU work, vCPUs for CPU work
@@ -128,16 +128,16 @@ class ClusterSnapshot:
 
     def layout(self, node_name: str) -> tuple[tuple[str, int, bool], ...]:
         """A node's MIG instances as sorted (profile, start, busy)."""
-        if node_name not in self._layout_memo:
-            self._layout_memo[node_name] = tuple(sorted(
-                (s.ref.profile, s.ref.start, s.busy) for s in self.nodes[node_name].slices))
-        return self._layout_memo[node_name]
+        memo = self.nodes[node_name].memo
+        if "layout" not in memo:
+            memo["layout"] = tuple(sorted((s.ref.profile, s.ref.start, s.busy) for s in self.nodes[node_name].slices))
+        return memo["layout"]
 
     def fit(self, node_name: str, config: Config, function: str | None = None) -> Fit | None:
-        key = (node_name, config)
-        if key not in self._fit_memo:
-            self._fit_memo[key] = self._fit(node_name, config)
-        fit = self._fit_memo[key]
+        memo = self.nodes[node_name].memo
+        if config not in memo:
+            memo[config] = self._fit(node_name, config)
+        fit = memo[config]
         if fit is None or function is None or fit.create:
             return fit
         key = (function, fit.slice)
@@ -182,12 +182,9 @@ class ClusterSnapshot:
 
 
     def _forget(self, node_name: str) -> None:
-        self._idle_memo.pop(node_name, None)
-        self._layout_memo.pop(node_name, None)
+        self.nodes[node_name].memo.clear()
         self._order_memo.clear()
         self._warm_memo.clear()
-        for key in [k for k in self._fit_memo if k[0] == node_name]:
-            del self._fit_memo[key]
 
 
 @cache

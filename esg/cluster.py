@@ -121,9 +121,7 @@ class ClusterSnapshot:
     def nodes_with_warm(self, function: str) -> frozenset[str]:
         """Nodes with an idle warm worker of ``function`` (remembered until the next reservation)."""
         if function not in self._warm_memo:
-            self._warm_memo[function] = frozenset(
-                n for n, s in self.nodes.items() if any(k[0] == function and v > 0
-                                                        for k, v in s.idle_workers.items()))
+            self._warm_memo[function] = frozenset(n for n, s in self.nodes.items() if _has_warm(s, function))
         return self._warm_memo[function]
 
     def layout(self, node_name: str) -> tuple[tuple[str, int, bool], ...]:
@@ -185,6 +183,13 @@ class ClusterSnapshot:
         self.nodes[node_name].memo.clear()
         self._order_memo.clear()
         self._warm_memo.clear()
+
+
+def _has_warm(node: NodeState, function: str) -> bool:
+    key = ("warm", function)
+    if key not in node.memo:
+        node.memo[key] = any(k[0] == function and v > 0 for k, v in node.idle_workers.items())
+    return node.memo[key]
 
 
 @cache

@@ -151,7 +151,7 @@ class EsgPolicy(Policy):
     def choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
         function = queue.key[1]
         cap = len(queue)
-        budget = math.floor(queue.head.deadline_ms - now_ms)
+        budget = max(0, math.floor(queue.head.deadline_ms - now_ms))  # every late job gets the fastest
         key = (app.name, function, cap, budget)
         choice = self._cache.get(key)
         if choice is None:

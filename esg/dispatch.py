@@ -52,17 +52,30 @@ def dispatch(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred:
 
 
 def candidate_fits(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred: Sequence[str],
-                   no_fit: set[Config] | None = None, function: str | None = None
-                   ) -> Iterator[tuple[Config, Fit]]:
-    """Every (configuration, node) that fits, in priority then locality order (nothing reserved)."""
+                   no_fit: set[Config] | None = None, function: str | None = None,
+                   warm_nodes: frozenset[str] | None = None) -> Iterator[tuple[Config, Fit]]:
+    """(configuration, node) pairs that fit, in priority then locality order (nothing reserved).
+
+    With ``warm_nodes`` (where idle warm workers of ``function`` wait) the walk of a configuration's
+    nodes is cut short: once a node can start it cold without destroying anything, only nodes that could
+    start it sooner are tried -- those in ``warm_nodes`` and, if that placement had to create its slice,
+    those with an idle slice of the profile already.
+    """
     for config in priorities:
         if no_fit is not None and config in no_fit:
             continue
         found = False
+        settled: Fit | None = None
         for name in node_order(snapshot, preferred, config):
+            if settled is not None and name not in warm_nodes and not (
+                    settled.create and snapshot.nodes[name].has_idle_slice(config.gpu)):
+                continue
             fit = snapshot.fit(name, config, function)
-            if fit is not None:
-                found = True
-                yield config, fit
+            if fit is None:
+                continue
+            found = True
+            if warm_nodes is not None and settled is None and fit.warm_worker is None and not fit.destroy:
+                settled = fit
+            yield config, fit
         if not found and no_fit is not None:
             no_fit.add(config)

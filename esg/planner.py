@@ -96,9 +96,8 @@ class Planner:
             return PlanResult(bool(paths), tuple(paths), (app.topo_order,), stats)
         shares = split_slo(app, budget_ms, self._estimate, self.max_group)
         groups = [Group(s.functions, app.sub_app(s.functions).edges, options) for s in shares]
-        fastest = [group_latency(app, s.functions, {f: min((o.latency_ms for o in options[f]),
-                                                             default=float("inf")) for f in s.functions})
-                   for s in shares]
+        quickest = _quickest(options)
+        fastest = [group_latency(app, s.functions, quickest) for s in shares]
         first_budget = min(shares[0].share_ms, budget_ms - sum(fastest[1:]))
         heads = self._search(groups[0], first_budget, k, stats)
         if not heads:
@@ -109,9 +108,7 @@ class Planner:
             if full is not None:
                 paths.append(full)
         paths.sort(key=lambda p: p.cost)
-        if not paths and group_latency(app, app.topo_order, {f: min((o.latency_ms for o in options[f]),
-                                                                    default=float("inf"))
-                                                             for f in app.topo_order}) <= budget_ms:
+        if not paths and group_latency(app, app.topo_order, quickest) <= budget_ms:
             # Cutting a parallel region into sequential groups overstates its latency, so a tight
             # budget that the app can meet may have no grouped plan: search the whole app then.
             paths = self._search(Group(app.topo_order, app.edges, options), budget_ms, k, stats)
@@ -120,10 +117,8 @@ class Planner:
 
     def fastest_latency(self, allow: OptionFilter | None = None) -> float:
         """The app's latency with every function at its fastest allowed configuration."""
-        best = {}
-        for f in self.app.functions:
-            best[f] = min((o.latency_ms for o in self.options(f, allow)), default=float("inf"))
-        return group_latency(self.app, self.app.functions, best)
+        quickest = _quickest({f: self.options(f, allow) for f in self.app.functions})
+        return group_latency(self.app, self.app.functions, quickest)
 
     def _search(self, group: Group, budget: float, k: int, stats: SearchStats) -> list[Path]:
         if self.brute_force:
@@ -152,3 +147,8 @@ class Planner:
         pos = {f: i for i, f in enumerate(fs)}
         preds = [tuple(pos[p] for p in self.app.predecessors(f) if p in pos) for f in fs]
         return longest_path([self.profiles[f].latency(configs[f]) for f in fs], preds)
+
+
+def _quickest(options: Mapping[str, tuple[Option, ...]]) -> dict[str, float]:
+    """Each function's fastest option latency (infinite when it has none)."""
+    return {f: min((o.latency_ms for o in opts), default=float("inf")) for f, opts in options.items()}

@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from esg.cluster import ClusterSnapshot, Fit
-from esg.dispatch import Placement, dispatch, node_order
+from esg.dispatch import Placement, candidate_fits, dispatch
 from esg.model import App, Config
 from esg.planner import Planner
 from esg.policies import register
@@ -81,7 +81,7 @@ class EsgPolicy(Policy):
         warm_nodes = snapshot.nodes_with_warm(function)
         in_time: tuple[Config, Fit] | None = None
         soonest: tuple[float, Config, Fit] | None = None
-        for config, fit in self._fits(snapshot, choice.priorities, preferred, no_fit, function, warm_nodes):
+        for config, fit in candidate_fits(snapshot, choice.priorities, preferred, no_fit, function, warm_nodes):
             if fit.warm_worker is not None and not fit.reconfigures:
                 in_time = (config, fit)  # pass 1: the first warm placement in priority order
                 break
@@ -99,32 +99,6 @@ class EsgPolicy(Policy):
             return f"waiting for a warm worker of {function}: starting another would take longer"
         snapshot.reserve(*chosen)
         return Placement(*chosen)
-
-    @staticmethod
-    def _fits(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred: Sequence[str],
-              no_fit: set[Config], function: str, warm_nodes: frozenset[str]):
-        """Placements worth weighing, in priority then locality order. Once a node can start the batch
-        cold without destroying anything, only nodes that could start it sooner are tried: those with a
-        warm worker of ``function`` and, if that placement had to create its slice, those with an idle
-        slice of the profile already."""
-        for config in priorities:
-            if config in no_fit:
-                continue
-            found = False
-            settled: Fit | None = None
-            for name in node_order(snapshot, preferred, config):
-                if settled is not None and name not in warm_nodes and not (
-                        settled.create and snapshot.nodes[name].has_idle_slice(config.gpu)):
-                    continue
-                fit = snapshot.fit(name, config, function)
-                if fit is None:
-                    continue
-                found = True
-                if settled is None and fit.warm_worker is None and not fit.destroy:
-                    settled = fit
-                yield config, fit
-            if not found:
-                no_fit.add(config)
 
     def _startup(self, fit: Fit, cold_ms: float) -> float:
         cold = 0.0 if fit.warm_worker is not None else cold_ms

@@ -10,6 +10,7 @@ never touched).
 
 from __future__ import annotations
 
+import bisect
 import copy
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -25,6 +26,17 @@ class SliceRef:
 
     profile: str
     start: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.profile, self.start)))
+
+    def __hash__(self) -> int:
+        # Slice references key worker pools and layouts, looked up on every placement.
+        return self._hash  # type: ignore[attr-defined]
+
+    def __reduce__(self) -> tuple:
+        # Rebuilt from the fields, so a copy in a process with another hash seed hashes afresh.
+        return (SliceRef, (self.profile, self.start))
 
 
 @dataclass
@@ -85,13 +97,29 @@ class Fit:
         return int(self.create) + len(self.destroy)
 
 
+_MISSING = object()
+_NONE: frozenset[str] = frozenset()
+
+
 @dataclass
 class ClusterSnapshot:
+    """The nodes' states and what is derived from them, kept up to date as nodes change.
+
+    Per node (in ``NodeState.memo``): fits, layout, idle compute. Across nodes: the capacity order and
+    which nodes have an idle warm worker of each function. Both indexes are built on first use and then
+    updated one node at a time (a reservation, a release, a driver's :meth:`put`), so a step that
+    changes one node does not re-sort or re-scan the others.
+    """
+
     nodes: dict[str, NodeState]
     tracks_workers: bool = False
     """Whether ``NodeState.idle_workers`` is filled in (the emulator knows every worker)."""
-    _order_memo: dict[bool, list[str]] = field(default_factory=dict, repr=False, compare=False)
-    _warm_memo: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
+    _routes: dict[tuple[tuple[str, ...], bool], list[str]] = field(default_factory=dict, repr=False, compare=False)
+    _capacity: dict[bool, tuple[dict[str, tuple], list[tuple]]] = field(
+        default_factory=dict, repr=False, compare=False)
+    """gpu? -> (node -> its sort key, the sorted keys); a key ends with the node's name."""
+    _warm: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)
+    _warm_of: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, nodes: Iterable[NodeState]) -> ClusterSnapshot:
@@ -99,6 +127,12 @@ class ClusterSnapshot:
 
     def copy(self) -> ClusterSnapshot:
         return copy.deepcopy(self)
+
+    def put(self, state: NodeState) -> None:
+        """Replace one node's state. A driver may keep one snapshot across steps and put only the nodes
+        that changed: what was derived from the other nodes' states stays remembered."""
+        self.nodes[state.name] = state
+        self._changed(state.name)
 
     def idle_compute(self, node_name: str) -> int:
         """Idle compute slices of a node (remembered until the node's next reservation)."""
@@ -108,21 +142,30 @@ class ClusterSnapshot:
         return memo["idle"]
 
     def by_capacity(self, gpu: bool) -> list[str]:
-        """Node names, most free capacity first: idle compute slices for GPU work, vCPUs for CPU work
-        (remembered until the next reservation)."""
-        if gpu not in self._order_memo:
-            if gpu:
-                key = lambda n: (-self.idle_compute(n), -self.nodes[n].vcpus_free, n)  # noqa: E731
-            else:
-                key = lambda n: (-self.nodes[n].vcpus_free, n)  # noqa: E731
-            self._order_memo[gpu] = sorted(self.nodes, key=key)
-        return self._order_memo[gpu]
+        """Node names, most free capacity first: idle compute slices for GPU work, vCPUs for CPU work."""
+        return self.route((), gpu)
 
-    def nodes_with_warm(self, function: str) -> frozenset[str]:
-        """Nodes with an idle warm worker of ``function`` (remembered until the next reservation)."""
-        if function not in self._warm_memo:
-            self._warm_memo[function] = frozenset(n for n, s in self.nodes.items() if _has_warm(s, function))
-        return self._warm_memo[function]
+    def route(self, preferred: tuple[str, ...], gpu: bool) -> list[str]:
+        """The nodes to try, in order: ``preferred`` ones first (those that exist), then the rest by free
+        capacity for GPU or CPU work (remembered until the next change)."""
+        key = (preferred, gpu)
+        order = self._routes.get(key)
+        if order is None:
+            if preferred:
+                first = [n for n in dict.fromkeys(preferred) if n in self.nodes]
+                order = first + [n for n in self.route((), gpu) if n not in first]
+            else:
+                order = [k[-1] for k in self._capacity_index(gpu)[1]]
+            self._routes[key] = order
+        return order
+
+    def nodes_with_warm(self, function: str) -> frozenset[str] | set[str]:
+        """Nodes with an idle warm worker of ``function`` (a live view: it follows later changes)."""
+        if self._warm is None:
+            self._warm = {}
+            for name, state in self.nodes.items():
+                self._index_warm(name, state)
+        return self._warm.get(function, _NONE)
 
     def layout(self, node_name: str) -> tuple[tuple[str, int, bool], ...]:
         """A node's MIG instances as sorted (profile, start, busy)."""
@@ -132,16 +175,22 @@ class ClusterSnapshot:
         return memo["layout"]
 
     def fit(self, node_name: str, config: Config, function: str | None = None) -> Fit | None:
-        memo = self.nodes[node_name].memo
-        if config not in memo:
-            memo[config] = self._fit(node_name, config)
-        fit = memo[config]
+        """Where ``config`` runs on the node (None: it does not fit); with ``function``, the fit takes an
+        idle warm worker of it when one waits on that slice. Remembered until the node changes."""
+        node = self.nodes[node_name]
+        memo = node.memo
+        fit = memo.get(config, _MISSING)
+        if fit is _MISSING:
+            fit = memo[config] = self._fit(node_name, config)
         if fit is None or function is None or fit.create:
             return fit
         key = (function, fit.slice)
-        if self.nodes[node_name].idle_workers.get(key, 0) > 0:
-            return Fit(fit.node, fit.slice, fit.create, fit.destroy, key)
-        return fit
+        if node.idle_workers.get(key, 0) <= 0:
+            return fit
+        warm = memo.get((config, function))
+        if warm is None:
+            warm = memo[(config, function)] = Fit(fit.node, fit.slice, fit.create, fit.destroy, key)
+        return warm
 
     def _fit(self, node_name: str, config: Config) -> Fit | None:
         node = self.nodes[node_name]
@@ -156,40 +205,70 @@ class ClusterSnapshot:
 
     def reserve(self, config: Config, fit: Fit) -> None:
         node = self.nodes[fit.node]
-        self._forget(fit.node)
         node.vcpus_free -= config.vcpus
         if fit.warm_worker is not None:
             node.idle_workers[fit.warm_worker] -= 1
-        if fit.slice is None:
-            return
-        node.slices = [s for s in node.slices if s.ref not in fit.destroy]
-        for s in node.slices:
-            if s.ref == fit.slice:
-                s.busy = True
-                return
-        node.slices.append(Slice(fit.slice, busy=True))
+        if fit.slice is not None:
+            node.slices = [s for s in node.slices if s.ref not in fit.destroy]
+            for s in node.slices:
+                if s.ref == fit.slice:
+                    s.busy = True
+                    break
+            else:
+                node.slices.append(Slice(fit.slice, busy=True))
+        self._changed(fit.node)
 
     def release(self, config: Config, fit: Fit) -> None:
         """Undo :meth:`reserve`'s claim (the slice stays, idle; destroyed slices stay destroyed)."""
         node = self.nodes[fit.node]
-        self._forget(fit.node)
         node.vcpus_free = min(node.vcpus_total, node.vcpus_free + config.vcpus)
         for s in node.slices:
             if s.ref == fit.slice:
                 s.busy = False
+        self._changed(fit.node)
+
+    def _changed(self, node_name: str) -> None:
+        """A node's state changed: forget what was derived from it and update the indexes."""
+        state = self.nodes[node_name]
+        state.memo.clear()
+        self._routes.clear()
+        for gpu, (keys, ordered) in self._capacity.items():
+            old = keys.get(node_name)
+            if old is not None:
+                del ordered[bisect.bisect_left(ordered, old)]
+            keys[node_name] = new = self._capacity_key(node_name, gpu)
+            bisect.insort(ordered, new)
+        if self._warm is not None:
+            self._index_warm(node_name, state)
+
+    def _capacity_key(self, node_name: str, gpu: bool) -> tuple:
+        if gpu:
+            return (-self.idle_compute(node_name), -self.nodes[node_name].vcpus_free, node_name)
+        return (-self.nodes[node_name].vcpus_free, node_name)
+
+    def _capacity_index(self, gpu: bool) -> tuple[dict[str, tuple], list[tuple]]:
+        index = self._capacity.get(gpu)
+        if index is None:
+            keys = {n: self._capacity_key(n, gpu) for n in self.nodes}
+            index = self._capacity[gpu] = (keys, sorted(keys.values()))
+        return index
+
+    def _index_warm(self, node_name: str, state: NodeState) -> None:
+        assert self._warm is not None
+        old = self._warm_of.get(node_name, _NONE)
+        new = self._warm_of[node_name] = _warm_functions(state)
+        for f in old - new:
+            self._warm[f].discard(node_name)
+        for f in new - old:
+            self._warm.setdefault(f, set()).add(node_name)
 
 
-    def _forget(self, node_name: str) -> None:
-        self.nodes[node_name].memo.clear()
-        self._order_memo.clear()
-        self._warm_memo.clear()
-
-
-def _has_warm(node: NodeState, function: str) -> bool:
-    key = ("warm", function)
-    if key not in node.memo:
-        node.memo[key] = any(k[0] == function and v > 0 for k, v in node.idle_workers.items())
-    return node.memo[key]
+def _warm_functions(node: NodeState) -> frozenset[str]:
+    """Functions with an idle warm worker on the node (remembered on its state)."""
+    found = node.memo.get("warm")
+    if found is None:
+        found = node.memo["warm"] = frozenset(k[0] for k, v in node.idle_workers.items() if v > 0)
+    return found
 
 
 @cache

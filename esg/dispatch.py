@@ -11,6 +11,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from esg.cluster import ClusterSnapshot, Fit
 from esg.model import Config
@@ -18,14 +19,18 @@ from esg.model import Config
 
 def home_node(app: str, function: str, nodes: Sequence[str]) -> str:
     """A stable choice of node for (app, function): the same on every run and in every process."""
+    return _home_node(app, function, tuple(nodes))
+
+
+@lru_cache(maxsize=4096)
+def _home_node(app: str, function: str, nodes: tuple[str, ...]) -> str:
     ordered = sorted(nodes)
     return ordered[zlib.crc32(f"{app}/{function}".encode()) % len(ordered)]
 
 
 def node_order(snapshot: ClusterSnapshot, preferred: Sequence[str], config: Config) -> list[str]:
     """Preferred nodes first (in the given order), then the rest by free capacity for ``config``."""
-    first = [n for n in dict.fromkeys(preferred) if n in snapshot.nodes]
-    return first + [n for n in snapshot.by_capacity(config.gpu is not None) if n not in first]
+    return snapshot.route(tuple(preferred), config.gpu is not None)
 
 
 @dataclass(frozen=True)

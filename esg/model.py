@@ -27,6 +27,15 @@ class Config:
             raise ValueError(f"vcpus must be a positive integer, got {self.vcpus!r}")
         if self.gpu is not None and (not isinstance(self.gpu, str) or not self.gpu):
             raise ValueError(f"gpu must be a MIG profile name or null, got {self.gpu!r}")
+        object.__setattr__(self, "_hash", hash((self.batch, self.vcpus, self.gpu)))
+
+    def __hash__(self) -> int:
+        # Configurations key every fit and plan look-up; hashing the fields each time is measurable.
+        return self._hash  # type: ignore[attr-defined]
+
+    def __reduce__(self) -> tuple:
+        # Rebuilt from the fields, so a copy in a process with another hash seed hashes afresh.
+        return (Config, (self.batch, self.vcpus, self.gpu))
 
     def to_dict(self) -> dict[str, Any]:
         return {"batch": self.batch, "vcpus": self.vcpus, "gpu": self.gpu}

@@ -10,6 +10,7 @@ worker of its kind is on the node. Its execution time is the profiled latency ti
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,11 @@ class Emulation:
         self.hook = invariant_hook
         self.scheduler = Scheduler(apps, policy)
         self.nodes = {n: NodeModel(n, cluster.vcpus, cluster.gpu_model) for n in cluster.node_names()}
+        self._snapshot = ClusterSnapshot({n: m.snapshot(0.0) for n, m in self.nodes.items()}, tracks_workers=True)
+        self._changed: set[str] = set()
+        self._expiries: list[tuple[float, str]] = []
+        self._pushed: dict[str, float] = {}
+        """(time, node) when an idle worker of the node's last state expires (entries may be stale)."""
         self.metrics = Metrics()
         self.heap = EventHeap()
         self._latency: dict[tuple[str, Config], float] = {
@@ -95,7 +101,7 @@ class Emulation:
 
     def _step(self, now: float, events: list) -> None:
         self.metrics.events += max(1, len(events))
-        snapshot = ClusterSnapshot({n: m.snapshot(now) for n, m in self.nodes.items()}, tracks_workers=True)
+        snapshot = self.view(now)
         before = self.policy.work_units()
         result = self.scheduler.step(now, snapshot, events)
         for o in result.outcomes:
@@ -121,9 +127,28 @@ class Emulation:
         if self.hook is not None:
             self.hook(now, self.nodes, self.scheduler)
 
+    def view(self, now: float) -> ClusterSnapshot:
+        """The cluster as the scheduler sees it at ``now``: the run's one snapshot, with the nodes that
+        changed since the last view (a batch finished there, a start the scheduler's reservation did
+        not fully describe, an idle worker's keep-alive ran out) brought up to date."""
+        expiries = self._expiries
+        while expiries and expiries[0][0] < now:  # a worker is gone just after its expiry
+            self._changed.add(heapq.heappop(expiries)[1])
+        for name in sorted(self._changed):
+            model = self.nodes[name]
+            self._snapshot.put(model.snapshot(now))
+            expiry = model.next_expiry_ms
+            if expiry != math.inf and self._pushed.get(name) != expiry:
+                self._pushed[name] = expiry
+                heapq.heappush(expiries, (expiry, name))
+        self._changed.clear()
+        return self._snapshot
+
     def _start(self, d: Dispatch, now: float, decision_ms: float) -> None:
         node = self.nodes[d.node]
-        cost = node.start(d, now, self.params.mig_reconfig_ms)
+        cost = node.start(d, now, self.params.mig_reconfig_ms, reserved=True)
+        if node.snapshot_stale:
+            self._changed.add(d.node)
         cold_ms = self.profiles[d.function].cold_start_ms * self.params.cold_start_scale if cost.cold else 0.0
         wait = decision_ms + max(self._transfer_ms(d), cost.reconfig_ms + cold_ms)
         mu, sigma = self._noise
@@ -157,5 +182,6 @@ class Emulation:
 
     def _finish(self, batch_id: str, now: float) -> BatchDone:
         d, _ = self._flight.pop(batch_id)
+        self._changed.add(d.node)
         self.nodes[d.node].finish(d, now, self.params.keep_alive_ms)
         return BatchDone(batch_id)

@@ -28,9 +28,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 from esg.cluster import ClusterSnapshot, Fit
-from esg.dispatch import Placement, candidate_fits, dispatch
+from esg.dispatch import Placement, candidate_fits, dispatch, node_order
 from esg.model import App, Config
 from esg.planner import Planner
 from esg.policies import register
@@ -79,12 +80,13 @@ class EsgPolicy(Policy):
         budget = queue.head.deadline_ms - now_ms - self._rest(app, function)
         cold_ms = self.ctx.profiles[function].cold_start_ms * self.ctx.cold_start_scale
         warm_nodes = snapshot.nodes_with_warm(function)
+        warm = _first_warm(snapshot, choice.priorities, preferred, no_fit, function, warm_nodes)
+        if warm is not None:  # pass 1
+            snapshot.reserve(*warm)
+            return Placement(*warm)
         in_time: tuple[Config, Fit] | None = None
         soonest: tuple[float, Config, Fit] | None = None
         for config, fit in candidate_fits(snapshot, choice.priorities, preferred, no_fit, function, warm_nodes):
-            if fit.warm_worker is not None and not fit.reconfigures:
-                in_time = (config, fit)  # pass 1: the first warm placement in priority order
-                break
             t = self._startup(fit, cold_ms) + self._latency(choice, config, function)
             if in_time is None and t <= budget:
                 in_time = (config, fit)
@@ -153,3 +155,24 @@ class EsgPolicy(Policy):
         prios = tuple(o.config for o in fastest[:FALLBACK_OPTIONS])
         return Choice(prios, reason=None if prios else "no allowed configuration",
                       latencies={o.config: o.latency_ms for o in fastest[:FALLBACK_OPTIONS]})
+
+
+def _first_warm(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred: Sequence[str],
+                no_fit: set[Config], function: str, warm_nodes: AbstractSet[str]) -> tuple[Config, Fit] | None:
+    """The first placement, in priority then locality order, that takes an idle warm worker of
+    ``function`` (such a placement never changes the MIG layout: the worker's slice exists and is idle).
+    Only nodes with such a worker are looked at."""
+    if not warm_nodes:
+        return None
+    routes: dict[bool, list[str]] = {}
+    for config in priorities:
+        if config in no_fit:
+            continue
+        gpu = config.gpu is not None
+        if gpu not in routes:
+            routes[gpu] = [n for n in node_order(snapshot, preferred, config) if n in warm_nodes]
+        for name in routes[gpu]:
+            fit = snapshot.fit(name, config, function)
+            if fit is not None and fit.warm_worker is not None:
+                return config, fit
+    return None

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from esg import mig
+from esg.cluster import ClusterSnapshot
 from esg.emulator import ClusterSpec, Emulation, EmulatorParams
 from esg.emulator.workload import generate
 from esg.policies import make_policy
@@ -57,3 +58,42 @@ def test_invariants_hold_at_every_step(policy, apps, profiles):
     assert m.completed + m.failed + res.unfinished == m.requests
     assert m.hits + m.missed == m.requests
     assert m.hits <= m.completed
+
+
+def _facts(state):
+    """What the scheduler can learn from a node's state (order of slices and zero counts aside)."""
+    return (state.vcpus_free, sorted((s.ref, s.busy) for s in state.slices),
+            {k: v for k, v in state.idle_workers.items() if v > 0})
+
+
+@pytest.mark.parametrize("policy", ["esg", "infless", "fastgshare", "orion", "aquatope"])
+def test_kept_snapshot_matches_a_fresh_one_at_every_step(policy, apps, profiles):
+    """The emulator keeps one snapshot and updates it in place; at every step it must tell the
+    scheduler exactly what a snapshot built from scratch would (short keep-alive and cheap MIG changes,
+    so expiries and destroyed instances happen often)."""
+    cluster = ClusterSpec(nodes=3, vcpus=16)
+    rng = np.random.default_rng(5)
+    requests = generate(list(apps), 60.0, 6.0, rng)
+    params = EmulatorParams(warmup_ms=0.0, keep_alive_ms=150.0, mig_reconfig_ms=20.0, cold_start_scale=0.2)
+    functions = sorted({f for a in apps.values() for f in a.functions})
+    checked = {"steps": 0}
+    em = None
+
+    def check(now, nodes, scheduler):
+        kept = em.view(now)
+        fresh = ClusterSnapshot({n: m.fresh_state(now) for n, m in nodes.items()}, tracks_workers=True)
+        for name in nodes:
+            assert _facts(kept.nodes[name]) == _facts(fresh.nodes[name]), f"{name} at {now}"
+        for gpu in (True, False):
+            assert kept.by_capacity(gpu) == fresh.by_capacity(gpu)
+        for f in functions:
+            assert set(kept.nodes_with_warm(f)) == set(fresh.nodes_with_warm(f)), f
+        for name in nodes:
+            for config in {e.config for p in profiles.values() for e in p.entries}:
+                assert kept.fit(name, config) == fresh.fit(name, config)
+        checked["steps"] += 1
+
+    em = Emulation(apps, profiles, make_policy(policy, PolicyContext(apps, profiles)), requests, rng,
+                   cluster, params, invariant_hook=check)
+    em.run()
+    assert checked["steps"] > 100

@@ -145,6 +145,12 @@ class ClusterSnapshot:
         """Node names, most free capacity first: idle compute slices for GPU work, vCPUs for CPU work."""
         return self.route((), gpu)
 
+    def max_free_vcpus(self) -> int:
+        """The most free vCPUs on any node (0 with no nodes)."""
+        if not self.nodes:
+            return 0
+        return self.nodes[self.route((), False)[0]].vcpus_free
+
     def route(self, preferred: tuple[str, ...], gpu: bool) -> list[str]:
         """The nodes to try, in order: ``preferred`` ones first (those that exist), then the rest by free
         capacity for GPU or CPU work (remembered until the next change)."""
@@ -216,7 +222,7 @@ class ClusterSnapshot:
                     break
             else:
                 node.slices.append(Slice(fit.slice, busy=True))
-        self._changed(fit.node)
+        self._changed(fit.node, workers=fit.warm_worker is not None)
 
     def release(self, config: Config, fit: Fit) -> None:
         """Undo :meth:`reserve`'s claim (the slice stays, idle; destroyed slices stay destroyed)."""
@@ -225,10 +231,11 @@ class ClusterSnapshot:
         for s in node.slices:
             if s.ref == fit.slice:
                 s.busy = False
-        self._changed(fit.node)
+        self._changed(fit.node, workers=False)
 
-    def _changed(self, node_name: str) -> None:
-        """A node's state changed: forget what was derived from it and update the indexes."""
+    def _changed(self, node_name: str, workers: bool = True) -> None:
+        """A node's state changed: forget what was derived from it and update the indexes
+        (``workers``: its idle workers may have changed too)."""
         state = self.nodes[node_name]
         state.memo.clear()
         self._routes.clear()
@@ -238,7 +245,7 @@ class ClusterSnapshot:
                 del ordered[bisect.bisect_left(ordered, old)]
             keys[node_name] = new = self._capacity_key(node_name, gpu)
             bisect.insort(ordered, new)
-        if self._warm is not None:
+        if workers and self._warm is not None:
             self._index_warm(node_name, state)
 
     def _capacity_key(self, node_name: str, gpu: bool) -> tuple:

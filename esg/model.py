@@ -55,6 +55,8 @@ class App:
     _preds: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     _succs: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     _order: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _entries: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _sinks: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _validate_app(self.name, self.slo_ms, self.functions, self.edges)
@@ -66,6 +68,8 @@ class App:
         object.__setattr__(self, "_preds", {f: tuple(v) for f, v in preds.items()})
         object.__setattr__(self, "_succs", {f: tuple(v) for f, v in succs.items()})
         object.__setattr__(self, "_order", _topological_order(self.functions, self._succs, self._preds, self.name))
+        object.__setattr__(self, "_entries", tuple(f for f in self._order if not self._preds[f]))
+        object.__setattr__(self, "_sinks", tuple(f for f in self._order if not self._succs[f]))
 
     def predecessors(self, function: str) -> tuple[str, ...]:
         return self._preds[function]
@@ -75,11 +79,11 @@ class App:
 
     @property
     def entries(self) -> tuple[str, ...]:
-        return tuple(f for f in self._order if not self._preds[f])
+        return self._entries
 
     @property
     def sinks(self) -> tuple[str, ...]:
-        return tuple(f for f in self._order if not self._succs[f])
+        return self._sinks
 
     @property
     def topo_order(self) -> tuple[str, ...]:

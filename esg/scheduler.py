@@ -226,7 +226,7 @@ class Scheduler:
     # -- deciding -----------------------------------------------------------------------------------
     def _decide(self, now_ms: float, snapshot: ClusterSnapshot, out: StepResult) -> None:
         self._no_fit: set[Config] = set()
-        if not any(n.vcpus_free > 0 for n in snapshot.nodes.values()):
+        if snapshot.max_free_vcpus() <= 0:
             for queue in self.queues.non_empty():  # every configuration needs a vCPU: nothing can fit
                 out.waiting[queue.key] = "nothing fits: no free vCPUs on any node"
             return

@@ -68,6 +68,7 @@ class Emulation:
         self._measured: set[str] = set()
         sigma = math.sqrt(math.log1p(params.noise_cv ** 2))
         self._noise = (-sigma * sigma / 2, sigma)
+        self._noise_buf: list[float] = []
 
     def run(self) -> RunResult:
         reqs, i, now = self.requests, 0, 0.0
@@ -151,8 +152,7 @@ class Emulation:
             self._changed.add(d.node)
         cold_ms = self.profiles[d.function].cold_start_ms * self.params.cold_start_scale if cost.cold else 0.0
         wait = decision_ms + max(self._transfer_ms(d), cost.reconfig_ms + cold_ms)
-        mu, sigma = self._noise
-        run_ms = self._latency[(d.function, d.config)] * float(self.rng.lognormal(mu, sigma))
+        run_ms = self._latency[(d.function, d.config)] * self._next_noise()
         done = now + wait + run_ms
         self._flight[d.batch_id] = (d, now)
         self.heap.push(done, DONE, d.batch_id)
@@ -165,6 +165,15 @@ class Emulation:
         m.reconfigured_instances += cost.reconfigured
         gpu_model = self.cluster.gpu_model or "A100-40GB"
         m.cost += self.prices.rate(gpu_model, d.config) * (done - now)
+
+    def _next_noise(self) -> float:
+        """The next execution-time factor. Drawn in blocks: the same numbers, in the same order, as
+        one draw per batch (the run's generator serves nothing else while it runs)."""
+        if not self._noise_buf:
+            mu, sigma = self._noise
+            self._noise_buf = self.rng.lognormal(mu, sigma, size=4096).tolist()
+            self._noise_buf.reverse()
+        return self._noise_buf.pop()
 
     def _transfer_ms(self, d: Dispatch) -> float:
         """Inputs produced on other nodes cross the network before the batch starts."""

@@ -56,8 +56,9 @@ class Emulation:
         self._snapshot = ClusterSnapshot({n: m.snapshot(0.0) for n, m in self.nodes.items()}, tracks_workers=True)
         self._changed: set[str] = set()
         self._expiries: list[tuple[float, str]] = []
+        """(time, node) when an idle worker of the node expires (entries may be stale)."""
         self._pushed: dict[str, float] = {}
-        """(time, node) when an idle worker of the node's last state expires (entries may be stale)."""
+        """The last expiry pushed per node, so one expiry is not queued twice."""
         self.metrics = Metrics()
         self.heap = EventHeap()
         self._latency: dict[tuple[str, Config], float] = {

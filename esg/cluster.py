@@ -17,26 +17,16 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from esg import mig
-from esg.model import Config
+from esg.model import Config, hash_once
 
 
 @dataclass(frozen=True, order=True)
+@hash_once
 class SliceRef:
     """A MIG GPU instance identified by its profile and placement start (memory slice)."""
 
     profile: str
     start: int
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_hash", hash((self.profile, self.start)))
-
-    def __hash__(self) -> int:
-        # Slice references key worker pools and layouts, looked up on every placement.
-        return self._hash  # type: ignore[attr-defined]
-
-    def __reduce__(self) -> tuple:
-        # Rebuilt from the fields, so a copy in a process with another hash seed hashes afresh.
-        return (SliceRef, (self.profile, self.start))
 
 
 @dataclass

@@ -11,7 +11,33 @@ from typing import Any
 from esg.errors import AppError
 
 
+def hash_once(cls: type) -> type:
+    """For a frozen dataclass that keys dicts on hot paths (apply *under* ``@dataclass``): the hash of
+    its fields is computed once, at construction, instead of at every look-up. Copies (pickle,
+    ``copy.deepcopy``) are rebuilt from the fields, so a copy in a process with another hash seed hashes
+    afresh."""
+    names = tuple(cls.__annotations__)
+    validate = cls.__dict__.get("__post_init__")
+
+    def __post_init__(self) -> None:
+        if validate is not None:
+            validate(self)
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, n) for n in names)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        return (cls, tuple(getattr(self, n) for n in names))
+
+    cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
+    cls.__hash__ = __hash__  # type: ignore[method-assign,assignment]
+    cls.__reduce__ = __reduce__  # type: ignore[method-assign,assignment]
+    return cls
+
+
 @dataclass(frozen=True, order=True)
+@hash_once
 class Config:
     """One way to run a function: ``batch`` requests at once on ``vcpus`` vCPUs and MIG profile ``gpu``
     (None = CPU only)."""
@@ -27,15 +53,6 @@ class Config:
             raise ValueError(f"vcpus must be a positive integer, got {self.vcpus!r}")
         if self.gpu is not None and (not isinstance(self.gpu, str) or not self.gpu):
             raise ValueError(f"gpu must be a MIG profile name or null, got {self.gpu!r}")
-        object.__setattr__(self, "_hash", hash((self.batch, self.vcpus, self.gpu)))
-
-    def __hash__(self) -> int:
-        # Configurations key every fit and plan look-up; hashing the fields each time is measurable.
-        return self._hash  # type: ignore[attr-defined]
-
-    def __reduce__(self) -> tuple:
-        # Rebuilt from the fields, so a copy in a process with another hash seed hashes afresh.
-        return (Config, (self.batch, self.vcpus, self.gpu))
 
     def to_dict(self) -> dict[str, Any]:
         return {"batch": self.batch, "vcpus": self.vcpus, "gpu": self.gpu}

@@ -60,5 +60,5 @@ def packing_order(snapshot: ClusterSnapshot, gpu: bool) -> list[str]:
     """Nodes fullest first (best fit): GPU nodes by fewest idle compute slices, then fewest free vCPUs."""
     def key(n: str):
         s = snapshot.nodes[n]
-        return ((s.idle_compute_slices() if gpu else 0), s.vcpus_free, n)
+        return ((snapshot.idle_compute(n) if gpu else 0), s.vcpus_free, n)
     return sorted(snapshot.nodes, key=key)

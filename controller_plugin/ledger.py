@@ -79,9 +79,14 @@ class Ledger:
         got = self._accept(keys=keys, args=[*values, self._open, *[a for a, _, _, _ in entries]])
         return [bool(x) for x in got]
 
-    def mark_acking(self, items: Iterable[tuple[LedgerEntry, bytes, dict[str, Any] | None]]) -> None:
-        """Store each ack's bytes (and the activation record) before the ack is produced."""
+    def mark_acking(self, items: Iterable[tuple[LedgerEntry, bytes, dict[str, Any] | None]],
+                    forget: Iterable[str] = ()) -> None:
+        """Store each ack's bytes (and the activation record) before the ack is produced; delete the
+        ``forget`` keys (the answered requests' intermediate data) in the same round trip."""
         pipe = self.r.pipeline(transaction=False)
+        gone = list(forget)
+        if gone:
+            pipe.delete(*gone)
         for entry, ack, record in items:
             pipe.set(self._key(entry.activation_id),
                      json.dumps({"state": "acking", "topic": entry.topic, "accepted_ms": entry.accepted_ms,

@@ -3,14 +3,19 @@
 It owns the ledger's later states (``controller_plugin/ledger.py``) and the acks on their way out:
 
 1. :meth:`AckPipeline.answer` turns an :class:`Answer` into the WhiskActivation record and the ack's
-   bytes (Combined for a blocking call, Completion otherwise: ``controller_plugin/acks.py``);
-2. :meth:`AckPipeline.send` stores them in the ledger as ``acking`` (with the activation record, and
-   deleting the request's intermediate data in the same round trip), then produces them;
-3. :meth:`AckPipeline.confirm` marks ``done`` what the broker took and produces again what it refused.
+   bytes (Combined for a blocking call, Completion otherwise: ``controller_plugin/acks.py``). An
+   activation the ledger has not yet confirmed as new (:meth:`awaiting`) is held until it has
+   (:meth:`ledgered`): a redelivered one is never answered twice;
+2. :meth:`AckPipeline.produce` produces the acks; :meth:`AckPipeline.stage` then adds to the loop's
+   Redis pipeline, in the same turn, their ``acking`` entries (with the bytes and the activation
+   record), the deletion of the answered requests' intermediate data, and the ``done`` marks;
+3. :meth:`AckPipeline.confirm` collects the ``done`` marks of what the broker took (written with the
+   next batch, or within :data:`DONE_EVERY_S`) and produces again what it refused.
 
-The bytes are in Redis before they can reach Kafka, so after a crash :meth:`AckPipeline.recover`
-either finds an ``acking`` ack on ``completed{C}`` or sends those same bytes: never two acks, never
-none. It returns the ``open`` entries, which the service runs again.
+After a crash :meth:`AckPipeline.recover` looks up every ``open`` or ``acking`` entry on
+``completed{C}``: an ack found there went out (whatever the entry says), an ``acking`` one not found is
+sent from its stored bytes; never two acks, never none. It returns the ``open`` entries without an ack,
+which the service runs again.
 
 Health test actions are answered here too (:meth:`AckPipeline.health`), outside the ledger: the
 controller recognises their acks by the transid alone.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +39,8 @@ from controller_plugin.metrics import Metrics
 from controller_plugin.requests_state import Outcome
 
 log = logging.getLogger("esg.scheduler")
+
+DONE_EVERY_S = 0.5
 
 
 def now_ms() -> int:
@@ -67,16 +75,46 @@ class AckPipeline:
         self.topics = topics
         self.metrics = metrics
         self.count = 0
+        self._awaiting: set[str] = set()
+        self._held: dict[str, _Pending] = {}
         self._pending: list[_Pending] = []
+        self._produced: list[_Pending] = []
         self._unconfirmed: list[tuple[Any, _Pending]] = []
+        self._done: list[str] = []
+        self._done_s = time.monotonic()
+        self._staged = (0, 0)
         self._ack_topics: set[str] = {topics.completed}
+
+    def awaiting(self, activation_id: str) -> None:
+        """``activation_id`` is not known to be new yet: hold its ack until :meth:`ledgered` says so."""
+        self._awaiting.add(activation_id)
+
+    def ledgered(self, new: Iterable[str], known: Iterable[str]) -> list[str]:
+        """The ledger's verdict: release the held acks of the new ones, drop those of the known ones;
+        the known ids that were awaiting it (their runs are redeliveries, to drop too)."""
+        for a in new:
+            self._awaiting.discard(a)
+            held = self._held.pop(a, None)
+            if held is not None:
+                self._pending.append(held)
+        dropped = []
+        for a in known:
+            if a in self._awaiting:
+                self._awaiting.discard(a)
+                self._held.pop(a, None)
+                dropped.append(a)
+        return dropped
 
     def answer(self, a: Answer, instance: wire.InvokerInstance) -> None:
         record = acks.activation_record(a.msg, a.action, a.outcome)
         data = acks.ack_bytes(a.msg, record, instance)
         topic = wire.completed_topic(a.msg.root_controller, self.topics.prefix)
         kind = "combined" if a.msg.blocking else "completion"
-        self._pending.append(_Pending(a.entry, data, record, topic, kind, a.data_keys))
+        p = _Pending(a.entry, data, record, topic, kind, a.data_keys)
+        if a.entry.activation_id in self._awaiting:
+            self._held[a.entry.activation_id] = p
+        else:
+            self._pending.append(p)
 
     def health(self, msg: wire.ActivationMessage, instance: wire.InvokerInstance) -> None:
         """Answer a health test action: identical transid, ``isSystemError: false``."""
@@ -84,44 +122,67 @@ class AckPipeline:
         self._ensure_topics({topic})
         self.bus.send(topic, acks.health_ack(msg, instance))
 
-    def busy(self) -> bool:
-        return bool(self._pending or self._unconfirmed)
-
-    def send(self) -> None:
-        """Ledger ``acking`` (with the bytes), then produce."""
+    def produce(self) -> None:
+        """Produce the acks answered since the last call."""
         batch, self._pending = self._pending, []
         if not batch:
             return
         self._ensure_topics({p.topic for p in batch})
-        self.ledger.mark_acking(((p.entry, p.data, p.record) for p in batch),
-                                forget=[k for p in batch for k in p.data_keys])
         for p in batch:
             self._unconfirmed.append((self.bus.send(p.topic, p.data), p))
+        self._produced += batch
         t = now_ms()
         for p in batch:
             self.metrics.ack_latency.observe(max(0, t - p.entry.accepted_ms) / 1000)
             self.metrics.acks.labels(p.kind).inc()
         self.count += len(batch)
 
+    def stage(self, pipe) -> int:
+        """Add the ledger writes of the produced acks (and the due ``done`` marks) to ``pipe``; how many
+        commands. :meth:`written` forgets them once the pipeline ran; staging again repeats them."""
+        batch = list(self._produced)
+        due = self._done and (batch or time.monotonic() - self._done_s >= DONE_EVERY_S)
+        done = list(self._done) if due else []
+        self._staged = (len(batch), len(done))
+        if not batch and not done:
+            return 0
+        return self.ledger.stage_acking(pipe, ((p.entry, p.data, p.record) for p in batch),
+                                        forget=[k for p in batch for k in p.data_keys], done=done)
+
+    def written(self) -> None:
+        n_batch, n_done = self._staged
+        del self._produced[:n_batch]
+        if n_done:
+            del self._done[:n_done]
+            self._done_s = time.monotonic()
+        self._staged = (0, 0)
+
     def confirm(self, wait: bool = False) -> None:
-        """Mark ``done`` the acks the broker took; send again those it refused."""
-        if not self._unconfirmed:
-            return
+        """Collect ``done`` marks for the acks the broker took; send again those it refused. ``wait``:
+        flush the producer first."""
         if wait:
             self.bus.flush()
-        keep, done = [], []
+        keep = []
         for fut, p in self._unconfirmed:
             if not fut.is_done:
                 keep.append((fut, p))
             elif fut.succeeded():
-                done.append(p.entry.activation_id)
+                self._done.append(p.entry.activation_id)
             else:
                 log.warning("ack of %s not taken by Kafka (%s); sending it again", p.entry.activation_id,
                             type(fut.exception).__name__)
                 keep.append((self.bus.send(p.topic, p.data), p))
         self._unconfirmed = keep
-        if done:
-            self.ledger.mark_done(done)
+
+    def finish(self) -> None:
+        """On the way out: produce what is answered, write it and every ``done`` mark to the ledger."""
+        self.produce()
+        self.confirm(wait=True)
+        self._done_s = 0.0
+        pipe = self.ledger.r.pipeline(transaction=False)
+        if self.stage(pipe):
+            pipe.execute()
+        self.written()
 
     def _ensure_topics(self, topics: set[str]) -> None:
         new = topics - self._ack_topics
@@ -131,31 +192,30 @@ class AckPipeline:
 
     # -- after a crash --------------------------------------------------------------------------------
     def recover(self) -> list[LedgerEntry]:
-        """Finish the acks an earlier incarnation stored; return the entries it left unanswered."""
+        """Finish the acks an earlier incarnation produced or stored; return the entries to run again."""
         left = self.ledger.unfinished()
         if not left:
             return []
-        acking = {e.activation_id: e for e in left if e.state == "acking"}
-        sent = self._acked_ids(set(acking)) if acking else set()
-        resend = [e for a, e in acking.items() if a not in sent]
+        sent = self._acked_ids({e.activation_id for e in left})
+        resend = [e for e in left if e.state == "acking" and e.activation_id not in sent]
         for e in resend:
             topic = wire.completed_topic(wire.parse_activation(e.raw).root_controller, self.topics.prefix)
             self._ensure_topics({topic})
             self.bus.send(topic, e.ack.encode())
         self.bus.flush()
-        self.ledger.mark_done(acking)
-        reopened = []
+        reopened, finished = [], [e.activation_id for e in left if e.state == "acking" or e.activation_id in sent]
         for e in left:
-            if e.state != "open":
+            if e.state != "open" or e.activation_id in sent:
                 continue
             try:
                 wire.parse_activation(e.raw)
             except wire.WireError:
-                self.ledger.mark_done([e.activation_id])
+                finished.append(e.activation_id)
                 continue
             reopened.append(e)
+        self.ledger.mark_done(finished)
         log.info("recovery: %d activations to run again, %d acks already sent, %d acks resent",
-                 len(reopened), len(acking) - len(resend), len(resend))
+                 len(reopened), len(sent), len(resend))
         return reopened
 
     def _acked_ids(self, wanted: set[str]) -> set[str]:

@@ -1,7 +1,8 @@
 """The scheduler's end of the agent channel (Redis streams; names in :mod:`agent_channel.keys`).
 
-* :meth:`SchedulerChannel.send` adds dispatches to their nodes' streams, all of one step in one
-  pipeline; each dispatch names this scheduler's results stream in ``reply_to``.
+* :meth:`SchedulerChannel.stage` adds dispatches to their nodes' streams, in the pipeline the
+  service's loop runs once per turn; each dispatch names this scheduler's results stream in
+  ``reply_to``.
 * :meth:`SchedulerChannel.read` blocks on this scheduler's results stream and the deployment's
   heartbeat stream at once (``XREAD BLOCK``), from where it last read; the reader thread calls it in a
   loop and wakes the main loop with each message. Read results are trimmed once a second.
@@ -42,12 +43,11 @@ class SchedulerChannel:
     def reply_to(self) -> str:
         return self.keys.results
 
-    def send(self, messages: Sequence[protocol.DispatchMessage]) -> list[str]:
-        """Add each dispatch to its node's stream; their entry ids, in order."""
-        pipe = self.r.pipeline(transaction=False)
+    def stage(self, pipe, messages: Sequence[protocol.DispatchMessage]) -> int:
+        """Add each dispatch to its node's stream in ``pipe`` (the replies are the entry ids, in order)."""
         for m in messages:
             pipe.xadd(self.keys.dispatch(m.node), fields(protocol.encode(m)))
-        return [i.decode() if isinstance(i, bytes) else i for i in pipe.execute()]
+        return len(messages)
 
     def retract(self, node: str, entry_ids: Iterable[str]) -> None:
         ids = list(entry_ids)

@@ -5,7 +5,8 @@ behind a virtual invoker id), the :class:`~controller_plugin.channel.SchedulerCh
 sent and not yet answered. From these it builds the cluster snapshot the core plans on (nodes as their
 heartbeats report them, with this process's in-flight batches reserved on them).
 
-* :meth:`Dispatcher.send` puts a step's batches on their nodes' streams;
+* :meth:`Dispatcher.stage` puts a step's batches on their nodes' streams (in the loop's pipeline) and
+  :meth:`Dispatcher.sent` records them in flight;
 * :meth:`Dispatcher.complete` matches a result to its batch (results of other incarnations, and
   duplicates, are ignored);
 * :meth:`Dispatcher.expire` finds agents silent past the agent timeout and hands back their batches,
@@ -51,7 +52,7 @@ class Dispatcher:
         self.incarnation = incarnation
         self.metrics = metrics
         self.inflight: dict[str, InFlight] = {}
-        self.sent = 0
+        self.count = 0
         self.ignored = 0
 
     # -- agents -------------------------------------------------------------------------------------
@@ -85,15 +86,16 @@ class Dispatcher:
         return snap
 
     # -- batches ------------------------------------------------------------------------------------
-    def send(self, sends: Sequence[Send]) -> None:
-        if not sends:
-            return
-        ids = self.channel.send([s.message for s in sends])
-        for s, entry_id in zip(sends, ids):
+    def stage(self, pipe, sends: Sequence[Send]) -> int:
+        return self.channel.stage(pipe, [s.message for s in sends])
+
+    def sent(self, sends: Sequence[Send], entry_ids: Sequence) -> None:
+        for s, entry_id in zip(sends, entry_ids):
+            entry_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
             self.inflight[s.dispatch.batch_id] = InFlight(s.dispatch, entry_id)
             self.metrics.decisions.inc()
             self.metrics.batch_size.observe(len(s.dispatch.jobs))
-        self.sent += len(sends)
+        self.count += len(sends)
 
     def complete(self, rm: protocol.ResultMessage) -> Dispatch | None:
         """The batch ``rm`` answers, if this incarnation is still waiting for it."""

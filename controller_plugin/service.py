@@ -14,11 +14,11 @@ It wires four parts, each owning its own state, and runs the main loop:
 
 **The main loop** (the caller's thread, :meth:`SchedulerService.run`) waits on the inbox and wakes at
 once for each item: accepted activations and results go into ``Workflows``; a step turns them into
-dispatches (sent on the channel) and answers (handed to the ack pipeline, which writes the ledger and
-produces the acks). Once a second, and whenever an agent joins, it pings ``health`` as each live
-agent's virtual invoker; it answers the controller's health test actions once any agent is alive; it
-expires silent agents (their batches run again or fail) and fails what would reach the controller's
-deadline unanswered.
+dispatches and answers. The acks are produced at once; then one Redis pipeline per turn carries the
+turn's dispatches and the ledger writes of its acks (one round trip, retried while Redis fails). Once
+a second, and whenever an agent joins, it pings ``health`` as each live agent's virtual invoker; it
+answers the controller's health test actions once any agent is alive; it expires silent agents
+(their batches run again or fail) and fails what would reach the controller's deadline unanswered.
 
 Batch ids carry this incarnation's id, so results for batches of an earlier process are ignored; what
 that process left unanswered is found in the ledger at start and finished exactly once.
@@ -33,13 +33,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+import redis
 from kafka.errors import KafkaError
 
 from agent_channel.connect import ChannelError, connect
 from agent_channel.keys import Keys
 from controller_plugin import wire
 from controller_plugin.ack_pipeline import AckPipeline, Answer
-from controller_plugin.activations import Accepted, ActivationReader, HealthTest
+from controller_plugin.activations import Accepted, ActivationReader, HealthTest, Ledgered
 from controller_plugin.bus import Bus, BusError, Topics
 from controller_plugin.channel import SchedulerChannel
 from controller_plugin.deadletters import DeadLetters
@@ -50,7 +51,7 @@ from controller_plugin.metadata import MetadataClient, ProfileStore
 from controller_plugin.metrics import Metrics
 from controller_plugin.plans import PlanCache
 from controller_plugin.settings import Settings
-from controller_plugin.workflows import Workflows
+from controller_plugin.workflows import Send, Workflows
 from esg import protocol
 from esg.policies import make_policy
 from esg.policies.base import PolicyContext
@@ -98,7 +99,7 @@ class SchedulerService:
             self.bus, self.topics, self.ledger,
             PlanCache(MetadataClient(settings.openwhisk_api, settings.openwhisk_auth),
                       ProfileStore(settings.profiles_dir)),
-            self.dead_letters, self.inbox, settings.group_id, self.registry.invoker_count())
+            self.dead_letters, self.inbox, settings.group_id, self.registry.invoker_count(), settings.incarnation)
         self.dispatcher = Dispatcher(SchedulerChannel(self.redis, keys), self.registry, settings.incarnation,
                                      self.metrics)
         policy = make_policy(settings.policy, PolicyContext(apps={}, profiles={}))
@@ -112,7 +113,7 @@ class SchedulerService:
 
     @property
     def stats(self) -> dict[str, int]:
-        return {"acks": self.acks.count, "dispatches": self.dispatcher.sent,
+        return {"acks": self.acks.count, "dispatches": self.dispatcher.count,
                 "dead_letters": self.dead_letters.count, "ignored_results": self.dispatcher.ignored}
 
     # -- start and stop ---------------------------------------------------------------------------------
@@ -130,7 +131,7 @@ class SchedulerService:
         self.dispatcher.channel.open()
         self.dispatcher.purge_earlier(sorted(self.registry.ids))
         for e in self.acks.recover():
-            self.inbox.put(self.reader.accepted(wire.parse_activation(e.raw), e))
+            self.inbox.put(self.reader.accepted(wire.parse_activation(e.raw), e, known_new=True))
         self._spawn(lambda: self.reader.run(self.stop_event), "esg-activations")
         self._spawn(lambda: self.dispatcher.read_loop(self.stop_event, self.inbox.put, self.dead_letters),
                     "esg-agents")
@@ -156,8 +157,7 @@ class SchedulerService:
         for t in self._threads:
             t.join(timeout=5)
         try:
-            self.acks.send()
-            self.acks.confirm(wait=True)
+            self.acks.finish()
         except Exception:  # best effort on the way out; the ledger finishes it at the next start
             log.warning("could not send the last acks; the next start finishes them")
         self.bus.close()
@@ -199,20 +199,45 @@ class SchedulerService:
         if mono - self._last_watchdog >= 1.0:
             self._last_watchdog = mono
             self._answer(self.workflows.overdue(t))
+        sends: list[Send] = []
         if self.workflows.busy():
             sends, answers = self.workflows.step(t, self.dispatcher.snapshot())
-            self.dispatcher.send(sends)
             self._answer(answers)
-        self.acks.send()
+        self.acks.produce()
+        self._write(sends)
         self.acks.confirm()
+
+    def _write(self, sends: list[Send]) -> None:
+        """The turn's dispatches and ledger writes, one round trip; retried (whole) while Redis fails.
+        A repeated dispatch reaches its agent twice and runs once (agents skip a batch id they took)."""
+        while True:
+            pipe = self.redis.pipeline(transaction=False)
+            n = self.dispatcher.stage(pipe, sends)
+            if n + self.acks.stage(pipe) == 0:
+                return
+            try:
+                replies = pipe.execute()
+                break
+            except redis.RedisError as exc:
+                log.error("Redis refused the dispatches and ledger writes (%s); retrying", exc)
+                if self.stop_event.wait(0.5):
+                    raise
+        self.dispatcher.sent(sends, replies[:n])
+        self.acks.written()
 
     def _take(self, item: object, mono: float, t: int) -> None:
         if isinstance(item, _Stop):
             self.stop_event.set()
         elif isinstance(item, Accepted):
+            if not item.known_new and item.msg.activation_id not in self.workflows.runs:
+                self.acks.awaiting(item.msg.activation_id)
             answer = self.workflows.accept(item, t)
             if answer is not None:
                 self._answer([answer])
+        elif isinstance(item, Ledgered):
+            for aid in self.acks.ledgered(item.new, item.known):
+                log.info("activation %s was delivered again; already answered", aid)
+                self.workflows.drop(aid)
         elif isinstance(item, protocol.ResultMessage):
             d = self.dispatcher.complete(item)
             if d is not None:

@@ -15,6 +15,7 @@ before that point (:meth:`lost`), else its batch goes back to the front of its q
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from controller_plugin import acks, wire
@@ -32,6 +33,8 @@ log = logging.getLogger("esg.scheduler")
 #: Stored outputs outlive the controller's deadline by this much (a backstop: the scheduler deletes them
 #: when it answers the request).
 DATA_TTL_SLACK_S = 60
+#: The queue-length gauges are refreshed at most this often (each refresh walks every queue).
+QUEUE_METRICS_EVERY_S = 0.5
 
 
 def controller_deadline_ms(msg: wire.ActivationMessage, timeout_ms: int, now_ms: int) -> int:
@@ -57,6 +60,7 @@ class Workflows:
         self.runs: dict[str, Run] = {}
         self._events: list = []
         self._registered: dict[str, AppPlan] = {}
+        self._queues_shown_s = 0.0
 
     def busy(self) -> bool:
         """Whether a step has anything to do (events to fold in, or jobs waiting)."""
@@ -79,6 +83,11 @@ class Workflows:
         self.runs[aid] = Run(item.msg, plan, item.entry)
         self._events.append(Arrival(Request(aid, plan.app.name, float(item.entry.accepted_ms))))
         return None
+
+    def drop(self, activation_id: str) -> None:
+        """Forget an activation without answering it (a redelivery of one already answered)."""
+        if self.runs.pop(activation_id, None) is not None:
+            self._events.append(Cancel(activation_id))
 
     def record(self, d: Dispatch, rm: protocol.ResultMessage, now_ms: int) -> list[Answer]:
         """Fold in a batch's result; the activations it ends (a function failed: the app fails)."""
@@ -146,7 +155,10 @@ class Workflows:
             self.metrics.slo.labels("hit" if o.slo_hit else "miss").inc()
             outcome = run.final() if o.ok else acks.error_outcome(o.error or "failed", STATUS_WHISK_ERROR, now_ms)
             answers.append(self._finish(run, outcome))
-        self.metrics.set_queues(self.scheduler.queue_lengths())
+        mono = time.monotonic()
+        if mono - self._queues_shown_s >= QUEUE_METRICS_EVERY_S:
+            self._queues_shown_s = mono
+            self.metrics.set_queues(self.scheduler.queue_lengths())
         return sends, answers
 
     def _message(self, d: Dispatch, now_ms: int) -> protocol.DispatchMessage:

@@ -4,6 +4,7 @@ scheduler-side Redis client that sends dispatches and reads results and heartbea
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +45,21 @@ class OpenWhiskStandIn(standin.OpenWhiskStandIn):
             "limits": {"timeout": timeout_ms, "memory": 256, "logs": 10}})
 
 
+def children(pid: int) -> list[int]:
+    """The ids of ``pid``'s child processes (from /proc)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(d.name))
+    return out
+
+
 class AgentProcess:
     """``esg agent`` as a subprocess, its stderr kept in a file."""
 
@@ -65,9 +81,16 @@ class AgentProcess:
         return self.proc.wait(timeout)
 
     def kill(self) -> None:
-        """``kill -9``: no drain, no final heartbeat."""
+        """``kill -9``: no drain, no final heartbeat. The workers it started (children in sessions of their
+        own, which a killed agent cannot stop) are killed after it, so the test leaves nothing behind."""
+        workers = children(self.proc.pid)
         self.proc.kill()
         self.proc.wait(10)
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -262,8 +262,7 @@ def test_a_killed_agent_runs_the_batch_it_had_taken_after_a_restart(redis_url, o
         sched.heartbeat(node, lambda h: not h.warm, after=len(sched.heartbeats))   # evicted after its TTL
         taken = sched.dispatch(node, "slow", [{"sleep": 3}])
         sched.heartbeat(node, lambda h: h.vcpus_free < h.vcpus_total)     # taken and running
-        proc.proc.kill()
-        proc.wait(10)
+        proc.kill()
     finally:
         proc.stop()
     proc2 = AgentProcess(tmp_path, redis_url, openwhisk.url, node, prefix, "--fake-gpu", "A30")

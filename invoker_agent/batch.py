@@ -41,32 +41,34 @@ class BatchRunner:
     def run(self, msg: DispatchMessage) -> tuple[ResultMessage, list[Write]]:
         """The batch's result message and the outputs to store with it."""
         try:
-            result = self._run(msg)
-            results, writes = self.data.outputs(msg, result.results)
+            result, raws = self._run(msg)
+            results, writes = self.data.outputs(msg, result.results, raws)
             return ResultMessage(result.batch_id, result.node, tuple(results), result.error, msg.function,
                                  msg.config, result.run_ms), writes
         except Exception as e:  # noqa: BLE001 - an agent bug answers the batch, never kills the agent
             log.exception("batch %s failed inside the agent", msg.batch_id)
             return failed(msg, self.node.name, rt.WHISK_ERROR, f"agent error: {type(e).__name__}: {e}"), []
 
-    def _run(self, msg: DispatchMessage) -> ResultMessage:
+    def _run(self, msg: DispatchMessage) -> tuple[ResultMessage, dict[str, bytes]]:
+        """The batch's results, and the outputs' bytes as the action's runtime wrote them (when it did)."""
         name = self.node.name
         values = self.data.inputs(msg)
         missing = {r.activation_id: v.error for r, v in zip(msg.requests, values) if isinstance(v, MissingInput)}
         if missing:
             runnable = [(r, v) for r, v in zip(msg.requests, values) if r.activation_id not in missing]
-            ran = self._run_values(msg, runnable) if runnable else ResultMessage(msg.batch_id, name, ())
+            ran, raws = self._run_values(msg, runnable) if runnable else (ResultMessage(msg.batch_id, name, ()), {})
             now = int(time.time() * 1000)
             lost = tuple(RunResult(a, rt.WHISK_ERROR, {"error": why}, now, now) for a, why in missing.items())
-            return ResultMessage(msg.batch_id, name, ran.results + lost, ran.error, run_ms=ran.run_ms)
+            return ResultMessage(msg.batch_id, name, ran.results + lost, ran.error, run_ms=ran.run_ms), raws
         return self._run_values(msg, list(zip(msg.requests, values)))
 
-    def _run_values(self, msg: DispatchMessage, runnable: list) -> ResultMessage:
+    def _run_values(self, msg: DispatchMessage, runnable: list) -> tuple[ResultMessage, dict[str, bytes]]:
         """Run the requests of ``runnable`` (``(request, input)`` pairs) as one batch."""
         name = self.node.name
 
-        def fail(code: int, error: str) -> ResultMessage:
-            return failed_ids(msg.batch_id, name, [r.activation_id for r, _ in runnable], code, error, msg.function)
+        def fail(code: int, error: str) -> tuple[ResultMessage, dict[str, bytes]]:
+            return failed_ids(msg.batch_id, name, [r.activation_id for r, _ in runnable], code, error,
+                              msg.function), {}
 
         fqn = f"/{msg.action.namespace}/{msg.action.name}"
         try:
@@ -104,8 +106,9 @@ class BatchRunner:
         finally:
             self.slices.release(uuid)
         init_ms = max((r.init_ms or 0.0 for r in out), default=0.0)
-        return ResultMessage(msg.batch_id, name, tuple(_result(r) for r in out),
-                             run_ms=round(max(0.0, elapsed_ms - init_ms), 3))
+        return (ResultMessage(msg.batch_id, name, tuple(_result(r) for r in out),
+                              run_ms=round(max(0.0, elapsed_ms - init_ms), 3)),
+                {r.activation_id: r.raw for r in out if r.raw is not None})
 
 
 def _result(r: rt.RunResult) -> RunResult:

@@ -1,7 +1,8 @@
 """Function outputs passed from agent to agent: intermediate data never goes through the scheduler.
 
-**Producing.** When a batch's function is not its app's sink, each successful output is encoded (JSON)
-once, kept in this node's memory (:class:`LocalOutputs`) for a successor placed here, and written to
+**Producing.** When a batch's function is not its app's sink, each successful output's JSON (the bytes
+the action's runtime replied with, or encoded here for a batch entry point's items) is kept in this
+node's memory (:class:`LocalOutputs`) for a successor placed here, and written to
 the store under ``esg:{prefix}:data:{activationId}:{function}`` with the dispatch's TTL -- in the same
 ``MULTI`` as the result message (:meth:`invoker_agent.channel.AgentChannel.answer`), so by the time the
 scheduler learns of the result a successor on any node can read it. The result then carries only the
@@ -28,7 +29,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -144,17 +145,20 @@ class DataPlane:
         return out
 
     # -- outputs ------------------------------------------------------------------------------------
-    def outputs(self, msg: DispatchMessage, results: Sequence[RunResult]) -> tuple[list[RunResult], list[Write]]:
-        """Results as the scheduler gets them, and the outputs to store with them (see the module doc)."""
+    def outputs(self, msg: DispatchMessage, results: Sequence[RunResult],
+                raws: Mapping[str, bytes] | None = None) -> tuple[list[RunResult], list[Write]]:
+        """Results as the scheduler gets them, and the outputs to store with them (see the module doc).
+        ``raws``: outputs' JSON by activation id, where the runtime's reply already is it."""
+        raws = raws or {}
         out: list[RunResult] = []
         writes: list[Write] = []
         for r in results:
             if r.status_code != 0:
                 out.append(r)
             elif msg.return_output:
-                out.append(_inline(r))
+                out.append(_inline(r, raws.get(r.activation_id)))
             else:
-                blob = json.dumps(r.result, separators=(",", ":")).encode()
+                blob = raws.get(r.activation_id) or json.dumps(r.result, separators=(",", ":")).encode()
                 if len(blob) > MAX_DATA_BYTES:
                     out.append(replace(r, status_code=DEVELOPER_ERROR, result={
                         "error": f"The output of {msg.function} is {len(blob)} bytes, above the limit of "
@@ -167,8 +171,8 @@ class DataPlane:
         return out, writes
 
 
-def _inline(r: RunResult) -> RunResult:
-    size = len(json.dumps(r.result, separators=(",", ":")).encode())
+def _inline(r: RunResult, raw: bytes | None) -> RunResult:
+    size = len(raw) if raw is not None else len(json.dumps(r.result, separators=(",", ":")).encode())
     if size <= MAX_RESULT_BYTES:
         return r
     return replace(r, status_code=DEVELOPER_ERROR, result={

@@ -58,6 +58,7 @@ class RunResult:
     annotations: dict[str, Any] = field(default_factory=dict)
     started_ms: float | None = None         # epoch ms when its /run (or its batch's /run) was sent
     logs: list[str] = field(default_factory=list)   # what the action printed while it ran
+    raw: bytes | None = None                # the reply's bytes, when they are exactly ``result`` (one /run)
 
     @property
     def ok(self) -> bool:
@@ -100,6 +101,8 @@ class RuntimeClient:
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or 80
         self._conn: http.client.HTTPConnection | None = None
+        self.last_body = b""
+        """The bytes of the last reply (its JSON as the runtime wrote it)."""
 
     def post(self, path: str, payload: dict[str, Any], timeout_s: float) -> tuple[int, Any]:
         body = json.dumps(payload).encode()
@@ -117,6 +120,7 @@ class RuntimeClient:
             raise RuntimeCrashed(type(e).__name__) from None
         if resp.will_close:
             self.close()
+        self.last_body = data
         try:
             return status, json.loads(data)
         except ValueError:
@@ -155,6 +159,11 @@ class Worker(Protocol):
     def init(self, payload: dict[str, Any], timeout_s: float) -> tuple[int, Any]: ...
 
     def run(self, payload: dict[str, Any], timeout_s: float) -> tuple[int, Any]: ...
+
+    @property
+    def last_body(self) -> bytes:
+        """The bytes of the last reply."""
+        ...
 
     def alive(self) -> bool: ...
 

@@ -81,6 +81,10 @@ def test_outputs_are_stored_and_referenced_or_inline_within_the_limits(monkeypat
     assert plane.local.get(key) == (True, {"v": "x" * 50})
     inline, none = plane.outputs(_dispatch(True), [ok])
     assert inline == [ok] and none == []
+    # the runtime's reply is stored as it came (not encoded again), and its length is the size
+    raw = b'{"v": "' + b"x" * 50 + b'"}'
+    results, writes = plane.outputs(_dispatch(False), [ok], {"a" * 32: raw})
+    assert writes[0].blob is raw and results[0].output_bytes == len(raw)
     monkeypatch.setattr(data, "MAX_DATA_BYTES", 20)
     monkeypatch.setattr(data, "MAX_RESULT_BYTES", 20)
     too_big, none = plane.outputs(_dispatch(False), [ok])

@@ -199,7 +199,9 @@ class AckPipeline:
         sent = self._acked_ids({e.activation_id for e in left})
         resend = [e for e in left if e.state == "acking" and e.activation_id not in sent]
         for e in resend:
-            topic = wire.completed_topic(wire.parse_activation(e.raw).root_controller, self.topics.prefix)
+            topic = self.topics.completed
+            if e.raw is not None:
+                topic = wire.completed_topic(wire.parse_activation(e.raw).root_controller, self.topics.prefix)
             self._ensure_topics({topic})
             self.bus.send(topic, e.ack.encode())
         self.bus.flush()
@@ -208,7 +210,7 @@ class AckPipeline:
             if e.state != "open" or e.activation_id in sent:
                 continue
             try:
-                wire.parse_activation(e.raw)
+                wire.parse_activation(e.raw or "")
             except wire.WireError:
                 finished.append(e.activation_id)
                 continue

@@ -2,9 +2,10 @@
 
 Keys (``scope`` = topic prefix + controller id, so two deployments on one Redis never mix):
 
-* ``esg:{scope}:act:{activationId}`` -- JSON ``{"state", "topic", "accepted_ms", "raw", "owner"[, "ack"]}``.
+* ``esg:{scope}:act:{activationId}`` -- hash ``state, topic, accepted_ms, raw, owner[, ack]`` (``raw``:
+  the ActivationMessage as it came; ``ack``: the ack's bytes; both stored as they are, never re-encoded).
   ``state`` is ``open`` (accepted, not answered), ``acking`` (the ack's bytes are stored here; it was
-  produced, or is being) or ``done`` (answered; kept ``DONE_TTL_S`` without the payload, for dedupe).
+  produced, or is being) or ``done`` (answered; kept ``DONE_TTL_S`` with the state alone, for dedupe).
   ``owner`` is the incarnation that accepted it.
 * ``esg:{scope}:open`` -- set of the ids in state ``open`` or ``acking``: what a restart must finish.
 * ``esg:activation:{activationId}`` -- the WhiskActivation record (the embedded activation store that
@@ -34,17 +35,20 @@ RECORD_TTL_S = 24 * 3600
 
 ACTIVATION_RECORD_KEY = "esg:activation:{id}"
 
-# ARGV: the entries' JSON, then the open set, the owner, then the ids.
+# ARGV: the open set, the owner, then per entry: id, topic, accepted_ms, raw.
 _ACCEPT = """
-local n = #KEYS
+local owner = ARGV[2]
 local out = {}
 for i, key in ipairs(KEYS) do
-  if redis.call('SET', key, ARGV[i], 'NX') then
-    redis.call('SADD', ARGV[n + 1], ARGV[n + 2 + i])
+  local at = 2 + (i - 1) * 4
+  if redis.call('EXISTS', key) == 0 then
+    redis.call('HSET', key, 'state', 'open', 'topic', ARGV[at + 2], 'accepted_ms', ARGV[at + 3],
+               'raw', ARGV[at + 4], 'owner', owner)
+    redis.call('SADD', ARGV[1], ARGV[at + 1])
     out[i] = 1
   else
-    local ok, cur = pcall(cjson.decode, redis.call('GET', key))
-    if ok and type(cur) == 'table' and cur['state'] == 'open' and cur['owner'] == ARGV[n + 2] then
+    local cur = redis.call('HMGET', key, 'state', 'owner')
+    if cur[1] == 'open' and cur[2] == owner then
       out[i] = 1
     else
       out[i] = 0
@@ -86,10 +90,10 @@ class Ledger:
         if not entries:
             return []
         keys = [self._key(a) for a, _, _, _ in entries]
-        values = [json.dumps({"state": "open", "topic": t, "accepted_ms": ms, "raw": raw, "owner": owner})
-                  for _, t, ms, raw in entries]
-        got = self._accept(keys=keys, args=[*values, self._open, owner, *[a for a, _, _, _ in entries]])
-        return [bool(x) for x in got]
+        args: list[Any] = [self._open, owner]
+        for a, t, ms, raw in entries:
+            args += [a, t, ms, raw]
+        return [bool(x) for x in self._accept(keys=keys, args=args)]
 
     def mark_acking(self, items: Iterable[tuple[LedgerEntry, bytes, dict[str, Any] | None]],
                     forget: Iterable[str] = (), done: Iterable[str] = ()) -> None:
@@ -108,9 +112,7 @@ class Ledger:
             n += 1
         n += self._done(pipe, done)
         for entry, ack, record in items:
-            pipe.set(self._key(entry.activation_id),
-                     json.dumps({"state": "acking", "topic": entry.topic, "accepted_ms": entry.accepted_ms,
-                                 "raw": entry.raw, "ack": ack.decode("utf-8")}))
+            pipe.hset(self._key(entry.activation_id), mapping={"state": "acking", "ack": ack})
             n += 1
             if record is not None:
                 pipe.set(activation_record_key(entry.activation_id), json.dumps(record), ex=RECORD_TTL_S)
@@ -125,10 +127,13 @@ class Ledger:
     def _done(self, pipe, activation_ids: Iterable[str]) -> int:
         ids = list(activation_ids)
         for a in ids:
-            pipe.set(self._key(a), '{"state":"done"}', ex=DONE_TTL_S)
+            key = self._key(a)
+            pipe.delete(key)
+            pipe.hset(key, "state", "done")
+            pipe.expire(key, DONE_TTL_S)
         if ids:
             pipe.srem(self._open, *ids)
-        return len(ids) + (1 if ids else 0)
+        return 3 * len(ids) + (1 if ids else 0)
 
     def unfinished(self) -> list[LedgerEntry]:
         """Entries in state ``open`` or ``acking`` (what a previous incarnation left)."""
@@ -136,11 +141,11 @@ class Ledger:
         ids = [i.decode() if isinstance(i, bytes) else i for i in ids]
         out: list[LedgerEntry] = []
         stale: list[str] = []
-        for aid, raw in zip(ids, self.r.mget([self._key(i) for i in ids]) if ids else []):
-            if raw is None:
-                stale.append(aid)
-                continue
-            d = json.loads(raw)
+        pipe = self.r.pipeline(transaction=False)
+        for i in ids:
+            pipe.hgetall(self._key(i))
+        for aid, h in zip(ids, pipe.execute() if ids else []):
+            d = {k.decode(): v.decode("utf-8") for k, v in (h or {}).items()}
             if d.get("state") not in ("open", "acking"):
                 stale.append(aid)
                 continue

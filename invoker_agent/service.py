@@ -2,16 +2,17 @@
 
 Threads:
 
-* **the reader** (the caller of :meth:`AgentService.run`): first resumes the dispatches an earlier
-  incarnation took and never answered (the consumer group's pending list), then blocks on the node's
-  dispatch stream for as many new ones as there are free batch slots, and hands each to the pool. It
-  never reads more than it can start at once, so an undelivered dispatch waits in the stream, where a
+* **the batch threads** (``max_batches`` of them): each reads one dispatch at a time from the node's
+  stream itself (``XREADGROUP ... COUNT 1 BLOCK``; Redis hands each entry to one of the waiting
+  readers), runs it with the :class:`~invoker_agent.batch.BatchRunner` and answers it through
+  :class:`~invoker_agent.channel.AgentChannel` (outputs, result and the dispatch's acknowledgement in
+  one ``MULTI``) -- no hand-off between a reader and a runner on a batch's way. First they run the
+  dispatches an earlier incarnation took and never answered (the consumer group's pending list). No
+  thread reads more than it can start, so an undelivered dispatch waits in the stream, where a
   scheduler can still take it back.
-* **the batch pool**: ``max_batches`` threads; each runs one :class:`~invoker_agent.batch.BatchRunner`
-  batch and answers it through :class:`~invoker_agent.channel.AgentChannel` (outputs, result and the
-  dispatch's acknowledgement in one ``MULTI``).
 * **the heartbeat thread**: every ``heartbeat_s`` (also while draining) publishes a
   :class:`~esg.protocol.Heartbeat` and evicts warm workers idle past their TTL.
+* the caller of :meth:`AgentService.run` waits for :meth:`AgentService.stop`.
 
 A batch id this process has already taken is not run twice (:class:`RecentBatches`). A malformed
 dispatch is answered with status 3 for each activation whose id can be read, when it says where to
@@ -28,7 +29,7 @@ import json
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,9 +93,7 @@ class AgentService:
         self._stop = threading.Event()          # stop taking dispatches (drain)
         self._hb_stop = threading.Event()       # stop heartbeating (after the drain)
         self._draining = False
-        self._executor = ThreadPoolExecutor(max_workers=settings.max_batches, thread_name_prefix="batch")
-        self._slots = threading.Condition()
-        self._running = 0
+        self._resumed: deque[Entry] = deque()
         self._hb_thread = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
 
     # --- control ---------------------------------------------------------------------------------
@@ -106,29 +105,23 @@ class AgentService:
     def run(self) -> int:
         self._hb_thread.start()
         log.info("agent %s: reading %s", self.settings.node, self.channel.stream)
+        threads = [threading.Thread(target=self._batch_loop, name=f"batch-{i}", daemon=True)
+                   for i in range(self.settings.max_batches)]
         try:
-            resumed = self.channel.pending()
-            if resumed:
+            self._resumed.extend(self.channel.pending())
+            if self._resumed:
                 log.info("agent %s: resuming %d dispatch(es) taken before a restart", self.settings.node,
-                         len(resumed))
-            for entry in resumed:
-                self._wait_for_slot()
-                self._accept(entry)
-            while not self._stop.is_set():
-                free = self._wait_for_slot()
-                if free == 0:
-                    continue
-                try:
-                    got = self.channel.take(free, READ_BLOCK_MS)
-                except redis.RedisError as e:
-                    log.error("reading dispatches failed (%s); retrying", e)
-                    self._stop.wait(0.5)
-                    continue
-                for entry in got:
-                    self._accept(entry)
-            log.info("agent %s: draining, %d batch(es) running", self.settings.node, self._running)
+                         len(self._resumed))
+            for t in threads:
+                t.start()
+            while not self._stop.wait(0.5):
+                pass
+            log.info("agent %s: draining", self.settings.node)
         finally:
-            self._executor.shutdown(wait=True)
+            self._stop.set()
+            for t in threads:
+                if t.is_alive():
+                    t.join()
             self._hb_stop.set()
             self._hb_thread.join(timeout=self.settings.heartbeat_s + 5)
             self._beat(draining=True)
@@ -136,15 +129,27 @@ class AgentService:
             log.info("agent %s: stopped", self.settings.node)
         return 0
 
-    def _wait_for_slot(self) -> int:
-        """Free batch slots, waiting (until stopped) for at least one."""
-        with self._slots:
-            while self._running >= self.settings.max_batches and not self._stop.is_set():
-                self._slots.wait(0.2)
-            return max(0, self.settings.max_batches - self._running)
+    def _batch_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                entry = self._resumed.popleft()
+            except IndexError:
+                try:
+                    got = self.channel.take(1, READ_BLOCK_MS)
+                except redis.RedisError as e:
+                    log.error("reading dispatches failed (%s); retrying", e)
+                    self._stop.wait(0.5)
+                    continue
+                if not got:
+                    continue
+                entry = got[0]
+            try:
+                self._handle(entry)
+            except Exception:  # noqa: BLE001 - left pending: the next incarnation runs it again
+                log.exception("dispatch %s could not be answered", entry.id)
 
     # --- dispatches ------------------------------------------------------------------------------
-    def _accept(self, entry: Entry) -> None:
+    def _handle(self, entry: Entry) -> None:
         try:
             msg = decode(entry.raw or b"")
             if not isinstance(msg, DispatchMessage):
@@ -159,9 +164,11 @@ class AgentService:
         if msg.node != self.settings.node:
             log.warning("batch %s is addressed to node %r but arrived on %s; running it here",
                         msg.batch_id, msg.node, entry.stream)
-        with self._slots:
-            self._running += 1
-        self._executor.submit(self._run_batch, entry.id, msg)
+        result, writes = self.runner.run(msg)
+        codes = [r.status_code for r in result.results]
+        log.info("batch %s answered: codes %s%s", result.batch_id, codes,
+                 f" ({result.error})" if result.error else "")
+        self._answer_safely(entry.id, msg.reply_to, result, writes)
 
     def _malformed(self, entry: Entry, e: ProtocolError) -> None:
         log.warning("skipping malformed dispatch %s: %s", entry.id, e)
@@ -170,20 +177,6 @@ class AgentService:
         if batch_id is not None and reply_to:
             result = failed_ids(batch_id, self.settings.node, ids, rt.WHISK_ERROR, f"malformed dispatch: {e}")
         self._answer_safely(entry.id, reply_to or "", result)
-
-    def _run_batch(self, entry_id: str, msg: DispatchMessage) -> None:
-        try:
-            result, writes = self.runner.run(msg)
-            codes = [r.status_code for r in result.results]
-            log.info("batch %s answered: codes %s%s", result.batch_id, codes,
-                     f" ({result.error})" if result.error else "")
-            self._answer_safely(entry_id, msg.reply_to, result, writes)
-        except Exception:  # noqa: BLE001 - left pending: the next incarnation runs it again
-            log.exception("batch %s could not be answered", msg.batch_id)
-        finally:
-            with self._slots:
-                self._running -= 1
-                self._slots.notify()
 
     def _answer_safely(self, entry_id: str, reply_to: str, result: ResultMessage | None,
                        writes: list[Write] | tuple = ()) -> None:

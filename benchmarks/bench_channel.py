@@ -47,20 +47,28 @@ from esg_cli.servers import start_broker, start_redis  # noqa: E402
 SIZES = (1_000, 10_000, 50_000, 100_000, 250_000, 600_000)
 
 
+def kafka_ends(kafka: str, read: str):
+    """A producer, and a consumer reading ``read`` from its end, fetching as the services do."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    from controller_plugin.bus import FETCH_WAIT_MS
+
+    producer = KafkaProducer(bootstrap_servers=kafka, acks=1, linger_ms=0)
+    consumer = KafkaConsumer(bootstrap_servers=kafka, group_id=None, enable_auto_commit=False,
+                             fetch_max_wait_ms=FETCH_WAIT_MS)
+    tp = TopicPartition(read, 0)
+    consumer.assign([tp])
+    consumer.seek_to_end(tp)
+    consumer.position(tp)
+    return producer, consumer
+
+
 # -- the echo side of each transport (its own process) -------------------------------------------------
 def echo(kind: str, kafka: str, redis_url: str, ping: str, pong: str) -> None:
     if kind == "kafka":
-        from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-
         from controller_plugin.bus import FETCH_WAIT_MS
 
-        producer = KafkaProducer(bootstrap_servers=kafka, acks=1, linger_ms=0)
-        consumer = KafkaConsumer(bootstrap_servers=kafka, group_id=None, enable_auto_commit=False,
-                                 fetch_max_wait_ms=FETCH_WAIT_MS)
-        tp = TopicPartition(ping, 0)
-        consumer.assign([tp])
-        consumer.seek_to_end(tp)
-        consumer.position(tp)
+        producer, consumer = kafka_ends(kafka, ping)
         print("ready", flush=True)
         while True:
             for recs in consumer.poll(timeout_ms=FETCH_WAIT_MS).values():
@@ -116,7 +124,7 @@ def hops(kind: str, kafka: str, redis_url: str, trips: int) -> list[float]:
     ping, pong = f"bench-ping-{tag}", f"bench-pong-{tag}"
     r = redis.Redis.from_url(redis_url)
     if kind == "kafka":
-        from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+        from kafka import KafkaAdminClient
         from kafka.admin import NewTopic
 
         from controller_plugin.bus import FETCH_WAIT_MS
@@ -124,13 +132,7 @@ def hops(kind: str, kafka: str, redis_url: str, trips: int) -> list[float]:
         admin = KafkaAdminClient(bootstrap_servers=kafka)
         admin.create_topics([NewTopic(ping, 1, 1), NewTopic(pong, 1, 1)])
         admin.close()
-        producer = KafkaProducer(bootstrap_servers=kafka, acks=1, linger_ms=0)
-        consumer = KafkaConsumer(bootstrap_servers=kafka, group_id=None, enable_auto_commit=False,
-                                 fetch_max_wait_ms=FETCH_WAIT_MS)
-        tp = TopicPartition(pong, 0)
-        consumer.assign([tp])
-        consumer.seek_to_end(tp)
-        consumer.position(tp)
+        producer, consumer = kafka_ends(kafka, pong)
     if kind == "redis-stream":
         r.xgroup_create(pong, "g", id="$", mkstream=True)
     sub = None

@@ -34,17 +34,10 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class FunctionResult:
+class FunctionResult(Outcome):
     """What one function returned for one activation: inline ``result``, or its output's ``output_key``
     (``output_bytes`` long) on ``node``."""
 
-    status_code: int
-    result: Any
-    start_ms: int
-    end_ms: int
-    init_ms: int | None = None
-    logs: tuple[str, ...] = ()
-    timed_out: bool = False
     output_key: str | None = None
     output_bytes: int = 0
     node: str = ""

@@ -52,13 +52,18 @@ class AgentChannel:
     def answer(self, entry_id: str, reply_to: str, result: ResultMessage, writes: Sequence[Write] = ()) -> None:
         """Store the outputs, publish the result, and retire the dispatch: all or nothing."""
         pipe = self.r.pipeline(transaction=True)
+        self.stage_answer(pipe, entry_id, reply_to, result, writes)
+        pipe.execute()
+
+    def stage_answer(self, pipe, entry_id: str, reply_to: str, result: ResultMessage,
+                     writes: Sequence[Write] = ()) -> None:
+        """:meth:`answer`'s commands, added to ``pipe`` (a transaction: several answers can share one)."""
         for w in writes:
             pipe.set(w.key, w.blob, ex=w.ttl_s)
         if reply_to:
             pipe.xadd(reply_to, fields(encode(result)), maxlen=RESULTS_MAXLEN, approximate=True)
         pipe.xack(self.stream, AGENT_GROUP, entry_id)
         pipe.xdel(self.stream, entry_id)
-        pipe.execute()
 
     def drop(self, entry_id: str) -> None:
         """Retire a dispatch that cannot be answered (no ``reply_to`` can be read from it)."""

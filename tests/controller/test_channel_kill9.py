@@ -11,7 +11,6 @@ Nothing accepted is lost and nothing is answered twice (DESIGN §7):
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from agent_channel.keys import AGENT_GROUP, Keys
 from tests.agent.agent_harness import AgentProcess
 from tests.controller.conftest import SCHEDULER_KEY
-from tests.controller.test_service_reliability import start_scheduler, wait_for
+from tests.controller.test_service_reliability import start_scheduler, stop_scheduler, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -123,12 +122,7 @@ def test_scheduler_killed_between_dispatch_and_result_finishes_each_activation_o
         proc = start_scheduler(settings, log_path)
         check_exactly_once(driver, ids, params, timeout=90)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_scheduler(proc)
         a.stop()
     text = log_path.read_text(errors="replace")
     assert "recovery: 4 activations to run again" in text

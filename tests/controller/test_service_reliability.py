@@ -79,6 +79,15 @@ def start_scheduler(settings, log_path: Path) -> subprocess.Popen:
                             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2])
 
 
+def stop_scheduler(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
 def test_kill_9_and_restart_answers_every_activation_exactly_once(settings_factory, agent_factory, driver,
                                                                   standin, tmp_path):
     put(standin, "work", None)
@@ -104,12 +113,7 @@ def test_kill_9_and_restart_answers_every_activation_exactly_once(settings_facto
             if i % 2 == 0:
                 assert driver.acks[a].record["response"]["result"] == {"i": i}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_scheduler(proc)
     text = log_path.read_text(errors="replace")
     assert "recovery:" in text
     assert SCHEDULER_KEY.split(":")[1] not in text

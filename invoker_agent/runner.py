@@ -209,6 +209,15 @@ class ProcessWorker:
 WorkerFactory = Callable[[WorkerSpec, ActionCode], Worker]
 
 
+def _discard(worker: Worker | None) -> None:
+    """A worker that failed to start: whatever it made (its directory, a half-started process) goes."""
+    if worker is not None:
+        try:
+            worker.kill()
+        except Exception:  # noqa: BLE001 - clean-up of a worker that is already broken
+            pass
+
+
 @dataclass
 class _Entry:
     worker: Worker
@@ -365,12 +374,15 @@ class WorkerPool:
                 pass
             return entry, None, None
         t0 = time.perf_counter()
+        worker = None
         try:
             worker = self.factory(spec, action)
             worker.start()
         except WorkerStartError as e:
+            _discard(worker)
             return None, None, (WHISK_ERROR, {"error": f"could not start a worker: {e}"}, False)
         except Exception as e:  # noqa: BLE001 - never let a runner bug kill the agent
+            _discard(worker)
             return None, None, (WHISK_ERROR, {"error": f"could not start a worker: {type(e).__name__}: {e}"},
                                 False)
         self.cold_starts += 1

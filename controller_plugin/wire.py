@@ -54,10 +54,15 @@ class WireError(ValueError):
 
 
 def _load_object(data: bytes | str, what: str) -> dict[str, Any]:
+    if data is None:
+        raise WireError(what, "empty message (no value)")
     try:
-        value = json.loads(data)
+        # Kafka carries UTF-8: json.loads would also take UTF-16/32 bytes, which nothing else here reads
+        value = json.loads(data.decode("utf-8") if isinstance(data, bytes | bytearray) else data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WireError(what, f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise WireError(what, "nested too deeply") from None
     if not isinstance(value, dict):
         raise WireError(what, f"expected a JSON object, got {_json_type(value)}")
     return value

@@ -156,9 +156,11 @@ def _slice(ref: SliceRef | None) -> dict[str, Any] | None:
 
 def decode(raw: bytes | str) -> DispatchMessage | ResultMessage | Heartbeat:
     try:
-        data = json.loads(raw)
+        data = json.loads(raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("not JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise ProtocolError("a message must be a JSON object")
     kind = data.get("type")
@@ -169,7 +171,7 @@ def decode(raw: bytes | str) -> DispatchMessage | ResultMessage | Heartbeat:
             return _result(data)
         if kind == "heartbeat":
             return _heartbeat(data)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         if isinstance(exc, ProtocolError):
             raise
         raise ProtocolError(f"{kind} message: bad or missing field {exc}") from None

@@ -77,13 +77,35 @@ class ActionMeta:
         return any(k.startswith("esg-") for k in self.annotations)
 
     @classmethod
-    def from_document(cls, doc: Mapping[str, Any], path: str, name: str) -> ActionMeta:
+    def from_document(cls, doc: Any, path: str, name: str) -> ActionMeta:
+        """The fields the scheduler uses; a document of the wrong shape is an :class:`ActivationError`
+        naming the field (OpenWhisk never sends one, so it is a whisk error)."""
+        where = f"cannot read action {path}/{name}: the OpenWhisk API answered"
+
+        def bad(what: str) -> ActivationError:
+            return ActivationError(f"{where} {what}", STATUS_WHISK_ERROR)
+
+        if not isinstance(doc, Mapping):
+            raise bad("something other than an action document")
         exec_ = doc.get("exec") or {}
-        annotations = {a["key"]: a.get("value") for a in doc.get("annotations") or []
-                       if isinstance(a, dict) and "key" in a}
+        annotations = doc.get("annotations") or []
+        limits = doc.get("limits") or {}
+        if not isinstance(exec_, Mapping):
+            raise bad("a field 'exec' that is not an object")
+        if not isinstance(annotations, list):
+            raise bad("a field 'annotations' that is not a list")
+        if not isinstance(limits, Mapping):
+            raise bad("a field 'limits' that is not an object")
+        for key in ("timeout", "memory"):
+            value = limits.get(key, DEFAULT_LIMITS[key])
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                shown = value if isinstance(value, int | float | str | None) else type(value).__name__
+                raise bad(f"limits.{key} {str(shown)[:40]!r}, not a positive integer")
         return cls(path=str(doc.get("namespace") or path), name=str(doc.get("name") or name),
                    version=str(doc.get("version") or "0.0.1"), kind=str(exec_.get("kind") or "unknown"),
-                   limits={**DEFAULT_LIMITS, **(doc.get("limits") or {})}, annotations=annotations)
+                   limits={**DEFAULT_LIMITS, **limits},
+                   annotations={a["key"]: a.get("value") for a in annotations
+                                if isinstance(a, dict) and isinstance(a.get("key"), str)})
 
 
 @dataclass(frozen=True)
@@ -169,7 +191,7 @@ class MetadataClient:
             raise ActivationError(f"cannot read action {fqn}: HTTP {resp.status_code}", STATUS_WHISK_ERROR)
         try:
             doc = resp.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ActivationError(f"cannot read action {fqn}: the OpenWhisk API answered non-JSON",
                                   STATUS_WHISK_ERROR) from None
         return ActionMeta.from_document(doc, path, name)
@@ -225,7 +247,7 @@ def parse_dag(value: Any) -> tuple[list[str], list[tuple[str, str]]]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise ActivationError("annotation esg-dag is not JSON") from None
     if not isinstance(value, dict):
         raise ActivationError("annotation esg-dag must be an object {\"functions\": [...], \"edges\": [...]}")
@@ -247,7 +269,7 @@ def function_spec(meta: ActionMeta) -> FunctionSpec:
     ann = meta.annotations
     max_batch = ann.get("esg-max-batch")
     if max_batch is not None:
-        if isinstance(max_batch, str) and max_batch.isdigit():
+        if isinstance(max_batch, str) and max_batch.isdecimal():
             max_batch = int(max_batch)
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch <= 0:
             raise ActivationError(f"action {meta.fqn}: annotation esg-max-batch must be a positive integer, "

@@ -68,7 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--idle-ttl-s", type=checks.positive_float, default=600.0, metavar="S",
                    help="evict warm workers idle this long")
     p.add_argument("--heartbeat-s", type=checks.positive_float, default=1.0, metavar="S", help="heartbeat period")
-    p.add_argument("--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="logging level")
     p.set_defaults(func=run_agent)
 
 

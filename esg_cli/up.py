@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="GPU model of the agents' fake NVML backend")
     p.add_argument("--apps", type=Path, default=ROOT / "apps", help="directory of app files (default apps/)")
     p.add_argument("--profiles", type=Path, default=ROOT / "profiles" / "tables" / "cpu",
-                   help="profile tables the scheduler plans with (default the measured CPU tables)")
+                   help="profile tables the scheduler plans with (default profiles/tables/cpu, the measured CPU tables)")
     p.add_argument("--slo-factor", type=checks.positive_float, default=3.0,
                    help="each app's SLO = this x its fastest path under --profiles")
     p.add_argument("--requests", type=checks.non_negative_int, default=3,

@@ -210,7 +210,10 @@ class ProfileStore:
         if name in self._cache:
             return self._cache[name]
         path = self.directory / f"{name}.json"
-        if not path.is_file():
+        try:
+            if not path.is_file():
+                return None
+        except (OSError, ValueError):  # a name no file can have (too long, a NUL byte)
             return None
         prof = load_profile(path)
         self._cache[name] = prof
@@ -292,7 +295,8 @@ def default_profile(function: str) -> Profile:
 def function_profile(meta: ActionMeta, profiles: ProfileStore, *, required: bool) -> Profile:
     """The action's profile (``esg-profile``, default its name), renamed to its fully qualified name."""
     explicit = meta.annotations.get("esg-profile")
-    if explicit is not None and (not isinstance(explicit, str) or not explicit or "/" in explicit):
+    if explicit is not None and (not isinstance(explicit, str) or not explicit or "/" in explicit
+                                 or "\0" in explicit or len(explicit) > 200):
         raise ActivationError(f"action {meta.fqn}: annotation esg-profile must be a profile name, "
                               f"got {json.dumps(explicit)}")
     name = explicit or meta.name

@@ -8,6 +8,7 @@ activation records, a real Redis.
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 import redis
@@ -117,12 +118,13 @@ def test_non_blocking_and_late_invokes_answer_202_with_the_id(api):
 
 def test_activation_get_list_result_logs(redis_url):
     client = redis.Redis.from_url(redis_url)
-    ids = [f"{i:032x}" for i in (1, 2, 3)]
+    ns = f"ns-{uuid.uuid4().hex[:8]}"                   # the session's Redis holds other tests' records
+    ids = [uuid.uuid4().hex for _ in range(3)]
     try:
-        client.set(activation_record_key(ids[0]), json.dumps(record(ids[0], 0, {"ok": 1}, 1000)))
-        client.set(activation_record_key(ids[1]), json.dumps(record(ids[1], 1, {"error": "no"}, 2000, "other")))
+        client.set(activation_record_key(ids[0]), json.dumps(record(ids[0], 0, {"ok": 1}, 1000, ns=ns)))
+        client.set(activation_record_key(ids[1]), json.dumps(record(ids[1], 1, {"error": "no"}, 2000, "other", ns)))
         client.set(activation_record_key(ids[2]), json.dumps(record(ids[2], 0, {}, 3000, ns="someone-else")))
-        with OpenWhiskStandIn(redis_client=client) as s:
+        with OpenWhiskStandIn(keys={GUEST_KEY: ns}, redis_client=client) as s:
             api = Api(s)
             got = api.call("GET", f"_/activations/{ids[1]}").json()
             assert got["response"] == {"result": {"error": "no"}, "status": "application error", "success": False}

@@ -323,5 +323,6 @@ def _serve(cluster: Cluster) -> None:
             time.sleep(0.5)
         dead = [n for n, p in cluster.procs.items() if p.poll() is not None]
         print(f"stopped: {', '.join(dead)} exited", file=sys.stderr)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the caller stops everything on the way out
         print("\nstopping")
+        raise

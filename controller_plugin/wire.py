@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from esg.protocol import MAX_NESTING, deeper_than
+
 #: ``max.request.size`` of OpenWhisk's activation and ack producers: 1 MiB of result + 6068 B overhead.
 MAX_MESSAGE_BYTES = 1_054_644
 #: Kafka's record-batch header (v2) and maximal per-record overhead, in bytes.
@@ -65,6 +67,8 @@ def _load_object(data: bytes | str, what: str) -> dict[str, Any]:
         raise WireError(what, "nested too deeply") from None
     if not isinstance(value, dict):
         raise WireError(what, f"expected a JSON object, got {_json_type(value)}")
+    if deeper_than(value, MAX_NESTING + 10):
+        raise WireError(what, f"a value nests deeper than {MAX_NESTING} levels")
     return value
 
 

@@ -25,6 +25,26 @@ class ProtocolError(EsgError):
     """A scheduler/agent message is malformed."""
 
 
+#: How deeply a value inside a message may nest (an activation's parameters, an action's result). JSON
+#: parsers and encoders recurse once per level and stop near 1000, so a value nested close to that parses
+#: in one place and cannot be written again in the next; beyond this depth it is refused by name instead.
+MAX_NESTING = 200
+
+
+def deeper_than(value: Any, limit: int = MAX_NESTING) -> bool:
+    """Whether ``value`` (parsed JSON) nests more than ``limit`` levels of arrays and objects (iterative)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        children = v.values() if isinstance(v, dict) else v if isinstance(v, list | tuple) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children)
+    return False
+
+
 def dispatch_topic(node: str, prefix: str = "") -> str:
     return prefix + DISPATCH_TOPIC.format(node=node)
 
@@ -163,6 +183,8 @@ def decode(raw: bytes | str) -> DispatchMessage | ResultMessage | Heartbeat:
         raise ProtocolError("not JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise ProtocolError("a message must be a JSON object")
+    if deeper_than(data, MAX_NESTING + 10):
+        raise ProtocolError(f"a value in the message nests deeper than {MAX_NESTING} levels")
     kind = data.get("type")
     try:
         if kind == "dispatch":

@@ -153,3 +153,16 @@ def test_trace_files(tmp_path_factory, raw):
         assert "--trace" in str(exc) and "\n" not in str(exc).strip()
         return
     assert all(isinstance(name, str) and all(isinstance(c, float) for c in counts) for name, counts in rows)
+
+
+def test_parameters_nested_too_deeply_are_refused_by_name():
+    deep = json.loads("[" * 900 + "]" * 900)     # parses, but could not be written into an ack again
+    for raw, parse, error in ((wire.encode({**ACTIVATION, "content": deep}), wire.parse_activation, wire.WireError),
+                              (json.dumps({**DISPATCH, "requests": [{**DISPATCH["requests"][0], "value": deep}]}),
+                               protocol.decode, protocol.ProtocolError)):
+        try:
+            parse(raw)
+        except error as exc:
+            assert "deeper than 200 levels" in str(exc)
+        else:
+            raise AssertionError("accepted")

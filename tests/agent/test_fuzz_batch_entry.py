@@ -47,6 +47,7 @@ GOOD = protocol.DispatchMessage("good", "node-f", "guest/echo", "guest/echo",
 def runner():
     with OpenWhiskStandIn() as api:
         api.add("echo", ECHO, timeout_ms=20000)
+        api.add("deep", "def main(a):\n    v = []\n    for _ in range(500):\n        v = [v]\n    return {'v': v}\n")
         node = NodeAgent.create("node-f", vcpus=2, fake_gpu="A100-40GB")
         try:
             yield BatchRunner(node, ActionFetcher(api.url, AUTH), SliceManager(node),
@@ -101,3 +102,12 @@ def test_mutated_dispatches_are_refused_by_name_or_answered_in_full(runner, raw)
     protocol.decode(protocol.encode(result))   # it can be published and read back
     good = runner.run(GOOD)                     # and the agent still runs a good batch behind it
     assert [(r.status_code, r.result) for r in good.results] == [(0, {"echo": {"ok": 1}})]
+
+
+def test_a_result_nested_too_deeply_is_the_actions_error_by_name(runner):
+    deep = protocol.DispatchMessage("deep", "node-f", "guest/deep", "guest/deep",
+                                    protocol.ActionRef("guest", "deep", None), Config(1, 1), None, (),
+                                    (protocol.RunRequest("d" * 32, "t4", {}, 1718003081790, "guest"),))
+    (result,) = runner.run(deep).results
+    assert result.status_code == 2 and "nests deeper than 200 levels" in result.result["error"]
+    protocol.decode(protocol.encode(protocol.ResultMessage("deep", "node-f", (result,))))

@@ -164,6 +164,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.remove_on_exit:
         remove_on_exit(args.remove_on_exit)
+    # the agent starts workers with SIGTERM held (invoker_agent.lifetime): from here on it is handled
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     server = HTTPServer(("127.0.0.1", 0), Handler)
     server.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     tmp = args.port_file + ".tmp"

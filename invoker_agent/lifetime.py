@@ -41,12 +41,18 @@ def _load_prctl() -> Callable[..., int] | None:
 _PRCTL = _load_prctl()
 
 
-def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> Callable[[], None]:
+def die_with_parent(sig: signal.Signals = signal.SIGTERM, hold: bool = False) -> Callable[[], None]:
     """A ``preexec_fn`` that makes the child receive ``sig`` when this process (more exactly: the calling
-    thread) ends."""
+    thread) ends.
+
+    With ``hold`` the child starts with ``sig`` blocked, so a parent that dies while the child is still
+    starting cannot kill it before it has installed its handler; the child must unblock it (the action
+    worker does, once its clean-up handler is in place)."""
     parent = os.getpid()
 
     def hook() -> None:
+        if hold:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
         if _PRCTL is not None:
             _PRCTL(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the hook ran: act on it now

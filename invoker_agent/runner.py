@@ -129,7 +129,7 @@ class ProcessWorker:
                 [sys.executable, "-u", str(WORKER_SCRIPT), "--port-file", str(port_file),
                  "--remove-on-exit", str(self.dir)],
                 env=env, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent())
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent(hold=True))
         try:
             os.sched_setaffinity(self.proc.pid, self.spec.vcpus)
         except OSError as e:

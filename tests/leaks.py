@@ -129,6 +129,16 @@ def listening_ports(pids: list[int]) -> dict[int, list[int]]:
     return out
 
 
+def _describe(path: Path) -> str:
+    """The path, and for a directory what it holds (a worker's log says which action it ran)."""
+    if not path.is_dir():
+        return str(path)
+    inside = sorted(p.name for p in path.iterdir())[:8]
+    log = path / "action.log"
+    tail = log.read_text(errors="replace")[-200:].replace("\n", " | ") if log.is_file() else ""
+    return f"{path} {inside}" + (f" log: {tail}" if tail else "")
+
+
 @dataclass
 class Leaks:
     processes: list[str] = field(default_factory=list)
@@ -181,7 +191,7 @@ class Watch:
             entries = sorted(self.tmp_root.iterdir())
         except OSError:
             entries = []
-        leaks.paths = [str(p) for p in entries if not p.name.startswith("pytest-of-") and p.name not in NOT_OURS]
+        leaks.paths = [_describe(p) for p in entries if not p.name.startswith("pytest-of-") and p.name not in NOT_OURS]
         return leaks
 
     def clean_up(self) -> None:

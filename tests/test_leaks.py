@@ -44,5 +44,5 @@ def test_a_listening_port_and_a_left_file_are_found(tmp_path):
         port = s.getsockname()[1]
         leaks = watch.check(grace_s=0)
         assert any(line.startswith(f"{port} ") for line in leaks.ports), leaks
-    assert leaks.paths == [str(tmp_path / "esg-action-x")]
+    assert leaks.paths == [f"{tmp_path / 'esg-action-x'} []"]
     assert not any(line.startswith(f"{port} ") for line in watch.check(grace_s=0).ports)

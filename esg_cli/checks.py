@@ -38,46 +38,23 @@ def _number(text: str, kind: type) -> float | int:
     return value
 
 
-def positive_int(text: str) -> int:
-    value = _number(text, int)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _in_range(kind: type, ok: Callable[[float], bool], need: str, name: str) -> Callable[[str], Any]:
+    """An argparse type: a number of ``kind`` for which ``ok`` holds, else "must be ``need``"."""
+    def parse(text: str) -> Any:
+        value = _number(text, kind)
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {need}, got {text.strip()}")
+        return value
+    parse.__name__ = name  # argparse names the type in its own messages
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    value = _number(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = _number(text, float)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    value = _number(text, float)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
-def port(text: str) -> int:
-    value = _number(text, int)
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535), got {value}")
-    return value
-
-
-def port_or_zero(text: str) -> int:
-    value = _number(text, int)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port (1-65535, or 0 for a free one), got {value}")
-    return value
+positive_int = _in_range(int, lambda v: v >= 1, "at least 1", "positive_int")
+non_negative_int = _in_range(int, lambda v: v >= 0, "0 or more", "non_negative_int")
+positive_float = _in_range(float, lambda v: v > 0, "a positive number", "positive_float")
+non_negative_float = _in_range(float, lambda v: v >= 0, "0 or more", "non_negative_float")
+port = _in_range(int, lambda v: 1 <= v <= 65535, "a TCP port (1-65535)", "port")
+port_or_zero = _in_range(int, lambda v: 0 <= v <= 65535, "a TCP port (1-65535, or 0 for a free one)", "port_or_zero")
 
 
 def gpu_model(text: str) -> str:

@@ -9,8 +9,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -26,6 +29,15 @@ VALUES_OVERLAY = ROOT / "deploy" / "kubernetes" / "openwhisk-values.yaml"
 IMAGE_ROOT = "/opt/esg"
 
 _VAR = re.compile(r"\$(?:\$|\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?-)(?P<default>[^}]*))?\})")
+
+
+def couchdb_init() -> ModuleType:
+    """``deploy/couchdb/init.py``, which runs as a script in the image, loaded as a module."""
+    if "couchdb_init" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("couchdb_init", ROOT / "deploy" / "couchdb" / "init.py")
+        module = sys.modules["couchdb_init"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules["couchdb_init"]
 
 
 def load_yaml(path: Path) -> Any:

@@ -14,7 +14,6 @@ reads to refuse blocked namespaces.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -23,12 +22,9 @@ import sys
 
 import pytest
 
-from tests.deploy.deploy_files import ROOT
+from tests.deploy.deploy_files import ROOT, couchdb_init
 
-# deploy/couchdb/init.py runs as a script in the image, not as part of a package.
-_spec = importlib.util.spec_from_file_location("couchdb_init", ROOT / "deploy" / "couchdb" / "init.py")
-init = sys.modules["couchdb_init"] = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(init)
+init = couchdb_init()
 
 GUEST = (ROOT / "deploy/couchdb/auth/auth.guest").read_text().strip()
 SYSTEM = (ROOT / "deploy/couchdb/auth/auth.whisk.system").read_text().strip()

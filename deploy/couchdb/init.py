@@ -3,7 +3,9 @@
 What it does, in the order of OpenWhisk's ``ansible/initdb.yml`` and ``ansible/tasks/wipeDatabase.yml``
 (with ``recreateViews.yml``), from the files in ``design/`` and ``auth/`` (see ``deploy/SOURCES.md``):
 
-1. ``_users`` (``db/createUsers.yml``; every component uses the admin account here, so no user is added);
+1. CouchDB's system databases ``_users`` (``db/createUsers.yml``; every component uses the admin account
+   here, so no user is added), ``_replicator`` and ``_global_changes`` (a single-node CouchDB 2.x
+   wants all three; openwhisk-deploy-kube's init gets them from ``_cluster_setup``);
 2. ``{prefix}subjects`` with the ``subjects.v2.0.0``, ``snapshotFilters`` and ``namespaceThrottlings``
    design documents and one subject document per identity (``guest``, ``whisk.system``);
 3. ``{prefix}whisks`` with ``whisks.v2.1.0`` and ``snapshotFilters``;
@@ -51,6 +53,8 @@ DESIGN_DOCUMENTS: dict[str, tuple[str, ...]] = {
 
 #: The identities OpenWhisk's ``db.authkeys`` lists, with the variable that overrides each default key.
 IDENTITIES: dict[str, str] = {"guest": "OPENWHISK_GUEST_AUTH", "whisk.system": "OPENWHISK_SYSTEM_AUTH"}
+
+SYSTEM_DATABASES = ("_users", "_replicator", "_global_changes")
 
 #: Server admins only: ``members`` restricted to the ``_admin`` role (an empty list would make it public).
 ADMIN_ONLY = {"admins": {"names": [], "roles": []}, "members": {"names": [], "roles": ["_admin"]}}
@@ -174,7 +178,7 @@ def ensure_document(db: CouchDB, database: str, doc: dict[str, Any]) -> str:
 
 
 def apply(db: CouchDB, databases: list[Database]) -> list[str]:
-    done = [ensure_database(db, "_users")]
+    done = [ensure_database(db, name) for name in SYSTEM_DATABASES]
     for database in databases:
         done.append(ensure_database(db, database.name))
         db.expect("PUT", f"{database.name}/_security", ok=(200,), body=ADMIN_ONLY)

@@ -53,6 +53,8 @@ def test_a_fresh_server_gets_openwhisks_databases_documents_and_identities(couch
     r = run_init(couchdb, prefix)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().endswith("OpenWhisk's databases are ready")
+    for system in ("_users", "_replicator", "_global_changes"):
+        assert get(couchdb, system).status_code == 200, system
     for suffix, files in design_files().items():
         db = prefix + suffix
         assert get(couchdb, db).status_code == 200

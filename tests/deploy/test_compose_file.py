@@ -162,6 +162,14 @@ def test_scheduler_metrics_port_is_the_one_checked_and_published(gpu):
     assert s["ports"] == [f"127.0.0.1:{port}:{port}"]
 
 
+def test_the_scheduler_plans_with_the_tables_of_the_hardware_the_actions_run_on(gpu, cpu):
+    for model, tables in ((gpu, "a100"), (cpu, "cpu")):
+        cmd = model["services"]["scheduler"]["command"]
+        path = cmd[cmd.index("--profiles") + 1]
+        assert path == f"{IMAGE_ROOT}/profiles/tables/{tables}"
+        assert list((ROOT / path.removeprefix(f"{IMAGE_ROOT}/")).glob("*.json"))
+
+
 def test_agent_healthchecks_ask_the_controller_the_agents_talk_to(gpu, cpu):
     for model in (gpu, cpu):
         for name, s in model["services"].items():
@@ -210,3 +218,4 @@ def test_the_image_holds_what_the_compose_file_runs():
         assert (ROOT / path).exists()
     cpu_file = load_yaml(COMPOSE_CPU)
     assert set(cpu_file["services"]["agent-gpu0"]) == {"profiles"}
+    assert set(cpu_file["services"]["scheduler"]) == {"command"}

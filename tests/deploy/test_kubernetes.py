@@ -121,6 +121,13 @@ def test_one_scheduler_at_a_time_and_its_probe_on_its_metrics_port():
     assert k8s_object("Service", "esg-scheduler")["spec"]["ports"][0]["port"] == int(port)
 
 
+def test_the_scheduler_plans_with_the_gpu_tables_the_image_holds():
+    c = pod_container(k8s_object("Deployment", "esg-scheduler"), "scheduler")
+    path = c["args"][c["args"].index("--profiles") + 1]
+    assert path == f"{IMAGE_ROOT}/profiles/tables/a100"
+    assert list((ROOT / path.removeprefix(f"{IMAGE_ROOT}/")).glob("*.json"))
+
+
 def test_redis_address_is_the_redis_service():
     svc = k8s_object("Service", "esg-redis")
     assert config()["ESG_REDIS"] == f"redis://{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}/0"

@@ -54,6 +54,7 @@ READY_TIMEOUT_S = 60.0
 
 
 def env_names_read_by(*modules: str) -> set[str]:
+    """The ``ESG_*`` names a subcommand's module reads (its argparse defaults and env fallbacks)."""
     return {name for m in modules for name in re.findall(r'"(ESG_[A-Z_]+)"', (ROOT / m).read_text())}
 
 
@@ -76,14 +77,20 @@ class Launch:
     real_nvml: bool
 
 
+def healthcheck_argv(service: dict) -> list[str]:
+    test = service["healthcheck"]["test"]
+    assert test[0] == "CMD", "the ESG healthchecks run without a shell"
+    return test[1:]
+
+
 def from_compose(cpu: bool) -> Launch:
     files = (COMPOSE, COMPOSE_CPU) if cpu else (COMPOSE,)
     services = active_services(compose_model(*files))
     sched = services["scheduler"]
     agent = services["agent-cpu0" if cpu else "agent-gpu0"]
-    check = lambda s: [a for a in s["healthcheck"]["test"][1:]]  # noqa: E731 - "CMD" form
-    return Launch("compose-cpu" if cpu else "compose", sched["command"], service_env(sched), check(sched),
-                  agent["command"], service_env(agent), check(agent), real_nvml=not cpu)
+    return Launch("compose-cpu" if cpu else "compose", sched["command"], service_env(sched),
+                  healthcheck_argv(sched), agent["command"], service_env(agent), healthcheck_argv(agent),
+                  real_nvml=not cpu)
 
 
 def from_kubernetes() -> Launch:

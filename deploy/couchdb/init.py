@@ -19,7 +19,8 @@ running it again on every ``docker compose up`` changes nothing.
 
 Configuration (environment): ``COUCHDB_URL`` (default ``http://db:5984``), ``COUCHDB_USER``,
 ``COUCHDB_PASSWORD``, ``DB_PREFIX`` (default ``local_``), ``OPENWHISK_GUEST_AUTH`` and
-``OPENWHISK_SYSTEM_AUTH`` (``uuid:key``; default: OpenWhisk's public keys in ``auth/``). A bad setting
+``OPENWHISK_SYSTEM_AUTH`` (``uuid:key``; default: OpenWhisk's public keys in ``auth/``),
+``COUCHDB_WAIT_S`` (how long to wait for CouchDB to answer, default 120). A bad setting
 is one line naming it, exit 2, before any request; an unreachable or failing CouchDB is one line, exit 1.
 """
 

@@ -21,7 +21,11 @@ matched by exactly one rule of :data:`RULES`, which says how it is exercised:
   stand-in as the PUT ``wsk`` makes (annotation values parsed as JSON where they parse), and the app
   they declare must plan with the shipped profile tables through the scheduler's own metadata reader;
   ``wsk action invoke`` must name an action created above;
-* ``deploy``: ``python -m actions.deploy`` run against the REST stand-in (its placeholders filled in).
+* ``deploy``: ``python -m actions.deploy`` run against the REST stand-in (its API host and key replaced);
+* ``external``: Docker, ``kubectl``, ``helm`` or ``curl`` against a real OpenWhisk, which this machine lacks:
+  the deployment files they name must exist (``tests/deploy/`` validates those files offline);
+* ``key``: a shell variable holding an API key: it must be OpenWhisk's public guest key, which the
+  stand-in and OpenWhisk's own deployments know.
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ RULES: list[tuple[str, str]] = [           # (regular expression on the command,
     (r"^python -m actions\.deploy ", "deploy"),
     (r"^PYTHONPATH=\. \.venv/bin/python benchmarks/", "help"),
     (r"^python -m actions\.deploy$", "help"),
+    (r"^(docker|kubectl|helm|curl) ", "external"),
+    (r"^KEY=", "key"),
 ]
 INLINE = re.compile(r"`((?:esg |scripts/|python -m |PYTHONPATH=|wsk )[^`]*)`")
 
@@ -218,12 +224,30 @@ def test_wsk_commands_declare_an_app_the_scheduler_plans():
 @pytest.mark.parametrize("command", [c for c in COMMANDS if rule(c) == "deploy"])
 def test_deploy_against_the_standin(command):
     with OpenWhiskStandIn() as api:
-        words = [w.replace("URL", api.url).replace("UUID:KEY", GUEST_KEY) for w in shlex.split(command)]
+        words = shlex.split(command)
+        for i, w in enumerate(words[:-1]):
+            if w == "--apihost":
+                words[i + 1] = api.url
+            elif w == "--auth":
+                words[i + 1] = GUEST_KEY
         r = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=120,
                            env=dict(__import__("os").environ, PYTHONPATH=str(ROOT)))
         assert r.returncode == 0, r.stderr[-2000:]
         apps = sorted(json.loads(p.read_text())["name"] for p in (ROOT / "apps").glob("*.json"))
         assert all(api.store.get("guest", a) is not None for a in apps)
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if rule(c) == "external"])
+def test_external_commands_name_files_that_exist(command):
+    for word in shlex.split(command):
+        path = word.split("/path/to/esg-openwhisk/")[-1]
+        if path.startswith(("deploy/", "docker-compose")) or path.endswith((".yml", ".yaml")) and "/" in path:
+            assert (ROOT / path).exists(), f"{command}: {path} does not exist"
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if rule(c) == "key"])
+def test_key_is_the_public_guest_key(command):
+    assert command.split("=", 1)[1] == GUEST_KEY
 
 
 # -- the docs' numbers -------------------------------------------------------------------------------

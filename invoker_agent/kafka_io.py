@@ -69,5 +69,7 @@ def open_consumer(bootstrap: str, topic: str, group_id: str,
 
 
 def open_producer(bootstrap: str) -> KafkaProducer:
+    # acks=1 (a leader's ack is enough: results are deduplicated by batch id), so no idempotence: said
+    # explicitly, or kafka-python warns at every start that it turns idempotence off
     return KafkaProducer(bootstrap_servers=bootstrap, acks=1, retries=5, linger_ms=0,
-                         client_id="esg-agent")
+                         client_id="esg-agent", enable_idempotence=False)

@@ -211,7 +211,7 @@ def salvage(raw: bytes | None) -> tuple[str | None, list[str]]:
     """The batch id and activation ids of a malformed dispatch, where they can still be read."""
     try:
         data: Any = json.loads(raw or b"")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None, []
     if not isinstance(data, dict) or not isinstance(data.get("batch_id"), str):
         return None, []

@@ -1,5 +1,9 @@
-# Image for the ESG scheduler (`esg scheduler`) and the invoker agents (`esg agent`).
+# Image for the ESG scheduler (`esg scheduler`), the invoker agents (`esg agent`) and the compose
+# cluster's one-shot CouchDB initialisation (`deploy/couchdb/init.py`); `deploy/healthcheck.py` is the
+# readiness check Docker Compose and Kubernetes run in these containers.
 # GPU nodes run the agent with the NVIDIA container runtime (`--gpus all` / compose `deploy.resources`).
+#
+#   docker build -t esg-openwhisk:0.1.0 .      (the tag docker-compose.yml and deploy/kubernetes/ use)
 FROM python:3.11-slim
 WORKDIR /opt/esg
 COPY pyproject.toml README.md ./
@@ -11,4 +15,6 @@ COPY profiles ./profiles
 COPY apps ./apps
 COPY actions ./actions
 RUN pip install --no-cache-dir '.[actions]'
+COPY deploy/healthcheck.py ./deploy/healthcheck.py
+COPY deploy/couchdb ./deploy/couchdb
 ENTRYPOINT ["esg"]

@@ -13,11 +13,9 @@ onnxruntime and pillow in the runtime: pass ``--image`` for a blackbox image bui
 
 from __future__ import annotations
 
-import argparse
 import base64
 import io
 import json
-import os
 import shlex
 import sys
 import zipfile
@@ -25,6 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from actions import CPU_ONLY, MODULES
+from esg_cli.checks import api_key, check_file, check_writable_dir, from_env, http_url, positive_int
+from esg_cli.cliparse import Parser, UsageError, fail
+from esg_cli.errors import CliError
 
 ROOT = Path(__file__).resolve().parent
 APPS_DIR = ROOT.parent / "apps"
@@ -56,18 +57,27 @@ def action_zip(function: str) -> bytes:
     return buf.getvalue()
 
 
+class DeployError(Exception):
+    """Bad input (an app file, a flag): reported as one line, exit status 2, before anything is sent."""
+
+
 def load_apps(paths: list[Path]) -> list[dict]:
+    """The app files, each checked as the scheduler will read it (a cycle, an SLO that is not a positive
+    number, a function without an action module are named now, not at the first invoke)."""
+    from esg.errors import AppError
+    from esg.model import load_app
+
     apps = []
     for p in paths:
-        with open(p, encoding="utf-8") as f:
-            app = json.load(f)
-        for key in ("name", "slo_ms", "functions"):
-            if key not in app:
-                raise SystemExit(f"{p}: missing '{key}'")
-        unknown = [fn for fn in app["functions"] if fn not in MODULES]
+        try:
+            app = load_app(p)
+        except AppError as exc:
+            raise DeployError(str(exc)) from None
+        unknown = [fn for fn in app.functions if fn not in MODULES]
         if unknown:
-            raise SystemExit(f"{p}: functions without an action module: {', '.join(unknown)}")
-        apps.append(app)
+            raise DeployError(f"{p}: functions without an action module: {', '.join(unknown)} "
+                              f"(known: {', '.join(MODULES)})")
+        apps.append(app.to_dict())
     return apps
 
 
@@ -134,9 +144,7 @@ def action_url(apihost: str, namespace: str, name: str) -> str:
 def send(requests_: list[Request], apihost: str, auth: str, namespace: str, insecure: bool) -> int:
     import requests
 
-    uuid, sep, key = auth.partition(":")
-    if not sep:
-        raise SystemExit("--auth must be UUID:KEY")
+    uuid, _, key = auth.partition(":")
     failures = 0
     with requests.Session() as s:
         s.auth = (uuid, key)
@@ -155,30 +163,45 @@ def send(requests_: list[Request], apihost: str, auth: str, namespace: str, inse
     return 1 if failures else 0
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m actions.deploy", description=__doc__.split("\n\n")[0])
+def parser() -> Parser:
+    ap = Parser(prog="python -m actions.deploy", description=__doc__.split("\n\n")[0])
     ap.add_argument("apps", nargs="*", type=Path, help="app files (default: apps/*.json)")
-    ap.add_argument("--apihost", default=os.environ.get("ESG_OPENWHISK_API"),
-                    help="OpenWhisk API host URL (env ESG_OPENWHISK_API)")
-    ap.add_argument("--auth", default=os.environ.get("ESG_OPENWHISK_AUTH"),
-                    help="API key UUID:KEY (env ESG_OPENWHISK_AUTH)")
-    ap.add_argument("--namespace", default="_", help="namespace (default: _, the key's own)")
+    ap.add_argument("--apihost", type=http_url, help="OpenWhisk API host URL (env ESG_OPENWHISK_API)")
+    ap.add_argument("--auth", type=api_key, help="API key UUID:KEY (env ESG_OPENWHISK_AUTH)")
+    ap.add_argument("--namespace", default="_", help="namespace (_ is the key's own)")
     ap.add_argument("--image", help="runtime image for the function actions (kind blackbox); "
                                     "without it, kind python:3, which must provide onnxruntime")
-    ap.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH, help="esg-max-batch (default 8)")
+    ap.add_argument("--max-batch", type=positive_int, default=DEFAULT_MAX_BATCH, help="esg-max-batch")
     ap.add_argument("--insecure", action="store_true", help="do not verify the API host's TLS certificate")
-    ap.add_argument("--dry-run", action="store_true", help="print the requests instead of sending them")
-    ap.add_argument("--print-wsk", action="store_true", help="print the equivalent wsk commands")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="print the requests instead of sending them")
+    mode.add_argument("--print-wsk", action="store_true", help="print the equivalent wsk commands")
     ap.add_argument("--zip-dir", type=Path, default=Path("build/actions"),
-                    help="where --print-wsk writes the action zips its commands use (default build/actions)")
+                    help="where --print-wsk writes the action zips its commands use")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    ns = parser().parse_args(argv)
-    if ns.max_batch < 1:
-        raise SystemExit("--max-batch must be at least 1")
+    try:
+        ns = parser().parse_args(argv)
+    except UsageError:  # already reported on one line
+        return 2
+    try:
+        return _run(ns)
+    except (DeployError, CliError) as exc:
+        return fail("python -m actions.deploy", exc)
+
+
+def _run(ns) -> int:
+    apihost = from_env(ns.apihost, "ESG_OPENWHISK_API", http_url)
+    auth = from_env(ns.auth, "ESG_OPENWHISK_AUTH", api_key)
+    for path in ns.apps:
+        check_file(path, "app file")
     apps = load_apps(ns.apps or sorted(APPS_DIR.glob("*.json")))
+    if ns.print_wsk:
+        check_writable_dir(ns.zip_dir, "--zip-dir")
+    elif not ns.dry_run and (not apihost or not auth):
+        raise DeployError("give --apihost and --auth (or ESG_OPENWHISK_API and ESG_OPENWHISK_AUTH)")
     reqs = plan(apps, ns.image, ns.max_batch, ns.zip_dir)
     if ns.print_wsk:
         ns.zip_dir.mkdir(parents=True, exist_ok=True)
@@ -192,12 +215,10 @@ def main(argv: list[str] | None = None) -> int:
             body = json.loads(json.dumps(r.body))
             if "code" in body["exec"]:
                 body["exec"]["code"] = f"<{len(body['exec']['code'])} chars>"
-            print(f"PUT {action_url(ns.apihost or '$ESG_OPENWHISK_API', ns.namespace, r.name)}")
+            print(f"PUT {action_url(apihost or '$ESG_OPENWHISK_API', ns.namespace, r.name)}")
             print(json.dumps(body, indent=2))
         return 0
-    if not ns.apihost or not ns.auth:
-        raise SystemExit("give --apihost and --auth (or ESG_OPENWHISK_API and ESG_OPENWHISK_AUTH)")
-    return send(reqs, ns.apihost, ns.auth, ns.namespace, ns.insecure)
+    return send(reqs, apihost, auth, ns.namespace, ns.insecure)
 
 
 if __name__ == "__main__":

@@ -77,13 +77,35 @@ class ActionMeta:
         return any(k.startswith("esg-") for k in self.annotations)
 
     @classmethod
-    def from_document(cls, doc: Mapping[str, Any], path: str, name: str) -> ActionMeta:
+    def from_document(cls, doc: Any, path: str, name: str) -> ActionMeta:
+        """The fields the scheduler uses; a document of the wrong shape is an :class:`ActivationError`
+        naming the field (OpenWhisk never sends one, so it is a whisk error)."""
+        where = f"cannot read action {path}/{name}: the OpenWhisk API answered"
+
+        def bad(what: str) -> ActivationError:
+            return ActivationError(f"{where} {what}", STATUS_WHISK_ERROR)
+
+        if not isinstance(doc, Mapping):
+            raise bad("something other than an action document")
         exec_ = doc.get("exec") or {}
-        annotations = {a["key"]: a.get("value") for a in doc.get("annotations") or []
-                       if isinstance(a, dict) and "key" in a}
+        annotations = doc.get("annotations") or []
+        limits = doc.get("limits") or {}
+        if not isinstance(exec_, Mapping):
+            raise bad("a field 'exec' that is not an object")
+        if not isinstance(annotations, list):
+            raise bad("a field 'annotations' that is not a list")
+        if not isinstance(limits, Mapping):
+            raise bad("a field 'limits' that is not an object")
+        for key in ("timeout", "memory"):
+            value = limits.get(key, DEFAULT_LIMITS[key])
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                shown = value if isinstance(value, int | float | str | None) else type(value).__name__
+                raise bad(f"limits.{key} {str(shown)[:40]!r}, not a positive integer")
         return cls(path=str(doc.get("namespace") or path), name=str(doc.get("name") or name),
                    version=str(doc.get("version") or "0.0.1"), kind=str(exec_.get("kind") or "unknown"),
-                   limits={**DEFAULT_LIMITS, **(doc.get("limits") or {})}, annotations=annotations)
+                   limits={**DEFAULT_LIMITS, **limits},
+                   annotations={a["key"]: a.get("value") for a in annotations
+                                if isinstance(a, dict) and isinstance(a.get("key"), str)})
 
 
 @dataclass(frozen=True)
@@ -169,7 +191,7 @@ class MetadataClient:
             raise ActivationError(f"cannot read action {fqn}: HTTP {resp.status_code}", STATUS_WHISK_ERROR)
         try:
             doc = resp.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ActivationError(f"cannot read action {fqn}: the OpenWhisk API answered non-JSON",
                                   STATUS_WHISK_ERROR) from None
         return ActionMeta.from_document(doc, path, name)
@@ -188,7 +210,10 @@ class ProfileStore:
         if name in self._cache:
             return self._cache[name]
         path = self.directory / f"{name}.json"
-        if not path.is_file():
+        try:
+            if not path.is_file():
+                return None
+        except (OSError, ValueError):  # a name no file can have (too long, a NUL byte)
             return None
         prof = load_profile(path)
         self._cache[name] = prof
@@ -225,7 +250,7 @@ def parse_dag(value: Any) -> tuple[list[str], list[tuple[str, str]]]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise ActivationError("annotation esg-dag is not JSON") from None
     if not isinstance(value, dict):
         raise ActivationError("annotation esg-dag must be an object {\"functions\": [...], \"edges\": [...]}")
@@ -247,7 +272,7 @@ def function_spec(meta: ActionMeta) -> FunctionSpec:
     ann = meta.annotations
     max_batch = ann.get("esg-max-batch")
     if max_batch is not None:
-        if isinstance(max_batch, str) and max_batch.isdigit():
+        if isinstance(max_batch, str) and max_batch.isdecimal():
             max_batch = int(max_batch)
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch <= 0:
             raise ActivationError(f"action {meta.fqn}: annotation esg-max-batch must be a positive integer, "
@@ -270,7 +295,8 @@ def default_profile(function: str) -> Profile:
 def function_profile(meta: ActionMeta, profiles: ProfileStore, *, required: bool) -> Profile:
     """The action's profile (``esg-profile``, default its name), renamed to its fully qualified name."""
     explicit = meta.annotations.get("esg-profile")
-    if explicit is not None and (not isinstance(explicit, str) or not explicit or "/" in explicit):
+    if explicit is not None and (not isinstance(explicit, str) or not explicit or "/" in explicit
+                                 or "\0" in explicit or len(explicit) > 200):
         raise ActivationError(f"action {meta.fqn}: annotation esg-profile must be a profile name, "
                               f"got {json.dumps(explicit)}")
     name = explicit or meta.name

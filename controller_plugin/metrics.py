@@ -34,4 +34,14 @@ class Metrics:
         self._queues |= set(lengths)
 
     def serve(self, port: int) -> None:
-        start_http_server(port, addr="0.0.0.0", registry=self.registry)
+        self._server = start_http_server(port, addr="0.0.0.0", registry=self.registry)
+
+    def close(self) -> None:
+        """Stop serving (the port is free again)."""
+        server = getattr(self, "_server", None)
+        if server is not None:
+            httpd, thread = server
+            httpd.shutdown()
+            httpd.server_close()
+            thread.join(timeout=5)
+            self._server = None

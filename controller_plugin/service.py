@@ -162,6 +162,7 @@ class SchedulerService:
             log.warning("could not send the last acks; the next start finishes them")
         self.bus.close()
         self.redis.close()
+        self.metrics.close()
 
     def run(self, duration_s: float | None = None) -> None:
         """The main loop, until :meth:`stop` (or ``duration_s``)."""

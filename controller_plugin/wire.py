@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from esg.protocol import MAX_NESTING, deeper_than
+
 #: ``max.request.size`` of OpenWhisk's activation and ack producers: 1 MiB of result + 6068 B overhead.
 MAX_MESSAGE_BYTES = 1_054_644
 #: Kafka's record-batch header (v2) and maximal per-record overhead, in bytes.
@@ -54,12 +56,19 @@ class WireError(ValueError):
 
 
 def _load_object(data: bytes | str, what: str) -> dict[str, Any]:
+    if data is None:
+        raise WireError(what, "empty message (no value)")
     try:
-        value = json.loads(data)
+        # Kafka carries UTF-8: json.loads would also take UTF-16/32 bytes, which nothing else here reads
+        value = json.loads(data.decode("utf-8") if isinstance(data, bytes | bytearray) else data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WireError(what, f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise WireError(what, "nested too deeply") from None
     if not isinstance(value, dict):
         raise WireError(what, f"expected a JSON object, got {_json_type(value)}")
+    if deeper_than(value, MAX_NESTING + 10):
+        raise WireError(what, f"a value nests deeper than {MAX_NESTING} levels")
     return value
 
 

@@ -135,7 +135,7 @@ class App:
 def _validate_app(name: Any, slo_ms: Any, functions: Any, edges: Any) -> None:
     if not isinstance(name, str) or not name:
         raise AppError(f"app name must be a non-empty string, got {name!r}")
-    if isinstance(slo_ms, bool) or not isinstance(slo_ms, int | float) or not slo_ms > 0:
+    if isinstance(slo_ms, bool) or not isinstance(slo_ms, int | float) or not 0 < slo_ms < float("inf"):
         raise AppError(f"app {name!r}: slo_ms must be a positive number, got {slo_ms!r}")
     if not functions:
         raise AppError(f"app {name!r}: 'functions' must list at least one function")
@@ -147,11 +147,11 @@ def _validate_app(name: Any, slo_ms: Any, functions: Any, edges: Any) -> None:
         raise AppError(f"app {name!r}: function names must be unique, repeated: {', '.join(dupes)}")
     known = set(functions)
     for e in edges:
-        if len(e) != 2:
+        if not isinstance(e, list | tuple) or len(e) != 2:
             raise AppError(f"app {name!r}: an edge must be a pair [from, to], got {e!r}")
         a, b = e
         for end in (a, b):
-            if end not in known:
+            if not isinstance(end, str) or end not in known:
                 raise AppError(f"app {name!r}: edge {[a, b]} names unknown function {end!r}")
         if a == b:
             raise AppError(f"app {name!r}: edge {[a, b]} is a self-loop (cycle at {a!r})")
@@ -199,11 +199,13 @@ def app_from_dict(data: Any, source: str = "app") -> App:
 def load_app(path: str | Path) -> App:
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise AppError(f"{path}: no such app file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise AppError(f"{path}: not a readable JSON app file ({exc})") from None
+    except RecursionError:
+        raise AppError(f"{path}: not a readable JSON app file (nested too deeply)") from None
     return app_from_dict(data, str(path))
 
 

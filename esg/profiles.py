@@ -133,11 +133,13 @@ def _number(v: Any, name: str, where: str, allow_zero: bool = False) -> float:
 def load_profile(path: str | Path) -> Profile:
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ProfileError(f"{path}: no such profile table") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProfileError(f"{path}: not a readable JSON profile table ({exc})") from None
+    except RecursionError:
+        raise ProfileError(f"{path}: not a readable JSON profile table (nested too deeply)") from None
     return profile_from_dict(data, str(path))
 
 

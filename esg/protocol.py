@@ -41,6 +41,26 @@ class ProtocolError(EsgError):
     """A scheduler/agent message is malformed."""
 
 
+#: How deeply a value inside a message may nest (an activation's parameters, an action's result). JSON
+#: parsers and encoders recurse once per level and stop near 1000, so a value nested close to that parses
+#: in one place and cannot be written again in the next; beyond this depth it is refused by name instead.
+MAX_NESTING = 200
+
+
+def deeper_than(value: Any, limit: int = MAX_NESTING) -> bool:
+    """Whether ``value`` (parsed JSON) nests more than ``limit`` levels of arrays and objects (iterative)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        children = v.values() if isinstance(v, dict) else v if isinstance(v, list | tuple) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children)
+    return False
+
+
 @dataclass(frozen=True)
 class ActionRef:
     """The OpenWhisk action a batch runs: fully qualified name and the revision to run."""
@@ -214,11 +234,15 @@ def _run_result(r: RunResult) -> dict[str, Any]:
 
 def decode(raw: bytes | str) -> DispatchMessage | ResultMessage | Heartbeat:
     try:
-        data = json.loads(raw)
+        data = json.loads(raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("not JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise ProtocolError("a message must be a JSON object")
+    if deeper_than(data, MAX_NESTING + 10):
+        raise ProtocolError(f"a value in the message nests deeper than {MAX_NESTING} levels")
     kind = data.get("type")
     try:
         if kind == "dispatch":
@@ -227,7 +251,7 @@ def decode(raw: bytes | str) -> DispatchMessage | ResultMessage | Heartbeat:
             return _result(data)
         if kind == "heartbeat":
             return _heartbeat(data)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         if isinstance(exc, ProtocolError):
             raise
         raise ProtocolError(f"{kind} message: bad or missing field {exc}") from None

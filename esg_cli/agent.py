@@ -3,8 +3,8 @@
 Every service flag has an environment fallback (DESIGN §5). A missing or unreachable dependency --
 Redis, OpenWhisk's API settings, NVML without ``--fake-gpu`` -- is one line naming it (exit 2).
 The OpenWhisk key and the Redis password are never printed or logged. The agent talks to the
-scheduler over Redis only; ``--kafka`` is still accepted (deployments pass the same settings to both
-services) and ignored.
+scheduler over Redis only; ``--kafka`` is still accepted and checked (deployments pass the same
+settings to both services) and otherwise unused.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import signal
 import socket
 import sys
 
+from esg.mig import GEOMETRIES
+from esg_cli import checks
 from esg_cli.errors import CliError
 
-
-def _env(name: str, default: str | None = None) -> str | None:
-    return os.environ.get(name) or default
+RUNNERS = ("process", "docker")
 
 
 def host_memory_mb() -> int:
@@ -37,47 +37,88 @@ def host_memory_mb() -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("agent", help="run an invoker agent (MIG slices, warm workers, batches over Redis)",
                        description="Run an invoker agent: read the node's dispatch stream, carve MIG slices, "
-                                   "run batches on warm workers, pass outputs on, publish results and heartbeats.")
-    p.add_argument("--redis", default=_env("ESG_REDIS"), metavar="URL",
+                                   "run batches on warm workers, pass outputs on, publish results and heartbeats. "
+                                   "Each flag without a value on the command line falls back to its environment "
+                                   "variable.")
+    p.add_argument("--redis", type=checks.redis_url, metavar="URL",
                    help="Redis URL, may carry a password: dispatches, results, heartbeats and data passed "
                         "between agents go through it (env ESG_REDIS)")
-    p.add_argument("--kafka", default=_env("ESG_KAFKA"), metavar="HOST:PORT",
+    p.add_argument("--kafka", type=checks.kafka_address, metavar="HOST:PORT",
                    help="accepted for symmetry with esg scheduler; unused: the agent needs no Kafka (env ESG_KAFKA)")
-    p.add_argument("--openwhisk-api", default=_env("ESG_OPENWHISK_API"), metavar="URL",
+    p.add_argument("--openwhisk-api", type=checks.http_url, metavar="URL",
                    help="OpenWhisk REST API base URL, for action code (env ESG_OPENWHISK_API)")
-    p.add_argument("--openwhisk-auth", default=_env("ESG_OPENWHISK_AUTH"), metavar="UUID:KEY",
+    p.add_argument("--openwhisk-auth", type=checks.api_key, metavar="UUID:KEY",
                    help="OpenWhisk credentials (env ESG_OPENWHISK_AUTH; never logged)")
-    p.add_argument("--topic-prefix", default=_env("ESG_TOPIC_PREFIX", ""), metavar="P",
+    p.add_argument("--topic-prefix", type=checks.topic_prefix, metavar="P",
                    help="OpenWhisk's topic prefix: names this deployment's streams and keys in Redis "
-                        "(env ESG_TOPIC_PREFIX)")
-    p.add_argument("--controller-id", default=_env("ESG_CONTROLLER_ID", "0"), metavar="C",
+                        "(env ESG_TOPIC_PREFIX; default empty)")
+    p.add_argument("--controller-id", type=checks.controller_id, metavar="C",
                    help="accepted for symmetry with esg scheduler; unused: each dispatch says where to answer "
                         "(env ESG_CONTROLLER_ID)")
-    p.add_argument("--name", default=_env("ESG_AGENT_NAME", socket.gethostname()), metavar="NODE",
-                   help="node name: the agent reads the dispatch stream of NODE (env ESG_AGENT_NAME; "
-                        "default hostname)")
-    p.add_argument("--vcpus", type=int, default=int(_env("ESG_AGENT_VCPUS", "0") or 0), metavar="N",
+    p.add_argument("--name", type=checks.node_name, metavar="NODE",
+                   help="node name: the agent reads the dispatch stream of NODE (env ESG_AGENT_NAME; default: "
+                        "the host name)")
+    p.add_argument("--vcpus", type=checks.positive_int, metavar="N",
                    help="vCPUs this node advertises (env ESG_AGENT_VCPUS; default: the CPUs available); "
                         "more than the host has share host CPUs round-robin")
-    p.add_argument("--memory-mb", type=int, default=int(_env("ESG_AGENT_MEMORY_MB", "0") or 0), metavar="MB",
+    p.add_argument("--memory-mb", type=checks.positive_int, metavar="MB",
                    help="memory this node advertises (env ESG_AGENT_MEMORY_MB; default: MemTotal)")
-    p.add_argument("--fake-gpu", default=_env("ESG_FAKE_GPU"), metavar="MODEL",
-                   help="use the fake NVML backend with this GPU's MIG geometry (env ESG_FAKE_GPU); "
-                        "without it, real NVML")
-    p.add_argument("--runner", choices=("process", "docker"), default=_env("ESG_RUNNER", "process"),
-                   help="where actions run (env ESG_RUNNER; default process)")
-    p.add_argument("--journal", default=_env("ESG_AGENT_JOURNAL"), metavar="PATH",
+    p.add_argument("--fake-gpu", type=checks.gpu_model, metavar="MODEL",
+                   help="use the fake NVML backend with this GPU's MIG geometry (env ESG_FAKE_GPU; one of "
+                        f"{', '.join(GEOMETRIES)}); without it, real NVML")
+    p.add_argument("--runner", choices=RUNNERS, help="where actions run (env ESG_RUNNER; default process)")
+    p.add_argument("--journal", metavar="PATH",
                    help="MIG crash journal file (env ESG_AGENT_JOURNAL; default: in memory)")
-    p.add_argument("--max-batches", type=int, default=4, metavar="N",
-                   help="batches run at once (default 4)")
-    p.add_argument("--idle-ttl-s", type=float, default=600.0, metavar="S",
-                   help="evict warm workers idle this long (default 600)")
-    p.add_argument("--heartbeat-s", type=float, default=1.0, metavar="S", help="heartbeat period (default 1)")
-    p.add_argument("--local-data-mb", type=float, default=256.0, metavar="MB",
+    p.add_argument("--max-batches", type=checks.positive_int, default=4, metavar="N",
+                   help="batches run at once")
+    p.add_argument("--idle-ttl-s", type=checks.positive_float, default=600.0, metavar="S",
+                   help="evict warm workers idle this long")
+    p.add_argument("--heartbeat-s", type=checks.positive_float, default=1.0, metavar="S", help="heartbeat period")
+    p.add_argument("--local-data-mb", type=checks.non_negative_float, default=256.0, metavar="MB",
                    help="memory for function outputs kept on this node for successors placed here "
-                        "(default 256; 0: successors always read them from Redis)")
-    p.add_argument("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+                        "(0: successors always read them from Redis)")
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="logging level")
     p.set_defaults(func=run_agent)
+
+
+def _choice(known: tuple[str, ...]):
+    def parse(text: str) -> str:
+        if text not in known:
+            raise argparse.ArgumentTypeError(f"expected one of {', '.join(known)}, got {text!r}")
+        return text
+    return parse
+
+
+def check_args(args: argparse.Namespace) -> argparse.Namespace:
+    """Every flag, with its environment fallback, checked and resolved in place before anything starts."""
+    env = checks.from_env
+    args.kafka = env(args.kafka, "ESG_KAFKA", checks.kafka_address)
+    args.openwhisk_api = env(args.openwhisk_api, "ESG_OPENWHISK_API", checks.http_url)
+    args.openwhisk_auth = env(args.openwhisk_auth, "ESG_OPENWHISK_AUTH", checks.api_key)
+    args.topic_prefix = env(args.topic_prefix, "ESG_TOPIC_PREFIX", checks.topic_prefix, "")
+    args.controller_id = env(args.controller_id, "ESG_CONTROLLER_ID", checks.controller_id, "0")
+    args.redis = env(args.redis, "ESG_REDIS", checks.redis_url)
+    args.name = env(args.name, "ESG_AGENT_NAME", checks.node_name) or _host_name()
+    args.vcpus = env(args.vcpus, "ESG_AGENT_VCPUS", checks.positive_int)
+    args.memory_mb = env(args.memory_mb, "ESG_AGENT_MEMORY_MB", checks.positive_int)
+    args.fake_gpu = env(args.fake_gpu, "ESG_FAKE_GPU", checks.gpu_model)
+    args.runner = env(args.runner, "ESG_RUNNER", _choice(RUNNERS), "process")
+    args.journal = env(args.journal, "ESG_AGENT_JOURNAL", str)
+    if not args.redis:
+        raise CliError("no Redis given: pass --redis URL or set ESG_REDIS")
+    if not args.openwhisk_api:
+        raise CliError("no OpenWhisk API: pass --openwhisk-api URL or set ESG_OPENWHISK_API")
+    if not args.openwhisk_auth:
+        raise CliError("no OpenWhisk credentials: pass --openwhisk-auth UUID:KEY or set ESG_OPENWHISK_AUTH")
+    if args.journal:
+        checks.check_writable_file(args.journal, "--journal")
+    return args
+
+
+def _host_name() -> str:
+    """The host name as a node name (characters a topic name cannot hold become '-')."""
+    return "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())[:200] or "node"
 
 
 def run_agent(args: argparse.Namespace) -> int:
@@ -96,18 +137,9 @@ def run_agent(args: argparse.Namespace) -> int:
     from invoker_agent.slices import SliceManager
     from invoker_agent.vcpus import VcpuAllocator, VcpuError
 
+    check_args(args)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not args.redis:
-        raise CliError("no Redis given: pass --redis URL or set ESG_REDIS")
-    if not args.openwhisk_api:
-        raise CliError("no OpenWhisk API: pass --openwhisk-api URL or set ESG_OPENWHISK_API")
-    if not args.openwhisk_auth or ":" not in args.openwhisk_auth:
-        raise CliError("no OpenWhisk credentials: pass --openwhisk-auth UUID:KEY or set ESG_OPENWHISK_AUTH")
-    if args.max_batches < 1:
-        raise CliError("--max-batches must be at least 1")
-    if args.local_data_mb < 0:
-        raise CliError("--local-data-mb must not be negative")
     host_cpus = sorted(os.sched_getaffinity(0))
     vcpus = args.vcpus or len(host_cpus)
     memory_mb = args.memory_mb or host_memory_mb()
@@ -151,8 +183,8 @@ def run_agent(args: argparse.Namespace) -> int:
     def on_signal(signum, _frame):
         logging.getLogger("esg.agent").info("signal %d: draining", signum)
         service.stop()
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     logging.getLogger("esg.agent").info(
         "agent %s up: %d vCPUs, %d MB, GPU %s, runner %s, Redis %s, OpenWhisk %s", args.name, vcpus, memory_mb,
         slices.gpu_model or "none", args.runner, redact_url(args.redis), fetcher)

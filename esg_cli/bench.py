@@ -189,7 +189,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmarks of the core")
     bsub = p.add_subparsers(dest="bench_command", required=True, metavar="BENCH_COMMAND")
     s = bsub.add_parser("search", help="ESG_1Q A* vs brute force (3×256 chain) and grouped vs exact (7 functions)",
-                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                        description=__doc__)
     s.add_argument("--slos", type=int, default=60, help="number of SLOs from tight to loose (default 60)")
     s.add_argument("--brute-slos", type=int, default=4, help="SLOs also solved by brute force (default 4)")
     s.add_argument("--top-k", type=int, default=5, help="paths per search (default 5)")
@@ -207,6 +207,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.slos < 2 or args.exact_slos < 2 or args.brute_slos < 0 or args.top_k < 1 or args.max_group < 1 or args.repeat < 1:
         raise CliError("--slos and --exact-slos must be ≥ 2, --brute-slos ≥ 0, --top-k, --max-group and --repeat ≥ 1")
+    if args.brute_slos > args.slos:
+        raise CliError(f"--brute-slos {args.brute_slos} is more than --slos {args.slos}: the brute force solves "
+                       f"some of the same SLOs")
     r = run_bench(args.slos, args.brute_slos, args.top_k, args.max_group, args.seed, args.repeat,
                   args.exact_slos)
     print(json.dumps(r, indent=1) if args.json else render(r))

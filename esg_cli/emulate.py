@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import math
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -20,10 +21,13 @@ import numpy as np
 from esg.emulator import ClusterSpec, Emulation, EmulatorParams
 from esg.emulator.levels import LOAD_LEVELS, SLO_LEVELS, load_rate_rps
 from esg.emulator.workload import generate, map_trace_functions
+from esg.errors import MigError
+from esg.mig import geometry
 from esg.model import load_app
 from esg.policies import make_policy, policy_names
 from esg.policies.base import PolicyContext
 from esg.profiles import load_profiles
+from esg_cli.checks import check_dir, check_writable_dir
 from esg_cli.errors import CliError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,24 +39,32 @@ SUMMARY_COLUMNS = ["policy", "slo", "load", "rate_rps", "requests", "completed",
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("emulate", help="compare scheduling policies in the discrete-event emulator",
                        description="Run every (policy, SLO level, load level) cell in virtual time and "
-                                   "write summary.csv, per_app.csv and plots to --out.")
-    p.add_argument("--policies", default="esg,infless,fastgshare,orion,aquatope")
+                                   "write summary.csv, per_app.csv and plots to --out. Requests arriving "
+                                   "before --warmup-s are served but not measured, so --warmup-s must be "
+                                   "shorter than --duration-s.")
+    p.add_argument("--policies", default="esg,infless,fastgshare,orion,aquatope",
+                   help="policies to compare, comma-separated")
     p.add_argument("--slo", default="strict,moderate,relaxed", help="SLO levels (0.8 L, 1.0 L, 1.2 L)")
     p.add_argument("--load", default="light,normal,heavy", help="load levels (30/60/90%% of capacity C)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the arrivals and the execution noise")
     p.add_argument("--duration-s", type=float, default=120.0, help="virtual seconds of arrivals per cell")
-    p.add_argument("--warmup-s", type=float, default=30.0, help="arrivals before this are not measured")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--nodes", type=int, default=16)
+    p.add_argument("--warmup-s", type=float, default=30.0,
+                   help="arrivals before this are not measured; must be shorter than --duration-s")
+    p.add_argument("--out", required=True, help="output directory (created if missing)")
+    p.add_argument("--nodes", type=int, default=16, help="nodes of the emulated cluster")
     p.add_argument("--vcpus", type=int, default=16, help="vCPUs per node")
-    p.add_argument("--gpu", default="A100-40GB", help="GPU model per node ('none' for CPU-only nodes)")
-    p.add_argument("--profiles", default=str(REPO / "profiles" / "tables" / "a100"))
-    p.add_argument("--apps", default=str(REPO / "apps"))
+    p.add_argument("--gpu", default="A100-40GB",
+                   help="GPU model per node ('none' for CPU-only nodes, with CPU-only profile tables)")
+    p.add_argument("--profiles", default=str(REPO / "profiles" / "tables" / "a100"),
+                   help="directory of profile tables <function>.json")
+    p.add_argument("--apps", default=str(REPO / "apps"), help="directory of app files *.json")
     p.add_argument("--trace", help="Azure Functions 2019 invocations_per_function CSV to replay")
-    p.add_argument("--mig-reconfig-ms", type=float, default=EmulatorParams.mig_reconfig_ms)
-    p.add_argument("--cold-start-scale", type=float, default=EmulatorParams.cold_start_scale)
+    p.add_argument("--mig-reconfig-ms", type=float, default=EmulatorParams.mig_reconfig_ms,
+                   help="time to create or destroy one MIG instance")
+    p.add_argument("--cold-start-scale", type=float, default=EmulatorParams.cold_start_scale,
+                   help="factor on the profiled cold starts (0: no cold starts)")
     p.add_argument("--jobs", type=int, default=2, help="cells run in parallel processes")
-    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-plots", action="store_true", help="write the CSV files only")
     p.set_defaults(func=run)
 
 
@@ -71,18 +83,85 @@ def read_trace(path: str) -> list[tuple[str, list[float]]]:
             reader = csv.reader(fh)
             header = next(reader)
             if header[:4] != ["HashOwner", "HashApp", "HashFunction", "Trigger"]:
-                raise CliError(f"{path}: not an Azure 2019 invocations file (columns {header[:4]})")
+                raise CliError(f"--trace {path}: not an Azure 2019 invocations file (columns {header[:4]})")
             return [(r[2], [float(x) for x in r[4:]]) for r in reader if r]
-    except (OSError, StopIteration, ValueError) as exc:
-        raise CliError(f"{path}: cannot read the trace ({exc})") from None
+    except (OSError, StopIteration, ValueError, IndexError, csv.Error) as exc:
+        raise CliError(f"--trace {path}: cannot read the trace ({type(exc).__name__}: {exc})") from None
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Every flag and input file, checked before any cell runs: one :class:`CliError` naming the first
+    problem. Nothing is created here."""
+    _split(args.policies, policy_names(), "policy")
+    _split(args.slo, list(SLO_LEVELS), "SLO level")
+    _split(args.load, list(LOAD_LEVELS), "load level")
+    for flag, value in (("--nodes", args.nodes), ("--vcpus", args.vcpus), ("--jobs", args.jobs)):
+        if value < 1:
+            raise CliError(f"{flag} must be at least 1, got {value}")
+    if args.seed < 0:
+        raise CliError(f"--seed must be 0 or more, got {args.seed}")
+    for flag, value in (("--duration-s", args.duration_s), ("--warmup-s", args.warmup_s),
+                        ("--mig-reconfig-ms", args.mig_reconfig_ms),
+                        ("--cold-start-scale", args.cold_start_scale)):
+        if not math.isfinite(value) or value < 0:
+            raise CliError(f"{flag} must be a finite number, 0 or more, got {value:g}")
+    if args.duration_s <= 0:
+        raise CliError(f"--duration-s must be positive, got {args.duration_s:g}")
+    if args.warmup_s >= args.duration_s:
+        raise CliError(f"--warmup-s {args.warmup_s:g} is not shorter than --duration-s {args.duration_s:g}: "
+                       f"no request would be measured (--warmup-s defaults to 30; pass a shorter one)")
+    check_writable_dir(args.out, "--out")
+    gpu = _check_gpu(args.gpu)
+    apps = _check_apps(args.apps)
+    functions = sorted({f for a in apps for f in a.functions})
+    profiles = load_profiles(check_dir(args.profiles, "--profiles"), functions)
+    _check_profiles_fit_gpu(profiles, gpu, args.profiles)
+    if args.trace:
+        _check_trace(read_trace(args.trace), args.trace)
+
+
+def _check_gpu(value: str) -> str | None:
+    if value.lower() == "none":
+        return None
+    try:
+        return geometry(value).model
+    except MigError as exc:
+        raise CliError(f"--gpu: {exc} (or 'none' for CPU-only nodes)") from None
+
+
+def _check_apps(directory: str) -> list:
+    files = sorted(check_dir(directory, "--apps").glob("*.json"))
+    if not files:
+        raise CliError(f"--apps {directory}: no app files (*.json)")
+    return [load_app(f) for f in files]
+
+
+def _check_profiles_fit_gpu(profiles, gpu: str | None, directory: str) -> None:
+    """MIG configurations only on the GPU model they were measured on; CPU-only nodes need CPU configs."""
+    for name, prof in profiles.items():
+        has_mig = any(e.config.gpu for e in prof.entries)
+        if gpu is None and has_mig:
+            raise CliError(f"--gpu none: the profile table {Path(directory) / name}.json holds MIG "
+                           f"configurations of {prof.gpu_model}; pass --gpu {prof.gpu_model}, or CPU-only "
+                           f"tables with --profiles (e.g. profiles/tables/cpu)")
+        if gpu is not None and has_mig and prof.gpu_model != gpu:
+            raise CliError(f"--gpu {gpu}: the profile table {Path(directory) / name}.json was measured on "
+                           f"{prof.gpu_model}; its MIG configurations do not exist on {gpu}")
+
+
+def _check_trace(rows: list[tuple[str, list[float]]], path: str) -> None:
+    if not rows or not any(counts for _, counts in rows):
+        raise CliError(f"--trace {path}: no invocation counts")
+    for name, counts in rows:
+        if any(not math.isfinite(c) or c < 0 for c in counts):
+            raise CliError(f"--trace {path}: function {name}: counts must be finite and 0 or more")
 
 
 def run(args: argparse.Namespace) -> int:
+    check_args(args)
     policies = _split(args.policies, policy_names(), "policy")
     slos = _split(args.slo, list(SLO_LEVELS), "SLO level")
     loads = _split(args.load, list(LOAD_LEVELS), "load level")
-    if args.duration_s <= 0 or args.nodes < 1 or args.vcpus < 1 or args.jobs < 1:
-        raise CliError("--duration-s, --nodes, --vcpus and --jobs must be positive")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     trace = map_trace_functions(read_trace(args.trace), _app_names(args.apps)) if args.trace else None

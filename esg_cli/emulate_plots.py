@@ -40,6 +40,8 @@ def plot_cdf(cells, path: Path) -> None:
     """End-to-end latency CDF per app (one line per policy, moderate SLO and normal load when run)."""
     pick = [c for c in cells if c["cell"][1:] == ("moderate", "normal")] or list(cells)
     apps = sorted({a for c in pick for a in c["latencies"]})
+    if not apps:  # no request was measured in any cell: nothing to draw
+        return
     fig, axes = plt.subplots(1, len(apps), figsize=(4 * len(apps), 3.2), squeeze=False)
     for ax, app in zip(axes[0], apps):
         for c in pick:

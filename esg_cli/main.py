@@ -2,17 +2,19 @@
 
 Each subcommand lives in its own module with ``register(subparsers)``, which adds its parser and sets
 ``func``. A user-facing error (:class:`esg.errors.EsgError` or :class:`esg_cli.errors.CliError`) prints
-one line naming the problem and exits with status 2 -- never a traceback.
+one line naming the problem and exits with status 2 -- never a traceback. Every subcommand checks all of
+its input before it starts any work (:mod:`esg_cli.checks`); argparse's own errors are one line too
+(:class:`esg_cli.cliparse.Parser`).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
 
 from esg.errors import EsgError
+from esg_cli.cliparse import Parser, UsageError, fail
 from esg_cli.errors import CliError
 
 SUBCOMMANDS = (
@@ -27,8 +29,8 @@ SUBCOMMANDS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> Parser:
+    parser = Parser(
         prog="esg", description="ESG scheduling of DNN workflows on OpenWhisk with MIG-shared GPUs")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
@@ -38,12 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError:  # already reported on one line
+        return 2
     try:
         return int(args.func(args) or 0)
     except (EsgError, CliError) as exc:
-        print(f"esg {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return fail(f"esg {args.command}", exc)
     except KeyboardInterrupt:
         print(f"esg {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -1,17 +1,33 @@
 """A stand-in for OpenWhisk's REST API (actions and activation records), for the embedded cluster and tests.
 
-It serves the shapes the scheduler, the agents and ``actions/deploy.py`` use, as OpenWhisk does:
+It answers the calls ``wsk`` makes -- ``action list/get/create/update/delete/invoke`` and
+``activation list/get/result/logs`` -- with OpenWhisk's status codes and bodies (``Actions.scala``,
+``Activations.scala``, ``ApiUtils.scala``, ``Messages.scala``), and the reads the scheduler, the agents
+and ``actions/deploy.py`` make:
 
-* ``PUT /api/v1/namespaces/{ns}/actions/[{pkg}/]{name}[?overwrite=true]`` -- create or update; a
-  second create without ``overwrite=true`` is 409. The version starts at ``0.0.1`` and its patch number
-  grows on each update; each write gets a new CouchDB-style revision (``n-<md5>``). On create the
-  annotations ``provide-api-key: false`` (if absent) and ``exec: <kind>`` are added (``Actions.scala``).
-* ``GET`` the same path (``?code=false`` leaves ``exec.code`` out); ``_`` is the caller's namespace.
-* ``GET /api/v1/namespaces/{ns}/activations/{id}`` -- the record from the Redis activation store.
-* ``POST .../actions/{name}?blocking=true&result=true`` -- invoke through the controller (when one is
-  plugged in): 200 with the activation (or only its result), 202 with the id when not blocking.
-* Basic auth with ``uuid:key``; a wrong key is 401; a missing entity is 404 with OpenWhisk's body
-  ``{"error": "The requested resource does not exist.", "code": <id>}``.
+* ``GET /api/v1/namespaces/{ns}/actions[?limit=&skip=]`` -- summaries (``exec`` holds only ``binary``),
+  newest first; ``limit`` 0-200 (default 30), ``skip`` >= 0, otherwise 400 naming the value.
+* ``PUT .../actions/[{pkg}/]{name}[?overwrite=true]`` -- create or update; a second create without
+  ``overwrite=true`` is 409 ``resource already exists``. The version starts at ``0.0.1`` and its patch
+  number grows on each update; each write gets a new CouchDB-style revision (``n-<md5>``). On create the
+  annotations ``provide-api-key: false`` (if absent) and ``exec: <kind>`` are added.
+* ``GET`` the same path (``?code=false`` leaves ``exec.code`` out); ``DELETE`` answers the deleted action.
+* ``POST .../actions/{name}[?blocking=true[&result=true]]`` -- invoke through the controller (when one is
+  plugged in). Not blocking, or blocking past the wait: 202 ``{"activationId"}``. Blocking: the
+  activation (``result=true``: only its result) with 200 on success, 502 for an application or action
+  developer error, 500 for a whisk internal error -- as OpenWhisk answers, the result body included.
+  Every answer carries the ``x-openwhisk-activation-id`` header.
+* ``GET /api/v1/namespaces/{ns}/activations[?limit=&skip=&name=&docs=true]`` -- summaries (or whole
+  records), newest first; ``GET .../activations/{id}`` the record, ``.../{id}/result`` its response,
+  ``.../{id}/logs`` ``{"logs": [...]}``; records come from the Redis activation store. An id that is
+  not 32 hex digits is 400.
+* Records and results are shown as OpenWhisk shows them to users: the ``response`` has ``status``
+  (``success``, ``application error``, ``action developer error``, ``whisk internal error``) and
+  ``success`` instead of ``statusCode``.
+* Basic auth with ``uuid:key``: none is 401 ``The resource requires authentication, which was not
+  supplied with the request``, a wrong key 401 ``The supplied authentication is invalid.``; a missing
+  entity is 404 ``The requested resource does not exist.``. Every error body is
+  ``{"error": <message>, "code": <transaction id>}``.
 
 Nothing here is OpenWhisk: it exists because a JVM and CouchDB cannot run on every machine.
 """
@@ -31,6 +47,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from controller_plugin.ledger import activation_record_key
+from esg_cli import openwhisk_views as views
 
 BLOCKING_WAIT_S = 60.0
 """OpenWhisk's ``max-wait-for-blocking-activation``."""
@@ -79,6 +96,16 @@ class ActionStore:
         with self.lock:
             doc = self.docs.get((ns, entity))
             return None if doc is None else dict(doc)
+
+    def delete(self, ns: str, entity: str) -> dict[str, Any] | None:
+        with self.lock:
+            return self.docs.pop((ns, entity), None)
+
+    def list(self, ns: str) -> list[dict[str, Any]]:
+        """The actions of namespace ``ns`` (packages included), newest first."""
+        with self.lock:
+            docs = [dict(d) for (n, _), d in self.docs.items() if n == ns]
+        return sorted(docs, key=lambda d: d["updated"], reverse=True)
 
     def lookup(self, fqn: str) -> dict[str, Any] | None:
         """The stored document (with ``_rev``) of ``ns/[pkg/]name``, for the controller driver."""
@@ -158,6 +185,13 @@ class OpenWhiskStandIn:
         self.close()
 
 
+NOT_FOUND = "The requested resource does not exist."
+NO_AUTH = "The resource requires authentication, which was not supplied with the request"
+BAD_AUTH = "The supplied authentication is invalid."
+MALFORMED = "The request content was malformed."
+BAD_ACTIVATION_ID = "The activation id is not valid."
+
+
 class _Handler(BaseHTTPRequestHandler):
     standin: OpenWhiskStandIn
     protocol_version = "HTTP/1.1"
@@ -165,106 +199,167 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         return  # no access log: it would carry nothing useful, and never an Authorization header
 
-    def _send(self, status: int, body: Any) -> None:
+    def _send(self, status: int, body: Any, activation_id: str | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if activation_id is not None:
+            self.send_header("x-openwhisk-activation-id", activation_id)
         self.end_headers()
         self.wfile.write(data)
         self.standin.requests.append((self.command, self.path.split("?")[0], status))
 
+    def _error(self, status: int, message: str) -> None:
+        self._send(status, {"error": message, "code": _code()})
+
     def _route(self) -> tuple[str, str, str, dict[str, list[str]]] | None:
+        """(namespace, collection, entity path, query) of an authenticated API call; otherwise the 404 or
+        401 is sent and None returned."""
         parts = urlsplit(self.path)
         segs = [unquote(s) for s in parts.path.strip("/").split("/")]
-        if len(segs) < 5 or segs[:3] != ["api", "v1", "namespaces"]:
+        if len(segs) < 5 or segs[:3] != ["api", "v1", "namespaces"] or segs[4] not in ("actions", "activations"):
+            self._error(404, NOT_FOUND)
             return None
-        return segs[3], segs[4], "/".join(segs[5:]), parse_qs(parts.query)
-
-    def _auth(self) -> str | None:
-        ns = self.standin.namespace_of(self.headers.get("Authorization"))
-        if ns is None:
-            self._send(401, {"error": "The supplied authentication is invalid.", "code": _code()})
-        return ns
+        header = self.headers.get("Authorization")
+        caller = self.standin.namespace_of(header)
+        if caller is None:
+            self._error(401, BAD_AUTH if header else NO_AUTH)
+            return None
+        ns = caller if segs[3] == "_" else segs[3]
+        return ns, segs[4], "/".join(segs[5:]), parse_qs(parts.query)
 
     def _body(self) -> Any:
+        """The request's JSON; ValueError when it is not JSON (or nested beyond what a parser takes)."""
         n = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(n) if n else b""
-        return json.loads(raw) if raw else {}
+        try:
+            return json.loads(raw) if raw else {}
+        except RecursionError:
+            raise ValueError("nested too deeply") from None
+
+    def _dispatch(self, handlers: dict[str, Callable[..., None]]) -> None:
+        route = self._route()
+        if route is None:
+            return
+        ns, collection, entity, query = route
+        handler = handlers.get(f"{collection}{'/' if entity else ''}")
+        if handler is None:
+            allowed = {"actions": "GET", "actions/": "GET, PUT, DELETE, POST", "activations": "GET",
+                       "activations/": "GET"}[f"{collection}{'/' if entity else ''}"]
+            return self._error(405, f"HTTP method not allowed, supported methods: {allowed}")
+        if collection == "actions" and entity.count("/") > 1:
+            return self._error(404, NOT_FOUND)
+        handler(ns, entity, query)
 
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
-        route = self._route()
-        if route is None:
-            return self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
-        caller = self._auth()
-        if caller is None:
-            return
-        ns, collection, entity, query = route
-        ns = caller if ns == "_" else ns
-        if collection == "actions" and entity:
-            doc = self.standin.store.get(ns, entity)
-            if doc is None:
-                return self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
-            code = query.get("code", ["true"])[0] != "false"
-            return self._send(200, _public(doc, code))
-        if collection == "activations" and entity and self.standin.redis is not None:
-            raw = self.standin.redis.get(activation_record_key(entity))
-            if raw is not None:
-                return self._send(200, json.loads(raw))
-        return self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
-
-    def _action_route(self) -> tuple[str, str, dict[str, list[str]]] | None:
-        """(namespace, action, query) of an authenticated ``.../actions/{name}`` request; otherwise
-        the 404 or 401 is sent and None returned."""
-        route = self._route()
-        caller = self._auth() if route is not None else None
-        if route is None:
-            self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
-            return None
-        if caller is None:
-            return None
-        ns, collection, entity, query = route
-        if collection != "actions" or not entity or entity.count("/") > 1:
-            self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
-            return None
-        return (caller if ns == "_" else ns), entity, query
+        self._dispatch({"actions": self._list_actions, "actions/": self._get_action,
+                        "activations": self._list_activations, "activations/": self._get_activation})
 
     def do_PUT(self) -> None:  # noqa: N802 - the stdlib's name
-        route = self._action_route()
-        if route is None:
-            return
-        ns, entity, query = route
+        self._dispatch({"actions/": self._put_action})
+
+    def do_DELETE(self) -> None:  # noqa: N802 - the stdlib's name
+        self._dispatch({"actions/": self._delete_action})
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        self._dispatch({"actions/": self._invoke})
+
+    # -- actions -------------------------------------------------------------------------------------
+    def _list_actions(self, ns: str, _entity: str, query: dict[str, list[str]]) -> None:
+        paging = views.page(query, "actions")
+        if isinstance(paging, str):
+            return self._error(400, paging)
+        skip, limit = paging
+        docs = self.standin.store.list(ns)[skip:]
+        self._send(200, [views.action_summary(d) for d in docs[:limit]])
+
+    def _get_action(self, ns: str, entity: str, query: dict[str, list[str]]) -> None:
+        doc = self.standin.store.get(ns, entity)
+        if doc is None:
+            return self._error(404, NOT_FOUND)
+        self._send(200, _public(doc, query.get("code", ["true"])[0] != "false"))
+
+    def _put_action(self, ns: str, entity: str, query: dict[str, list[str]]) -> None:
         try:
             body = self._body()
         except ValueError:
-            return self._send(400, {"error": "The request content was malformed.", "code": _code()})
+            return self._error(400, MALFORMED)
         if not isinstance(body, dict):
-            return self._send(400, {"error": "The request content was malformed.", "code": _code()})
+            return self._error(400, MALFORMED)
         status, doc = self.standin.store.put(ns, entity, body, query.get("overwrite", ["false"])[0] == "true")
-        return self._send(status, doc)
+        self._send(status, doc)
 
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-        """``POST .../actions/{name}?blocking=&result=``: invoke through the controller, as OpenWhisk does."""
-        route = self._action_route()
-        if route is None:
-            return
-        ns, entity, query = route
+    def _delete_action(self, ns: str, entity: str, _query: dict[str, list[str]]) -> None:
+        doc = self.standin.store.delete(ns, entity)
+        if doc is None:
+            return self._error(404, NOT_FOUND)
+        self._send(200, _public(doc, code=True))
+
+    def _invoke(self, ns: str, entity: str, query: dict[str, list[str]]) -> None:
+        """Invoke through the controller, answered as ``Actions.doInvoke`` answers."""
         if self.standin.store.get(ns, entity) is None:
-            return self._send(404, {"error": "The requested resource does not exist.", "code": _code()})
+            return self._error(404, NOT_FOUND)
         if self.standin.invoker is None:
-            return self._send(503, {"error": "No invokers available.", "code": _code()})
+            return self._error(503, "No invokers available.")
         try:
             params = self._body()
         except ValueError:
-            return self._send(400, {"error": "The request content was malformed.", "code": _code()})
+            return self._error(400, MALFORMED)
+        if not isinstance(params, dict):
+            return self._error(400, MALFORMED)
         blocking = query.get("blocking", ["false"])[0] == "true"
         try:
             answer = self.standin.invoker(f"{ns}/{entity}", params, blocking, BLOCKING_WAIT_S)
-        except Exception as exc:  # the controller's 503 / 202 cases
-            return self._send(503, {"error": f"The action could not be invoked: {exc}", "code": _code()})
-        if isinstance(answer, str):
-            return self._send(202, {"activationId": answer})
-        if query.get("result", ["false"])[0] == "true":
-            return self._send(200, answer.get("response", {}).get("result", {}))
-        status = 200 if answer.get("response", {}).get("statusCode") == 0 else 502
-        return self._send(status, answer)
+        except Exception as exc:  # the controller's 503: no healthy invoker
+            return self._error(503, f"The action could not be invoked: {exc}")
+        if isinstance(answer, str):   # not blocking, or no answer within the wait: the id
+            return self._send(202, {"activationId": answer}, activation_id=answer)
+        code = views.status_code(answer)
+        body = (answer.get("response") or {}).get("result", {}) if query.get("result", ["false"])[0] == "true" \
+            else views.extended(answer)
+        self._send(views.HTTP_STATUS[code], body, activation_id=answer.get("activationId"))
+
+    # -- activations ---------------------------------------------------------------------------------
+    def _records(self, ns: str) -> list[dict[str, Any]]:
+        """The activation records of namespace ``ns`` in the store, newest first."""
+        r = self.standin.redis
+        if r is None:
+            return []
+        out = []
+        for key in r.scan_iter(match=activation_record_key("*"), count=1000):
+            raw = r.get(key)
+            try:
+                record = json.loads(raw) if raw is not None else None
+            except ValueError:
+                continue
+            if isinstance(record, dict) and str(record.get("namespace", "")).split("/")[0] == ns:
+                out.append(record)
+        return sorted(out, key=lambda rec: rec.get("start", 0), reverse=True)
+
+    def _list_activations(self, ns: str, _entity: str, query: dict[str, list[str]]) -> None:
+        paging = views.page(query, "activations")
+        if isinstance(paging, str):
+            return self._error(400, paging)
+        skip, limit = paging
+        docs = query.get("docs", ["false"])[0] == "true"
+        name = query.get("name", [None])[0]
+        records = [rec for rec in self._records(ns) if name is None or rec.get("name") == name.split("/")[-1]]
+        records = records[skip:][:limit]
+        self._send(200, [views.extended(rec) if docs else views.activation_summary(rec) for rec in records])
+
+    def _get_activation(self, ns: str, entity: str, _query: dict[str, list[str]]) -> None:
+        aid, _, part = entity.partition("/")
+        if not views.valid_activation_id(aid):
+            return self._error(400, BAD_ACTIVATION_ID)
+        if part not in ("", "result", "logs"):
+            return self._error(404, NOT_FOUND)
+        raw = self.standin.redis.get(activation_record_key(aid)) if self.standin.redis is not None else None
+        record = json.loads(raw) if raw is not None else None
+        if not isinstance(record, dict) or str(record.get("namespace", "")).split("/")[0] != ns:
+            return self._error(404, NOT_FOUND)
+        if part == "result":
+            return self._send(200, views.extended_response(record.get("response") or {}))
+        if part == "logs":
+            return self._send(200, {"logs": list(record.get("logs") or [])})
+        self._send(200, views.extended(record))

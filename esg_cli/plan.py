@@ -7,9 +7,11 @@ import json
 import time
 
 from esg.cost import DEFAULT_PRICE_GPU_SLICE, DEFAULT_PRICE_VCPU, Prices
-from esg.model import load_app
+from esg.model import App, load_app
 from esg.planner import Planner, PlanResult
-from esg.profiles import load_profiles
+from esg.profiles import Profile, load_profiles
+from esg.slo_split import DEFAULT_MAX_GROUP
+from esg_cli.checks import check_dir, check_file, non_negative_float, positive_float, positive_int
 from esg_cli.errors import CliError
 
 
@@ -20,32 +22,36 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "configurations' profiled latencies; its cost is resource-time per request.")
     p.add_argument("--app", required=True, help="app file (JSON: name, slo_ms, functions, edges)")
     p.add_argument("--profiles", required=True, help="directory of profile tables <function>.json")
-    p.add_argument("--slo-ms", type=float, help="latency SLO in ms (default: the app file's slo_ms)")
-    p.add_argument("--top-k", type=int, default=1, help="number of paths to list (default 1)")
+    p.add_argument("--slo-ms", type=positive_float, help="latency SLO in ms (default: the app file's slo_ms)")
+    p.add_argument("--top-k", type=positive_int, default=1, help="number of paths to list (default 1)")
     p.add_argument("--exact", action="store_true", help="search the whole app at once (no dominator groups)")
     p.add_argument("--brute-force", action="store_true", help="enumerate every path (the reference)")
-    p.add_argument("--max-group", type=int, default=3, help="largest function group searched at once")
-    p.add_argument("--price-vcpu", type=float, default=DEFAULT_PRICE_VCPU,
+    p.add_argument("--max-group", type=positive_int, default=None,
+                   help=f"largest function group searched at once (default {DEFAULT_MAX_GROUP}; "
+                        "not with --exact or --brute-force, which search the whole app)")
+    p.add_argument("--price-vcpu", type=non_negative_float, default=DEFAULT_PRICE_VCPU,
                    help=f"price of one vCPU per ms (default {DEFAULT_PRICE_VCPU})")
-    p.add_argument("--price-gpu-slice", type=float, default=DEFAULT_PRICE_GPU_SLICE,
+    p.add_argument("--price-gpu-slice", type=non_negative_float, default=DEFAULT_PRICE_GPU_SLICE,
                    help=f"price of one MIG compute slice per ms (default {DEFAULT_PRICE_GPU_SLICE})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
+def check_args(args: argparse.Namespace) -> tuple[App, dict[str, Profile]]:
+    """The flags, the app file and its profile tables, checked before any search."""
+    if args.max_group is not None and (args.exact or args.brute_force):
+        raise CliError(f"--max-group {args.max_group} has no effect with "
+                       f"{'--exact' if args.exact else '--brute-force'}, which searches the whole app")
+    app = load_app(check_file(args.app, "--app"))
+    profiles = load_profiles(check_dir(args.profiles, "--profiles"), app.functions)
+    return app, profiles
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.top_k is None or args.top_k < 1:
-        raise CliError(f"--top-k must be at least 1, got {args.top_k}")
-    if args.max_group < 1:
-        raise CliError(f"--max-group must be at least 1, got {args.max_group}")
-    if args.price_vcpu < 0 or args.price_gpu_slice < 0:
-        raise CliError("--price-vcpu and --price-gpu-slice must be non-negative")
-    app = load_app(args.app)
+    app, profiles = check_args(args)
     slo = app.slo_ms if args.slo_ms is None else args.slo_ms
-    if not slo > 0:
-        raise CliError(f"--slo-ms must be a positive number of milliseconds, got {args.slo_ms:g}")
-    profiles = load_profiles(args.profiles, app.functions)
-    planner = Planner(app, profiles, Prices(args.price_vcpu, args.price_gpu_slice), args.max_group,
+    max_group = DEFAULT_MAX_GROUP if args.max_group is None else args.max_group
+    planner = Planner(app, profiles, Prices(args.price_vcpu, args.price_gpu_slice), max_group,
                       exact=args.exact, brute_force=args.brute_force)
     t0 = time.perf_counter()
     result = planner.plan(slo, args.top_k)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from esg.errors import MigError
 from esg.mig import geometry
+from esg_cli.checks import check_writable_dir, positive_int
 from esg_cli.errors import CliError
 
 DEFAULT_GPU_MODEL = "A100-40GB"
@@ -33,12 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="'none' (CPU only) and/or MIG profiles of --gpu-model, comma-separated (default none)")
     p.add_argument("--gpu-model", help="GPU model the table's MIG names refer to (default: this machine's "
                                        f"GPU, else {DEFAULT_GPU_MODEL}, so CPU tables load beside GPU tables)")
-    p.add_argument("--runs", type=int, default=10, help="timed batches per configuration (default 10)")
+    p.add_argument("--runs", type=positive_int, default=10, help="timed batches per configuration (default 10)")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured batches per configuration (default 1)")
     p.add_argument("--params", default='{"seed": 0}',
                    help='entry parameters, JSON (default {"seed": 0}); downstream functions get what '
                         "their predecessors make of them")
-    p.add_argument("--timeout-ms", type=int, default=60000, help="time limit of one batch (default 60000)")
+    p.add_argument("--timeout-ms", type=positive_int, default=60000, help="time limit of one batch (default 60000)")
     p.add_argument("--out", required=True, type=Path, help="directory for the tables")
     p.add_argument("--fresh", action="store_true", help="ignore partial results of an earlier run")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -48,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _params(text: str) -> dict:
     try:
         value = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise CliError(f"--params is not JSON: {e}") from None
     if not isinstance(value, dict):
         raise CliError("--params must be a JSON object")
@@ -69,13 +70,9 @@ def run(args: argparse.Namespace) -> int:
     from profiles.profiler import Options, Profiler, partial_path
     from profiles.targets import TargetError, resolve
 
-    if args.runs < 1:
-        raise CliError(f"--runs must be at least 1, got {args.runs}")
     if args.warmup < 1:
         raise CliError(f"--warmup must be at least 1 (a worker's first batches are not representative), "
                        f"got {args.warmup}")
-    if args.timeout_ms < 1:
-        raise CliError(f"--timeout-ms must be positive, got {args.timeout_ms}")
     params = _params(args.params)
     host = detect_host()
     model = _gpu_model(args.gpu_model, host)
@@ -86,8 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if host.gpu and host.gpu.model and host.gpu.model != model and any(grid.gpus):
         raise CliError(f"--gpu-model {model} is not this machine's GPU ({host.gpu.name}): MIG configurations "
                        f"are measured on the GPU they name")
-    if args.out.exists() and not args.out.is_dir():
-        raise CliError(f"--out {args.out} is not a directory")
+    check_writable_dir(args.out, "--out")
     whats, targets = [], {}
     for name in args.targets:
         try:

@@ -32,14 +32,15 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+from esg_cli import scratch
 from esg_cli.errors import CliError
+from invoker_agent.lifetime import die_with_parent
 
 #: kafka-python consumer settings that make a consumer-group join on Tansu take ~1 s instead of ~23 s.
 FAST_GROUP_SETTINGS: dict[str, int] = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 300}
@@ -171,13 +172,15 @@ def start_redis(port: int | None = None, password: str | None = None, host: str 
 
 
 def _spawn(name: str, cmd: list[str], host: str, port: int, url: str) -> Server:
-    workdir = Path(tempfile.mkdtemp(prefix=f"esg-{name.split()[0]}-"))
+    workdir = scratch.make(f"{name.split()[0]}-")
     log_path = workdir / "server.log"
     with open(log_path, "wb") as log:
         try:
-            # start_new_session: a Ctrl-C in the terminal reaches us, and we stop the server ourselves.
+            # start_new_session: a Ctrl-C in the terminal reaches us, and we stop the server ourselves;
+            # die_with_parent: if we are killed outright, the server stops too.
             process = subprocess.Popen(cmd, cwd=workdir, stdin=subprocess.DEVNULL, stdout=log,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
+                                       stderr=subprocess.STDOUT, start_new_session=True,
+                                       preexec_fn=die_with_parent())
         except OSError as exc:
             shutil.rmtree(workdir, ignore_errors=True)
             raise ServerError(f"cannot run {name} ({cmd[0]}): {exc}") from exc

@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -31,33 +31,42 @@ from typing import Any
 from esg.model import App, load_app
 from esg.planner import Planner
 from esg.profiles import load_profiles
+from esg_cli import checks, scratch
 from esg_cli.errors import CliError
+from invoker_agent.lifetime import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "guest"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("up", help="run the embedded local cluster (broker, Redis, scheduler, agents)",
-                       description=__doc__.split("\n\n")[0])
-    p.add_argument("--nodes", type=int, default=2, help="invoker agents to start (default 2)")
-    p.add_argument("--vcpus", type=int, default=None, help="vCPUs each agent advertises (default: the CPUs here)")
-    p.add_argument("--fake-gpu", default="A100-40GB", metavar="MODEL",
-                   help="GPU model of the agents' fake NVML backend (default A100-40GB)")
+                       description=__doc__.split("\n\n")[0] + "\n\nEvery process it starts is listed, stopped "
+                                   "on exit, Ctrl-C, SIGTERM or SIGHUP, and dies with it even on kill -9.")
+    p.add_argument("--nodes", type=checks.positive_int, default=2, help="invoker agents to start")
+    p.add_argument("--vcpus", type=checks.positive_int, default=None,
+                   help="vCPUs each agent advertises (default: the CPUs here)")
+    p.add_argument("--fake-gpu", type=checks.gpu_model, default="A100-40GB", metavar="MODEL",
+                   help="GPU model of the agents' fake NVML backend")
     p.add_argument("--apps", type=Path, default=ROOT / "apps", help="directory of app files (default apps/)")
     p.add_argument("--profiles", type=Path, default=ROOT / "profiles" / "tables" / "cpu",
-                   help="profile tables the scheduler plans with (default the measured CPU tables)")
-    p.add_argument("--slo-factor", type=float, default=3.0,
-                   help="each app's SLO = this x its fastest path under --profiles (default 3)")
-    p.add_argument("--requests", type=int, default=3, help="blocking calls per app before stopping (default 3)")
+                   help="profile tables the scheduler plans with (default profiles/tables/cpu, the measured CPU tables)")
+    p.add_argument("--slo-factor", type=checks.positive_float, default=3.0,
+                   help="each app's SLO = this x its fastest path under --profiles")
+    p.add_argument("--requests", type=checks.non_negative_int, default=3,
+                   help="blocking calls per app before stopping")
     p.add_argument("--no-warmup", action="store_true",
                    help="measure the first calls too (by default the same calls run once, unmeasured, to warm workers)")
-    p.add_argument("--interval-ms", type=float, default=250.0,
-                   help="time between two calls, all apps in turn (default 250; 0 sends them all at once)")
+    p.add_argument("--interval-ms", type=checks.non_negative_float, default=250.0,
+                   help="time between two calls, all apps in turn (0 sends them all at once)")
     p.add_argument("--serve", action="store_true", help="keep running after the calls until Ctrl-C")
-    p.add_argument("--port", type=int, default=0, help="port of the OpenWhisk REST stand-in (default: free)")
-    p.add_argument("--timeout-s", type=float, default=120.0, help="how long to wait for each call (default 120)")
-    p.add_argument("--logs", type=Path, default=None, help="directory for the processes' logs (default: a temp dir)")
+    p.add_argument("--port", type=checks.port_or_zero, default=0,
+                   help="port of the OpenWhisk REST stand-in (0: a free one)")
+    p.add_argument("--timeout-s", type=checks.positive_float, default=120.0, help="how long to wait for each call")
+    p.add_argument("--logs", type=Path, default=None,
+                   help="directory for the processes' logs, kept (default: a temporary one, removed at exit "
+                        "unless a call failed)")
     p.set_defaults(func=run)
 
 
@@ -67,31 +76,58 @@ class Deployed:
     slo_ms: float
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.nodes < 1:
-        raise CliError(f"--nodes must be at least 1, got {args.nodes}")
-    if args.requests < 0:
-        raise CliError(f"--requests must be non-negative, got {args.requests}")
-    if args.interval_ms < 0:
-        raise CliError(f"--interval-ms must be non-negative, got {args.interval_ms}")
-    if args.slo_factor <= 0:
-        raise CliError(f"--slo-factor must be positive, got {args.slo_factor}")
-    from esg import mig
-    mig.geometry(args.fake_gpu)  # an unknown model is named here, before anything starts
+def check_args(args: argparse.Namespace) -> list[Deployed]:
+    """Every flag and file, checked before anything starts; the apps with their SLOs."""
+    checks.check_dir(args.apps, "--apps")
+    checks.check_dir(args.profiles, "--profiles")
     apps = _apps(args.apps, args.profiles, args.slo_factor)
-    logs = args.logs or Path(tempfile.mkdtemp(prefix="esg-up-"))
-    logs.mkdir(parents=True, exist_ok=True)
-    with ExitStack() as stack:
-        cluster = _start(stack, args, apps, logs)
-        ok = True
-        if args.requests:
-            if not args.no_warmup:
-                _warm_up(cluster, apps, args.requests, args.timeout_s)
-            ok = _call_apps(cluster, apps, args.requests, args.interval_ms / 1000, args.timeout_s)
-        if args.serve:
-            _serve(cluster)
-        print(f"logs: {logs}")
+    checks.check_port_free(args.port, "--port")
+    if args.logs is not None:
+        checks.check_writable_dir(args.logs, "--logs")
+    return apps
+
+
+class _Stop(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: unwind like Ctrl-C, so every process started is stopped on the way out."""
+
+
+def _on_stop_signal(signum, _frame) -> None:
+    for sig in STOP_SIGNALS:  # a second signal must not interrupt the clean-up
+        signal.signal(sig, signal.SIG_IGN)
+    raise _Stop(signal.Signals(signum).name)
+
+
+def run(args: argparse.Namespace) -> int:
+    apps = check_args(args)
+    previous = {sig: signal.signal(sig, _on_stop_signal) for sig in STOP_SIGNALS}
+    keep_logs = args.logs is not None
+    logs = args.logs or scratch.make("up-")
+    ok = False
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+        print(f"logs: {logs}" + ("" if keep_logs else " (removed at exit unless a call fails; --logs DIR keeps them)"))
+        with ExitStack() as stack:
+            cluster = _start(stack, args, apps, logs)
+            ok = True
+            if args.requests:
+                if not args.no_warmup:
+                    _warm_up(cluster, apps, args.requests, args.timeout_s)
+                ok = _call_apps(cluster, apps, args.requests, args.interval_ms / 1000, args.timeout_s)
+            if args.serve:
+                _serve(cluster)
         return 0 if ok else 1
+    except _Stop as stop:
+        print(f"esg up: {stop}: everything it started is stopped", file=sys.stderr)
+        return 128 + signal.Signals[str(stop)].value
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if not keep_logs:
+            if ok:
+                shutil.rmtree(logs, ignore_errors=True)
+            else:
+                (logs / scratch.OWNER_FILE).unlink(missing_ok=True)   # kept for reading: never swept
+                print(f"logs kept in {logs}", file=sys.stderr)
 
 
 def _apps(directory: Path, profiles_dir: Path, factor: float) -> list[Deployed]:
@@ -127,12 +163,14 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
     rserver = stack.enter_context(start_redis())
     rclient = redis.Redis.from_url(rserver.url)
     stack.callback(rclient.close)
-    standin = stack.enter_context(OpenWhiskStandIn(redis_client=rclient, port=args.port))
+    try:
+        standin = stack.enter_context(OpenWhiskStandIn(redis_client=rclient, port=args.port))
+    except OSError as exc:  # the port was taken after the check
+        raise CliError(f"--port {args.port}: {exc.strerror or exc}") from None
     requests_ = deploy.plan([dict(d.app.to_dict(), slo_ms=d.slo_ms) for d in apps], image=None, max_batch=8,
                             zip_dir=logs)
     for r in requests_:
         standin.put_action(f"{NAMESPACE}/{r.name}", r.body)
-    print(f"broker {broker.address}, redis {rserver.url}, OpenWhisk API {standin.url}")
     print(f"deployed {len(requests_)} actions: " + ", ".join(f"{d.app.name} (SLO {d.slo_ms:g} ms)" for d in apps))
 
     env = dict(os.environ, ESG_KAFKA=broker.address, ESG_REDIS=rserver.url, ESG_OPENWHISK_API=standin.url,
@@ -157,7 +195,21 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
         dead = [f"{n} (exit {p.poll()}, see {logs / (n + '.log')})" for n, p in procs.items() if p.poll() is not None]
         raise CliError(f"the cluster did not come up: {exc}" + (f"; stopped: {', '.join(dead)}" if dead else "")) from None
     print(f"{args.nodes} invoker agent(s) healthy")
+    _print_started(broker, rserver, standin.url, procs, logs)
     return Cluster(broker.address, standin.url, driver, procs)
+
+
+def _print_started(broker, rserver, api: str, procs: dict[str, subprocess.Popen], logs: Path) -> None:
+    """What this command started, so a user knows what runs (and can check that nothing outlives it)."""
+    rows = [("Kafka-protocol broker (Tansu)", broker.process.pid, broker.address),
+            ("redis-server", rserver.process.pid, rserver.url),
+            ("OpenWhisk REST stand-in", os.getpid(), f"{api} (a thread of this process)")]
+    rows += [(f"esg {'scheduler' if n == 'scheduler' else 'agent ' + n}", p.pid, str(logs / f"{n}.log"))
+             for n, p in procs.items()]
+    print("started (stopped on exit, Ctrl-C, SIGTERM or SIGHUP; each dies with this process, even on kill -9; "
+          "action workers die with their agent):")
+    for what, pid, where in rows:
+        print(f"  {what:<30} pid {pid:<8} {where}")
 
 
 def _record(rclient: Any, aid: str) -> dict[str, Any] | None:
@@ -169,8 +221,11 @@ def _record(rclient: Any, aid: str) -> dict[str, Any] | None:
 
 def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     out = open(log, "ab")  # noqa: SIM115 - closed with the process in _stop_all
+    # Its own session: a Ctrl-C in the terminal reaches only this process, which stops the children in
+    # order (_stop_all); the parent-death signal stops them if this process is killed outright.
     return subprocess.Popen([sys.executable, "-m", "esg_cli.main", *cmd], env=env, stdout=out,
-                            stderr=subprocess.STDOUT, cwd=ROOT)
+                            stderr=subprocess.STDOUT, cwd=ROOT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, preexec_fn=die_with_parent())
 
 
 def _stop_all(procs: dict[str, subprocess.Popen]) -> None:
@@ -193,14 +248,24 @@ def _warm_up(cluster: Cluster, apps: list[Deployed], n: int, timeout: float) -> 
     t0 = time.monotonic()
     ids = [cluster.driver.publish(f"{NAMESPACE}/{d.app.name}", {"seed": i}) for d in apps for i in range(n)]
     cluster.driver.flush()
-    for aid in ids:
-        cluster.driver.wait(aid, timeout)
-    print(f"warm-up: {n} call(s) per app, {time.monotonic() - t0:.1f} s (cold starts)")
+    late = sum(_wait(cluster, aid, timeout) is None for aid in ids)
+    print(f"warm-up: {n} call(s) per app, {time.monotonic() - t0:.1f} s (cold starts)"
+          + (f"; {late} not answered within --timeout-s {timeout:g}" if late else ""))
+
+
+def _wait(cluster: Cluster, aid: str, timeout: float) -> dict[str, Any] | None:
+    """The activation record, or None when it was not answered within ``timeout``."""
+    from esg_cli.controller_driver import DriverError
+
+    try:
+        return cluster.driver.wait(aid, timeout)
+    except DriverError:
+        return None
 
 
 def _call_apps(cluster: Cluster, apps: list[Deployed], n: int, interval_s: float, timeout: float) -> bool:
     """Call every app ``n`` times, one call every ``interval_s`` (apps in turn), then print one line per
-    app and one example result."""
+    app and one example result. A call not answered within ``timeout`` counts as failed."""
     ids: dict[str, list[str]] = {d.app.name: [] for d in apps}
     for i in range(n):
         for d in apps:
@@ -208,22 +273,42 @@ def _call_apps(cluster: Cluster, apps: list[Deployed], n: int, interval_s: float
             cluster.driver.flush()
             time.sleep(interval_s)
     all_ok = True
+    example = None
     print(f"\n{'app':<32} {'ok':>5} {'SLO ms':>8} {'hit':>5} {'p50 ms':>8} {'max ms':>8}")
     for d in apps:
-        records = [cluster.driver.wait(aid, timeout) for aid in ids[d.app.name]]
+        waited = [(aid, _wait(cluster, aid, timeout)) for aid in ids[d.app.name]]
+        records = [r for _, r in waited if r is not None]
         ok = [r for r in records if r["response"]["statusCode"] == 0]
         lat = [r["duration"] for r in records]
         hits = sum(1 for r in ok if r["duration"] <= d.slo_ms)
-        all_ok &= len(ok) == len(records)
-        print(f"{d.app.name:<32} {len(ok):>2}/{len(records):<2} {d.slo_ms:>8g} {hits:>5} "
-              f"{statistics.median(lat):>8.0f} {max(lat):>8.0f}")
-        for r in records:
-            if r["response"]["statusCode"] != 0:
-                print(f"    {r['activationId']}: status {r['response']['statusCode']}: "
-                      f"{json.dumps(r['response'].get('result'))[:200]}")
-    example = records[0]["response"].get("result")
-    print(f"\nexample result ({apps[-1].app.name}): {json.dumps(example)[:300]}")
+        all_ok &= len(ok) == len(waited)
+        p50 = f"{statistics.median(lat):>8.0f}" if lat else f"{'-':>8}"
+        top = f"{max(lat):>8.0f}" if lat else f"{'-':>8}"
+        print(f"{d.app.name:<32} {len(ok):>2}/{len(waited):<2} {d.slo_ms:>8g} {hits:>5} {p50} {top}")
+        for aid, r in waited:
+            if r is None:
+                print(f"    {aid}: no answer within --timeout-s {timeout:g}")
+            elif r["response"]["statusCode"] != 0:
+                print(f"    {aid}: status {r['response']['statusCode']}: "
+                      f"{json.dumps(brief(r['response'].get('result')))}")
+        if ok:
+            example = (d.app.name, ok[0]["response"].get("result"))
+    if example is not None:
+        print(f"\nexample result ({example[0]}): {json.dumps(brief(example[1]))}")
     return all_ok
+
+
+def brief(value: Any, text: int = 48, items: int = 5) -> Any:
+    """``value`` shortened for a terminal, still whole JSON: long strings keep their start and say how
+    long they were, long lists their first items and how many there were."""
+    if isinstance(value, str) and len(value) > text:
+        return f"{value[:text]}... ({len(value)} chars)"
+    if isinstance(value, list):
+        head = [brief(v, text, items) for v in value[:items]]
+        return head + [f"... ({len(value)} items)"] if len(value) > items else head
+    if isinstance(value, dict):
+        return {k: brief(v, text, items) for k, v in value.items()}
+    return value
 
 
 def _serve(cluster: Cluster) -> None:
@@ -238,5 +323,6 @@ def _serve(cluster: Cluster) -> None:
             time.sleep(0.5)
         dead = [n for n, p in cluster.procs.items() if p.poll() is not None]
         print(f"stopped: {', '.join(dead)} exited", file=sys.stderr)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the caller stops everything on the way out
         print("\nstopping")
+        raise

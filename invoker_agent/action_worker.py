@@ -25,6 +25,8 @@ import importlib.util
 import io
 import json
 import os
+import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -92,7 +94,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             return self.reply(400, {"error": "request body is not JSON"})
         if self.path == "/init":
             return self.init(body)
@@ -144,10 +146,26 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(encoded)
 
 
+def remove_on_exit(directory: str) -> None:
+    """On SIGTERM or SIGHUP (the agent stopped it, or the agent died: the parent-death signal), remove
+    ``directory`` -- the worker's own scratch directory -- and exit."""
+    def stop(_signum, _frame):
+        shutil.rmtree(directory, ignore_errors=True)
+        os._exit(0)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port-file", required=True)
+    ap.add_argument("--remove-on-exit", metavar="DIR", help="the worker's scratch directory, removed when "
+                                                              "it is told to stop")
     args = ap.parse_args()
+    if args.remove_on_exit:
+        remove_on_exit(args.remove_on_exit)
+    # the agent starts workers with SIGTERM held (invoker_agent.lifetime): from here on it is handled
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     server = HTTPServer(("127.0.0.1", 0), Handler)
     server.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     tmp = args.port_file + ".tmp"

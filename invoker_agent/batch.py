@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Sequence
 
-from esg.protocol import DispatchMessage, ResultMessage, RunResult
+from esg.protocol import MAX_NESTING, DispatchMessage, ResultMessage, RunResult, deeper_than
 from invoker_agent import runtime_client as rt
 from invoker_agent.actions import ActionFetcher, ActionFetchError, ActionNotFound
 from invoker_agent.data import DataPlane, MissingInput, Write
@@ -113,7 +113,10 @@ class BatchRunner:
 
 def _result(r: rt.RunResult) -> RunResult:
     start = r.started_ms if r.started_ms is not None else time.time() * 1000 - r.duration_ms
-    return RunResult(r.activation_id, r.status_code, r.result, int(start), int(start + r.duration_ms),
+    code, result = r.status_code, r.result
+    if deeper_than(result):    # it could not be written into the result message: the action's error
+        code, result = rt.DEVELOPER_ERROR, {"error": f"The action's result nests deeper than {MAX_NESTING} levels."}
+    return RunResult(r.activation_id, code, result, int(start), int(start + r.duration_ms),
                      None if r.init_ms is None else int(round(r.init_ms)), tuple(r.logs), r.timeout)
 
 

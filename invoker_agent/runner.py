@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from invoker_agent.actions import ActionCode
+from invoker_agent.lifetime import die_with_parent
 from invoker_agent.runtime_client import (
     BATCH_KEY,
     DEVELOPER_ERROR,
@@ -120,11 +121,15 @@ class ProcessWorker:
     def start(self) -> None:
         check_vcpus(self.spec.vcpus)
         port_file = self.dir / "port"
+        # The worker's temporary files (an unpacked zip action, whatever the action writes) go in its own
+        # directory, removed with it; if the agent dies, the worker removes it on the way out.
+        env = worker_env(self.spec, {**self.extra_env, "TMPDIR": str(self.dir)})
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-u", str(WORKER_SCRIPT), "--port-file", str(port_file)],
-                env=worker_env(self.spec, self.extra_env), cwd=self.dir, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True)
+                [sys.executable, "-u", str(WORKER_SCRIPT), "--port-file", str(port_file),
+                 "--remove-on-exit", str(self.dir)],
+                env=env, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent(hold=True))
         try:
             os.sched_setaffinity(self.proc.pid, self.spec.vcpus)
         except OSError as e:
@@ -206,6 +211,15 @@ class ProcessWorker:
 
 
 WorkerFactory = Callable[[WorkerSpec, ActionCode], Worker]
+
+
+def _discard(worker: Worker | None) -> None:
+    """A worker that failed to start: whatever it made (its directory, a half-started process) goes."""
+    if worker is not None:
+        try:
+            worker.kill()
+        except Exception:  # noqa: BLE001 - clean-up of a worker that is already broken
+            pass
 
 
 @dataclass
@@ -364,12 +378,15 @@ class WorkerPool:
                 pass
             return entry, None, None
         t0 = time.perf_counter()
+        worker = None
         try:
             worker = self.factory(spec, action)
             worker.start()
         except WorkerStartError as e:
+            _discard(worker)
             return None, None, (WHISK_ERROR, {"error": f"could not start a worker: {e}"}, False)
         except Exception as e:  # noqa: BLE001 - never let a runner bug kill the agent
+            _discard(worker)
             return None, None, (WHISK_ERROR, {"error": f"could not start a worker: {type(e).__name__}: {e}"},
                                 False)
         self.cold_starts += 1

@@ -219,7 +219,7 @@ def salvage(raw: bytes | None) -> tuple[str | None, list[str], str | None]:
     """The batch id, activation ids and ``reply_to`` of a malformed dispatch, where they can be read."""
     try:
         data: Any = json.loads(raw or b"")
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None, [], None
     if not isinstance(data, dict):
         return None, [], None

@@ -169,7 +169,7 @@ class Profiler:
         opt, fn = self.opt, self.target.function
         key = {"function": fn, "code_sha": self.target.code_sha, "params": self.target.args_sha(),
                "runs": opt.runs, "warmup": opt.warmup, "gpu_model": opt.gpu_model}
-        store = PartialStore.open(partial_path(opt.out, fn), key, fresh=opt.fresh)
+        store = PartialStore.open(partial_path(opt.out, fn), key, fresh=opt.fresh, table=opt.out / f"{fn}.json")
         if store.note:
             self.log(f"{fn}: {store.note}")
         todo: list[Config] = []
@@ -201,10 +201,12 @@ class Profiler:
             bar.close()
             self._pool.shutdown()
         self.report.failed = [store.failed[c.label()] for c in opt.grid.configs() if c.label() in store.failed]
-        self._write_table(store)
+        self._write_table(store, key)
+        if self.report.table is not None:
+            store.remove()
         return self.report
 
-    def _write_table(self, store: PartialStore) -> None:
+    def _write_table(self, store: PartialStore, key: dict[str, Any]) -> None:
         configs = [store.results[c.label()] for c in self.opt.grid.configs() if c.label() in store.results]
         if not configs:
             return
@@ -219,7 +221,7 @@ class Profiler:
                          "date": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
                          "runner": "process", "runs": self.opt.runs, "warmup": self.opt.warmup,
                          "grid": self.opt.grid.to_dict(), "params": self.target.args_summary(),
-                         "code_sha": self.target.code_sha, "percentile": "p50"},
+                         "code_sha": self.target.code_sha, "percentile": "p50", "key": key},
             "cold_starts": list(store.cold_starts.values()),
         }
         if self.report.failed:

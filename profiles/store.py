@@ -4,6 +4,10 @@
 of what was measured (code, input, runs, GPU model). A rerun with the same key skips those configurations;
 a different key (the action changed, other params or runs) starts over. An interrupted run (Ctrl-C,
 a crash) leaves the last completely written version: never a half-written file.
+
+A finished run writes the table (which records the same key under ``measured.key``) and removes the
+partial file; a later run with the same key resumes from the table instead, so extending a grid
+measures only the new configurations.
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ def write_json_atomic(path: Path, data: Any, compact_lists: bool = False) -> Non
         raise
 
 
+def _label(entry: dict) -> str:
+    return Config(entry["batch"], entry["vcpus"], entry.get("gpu")).label()
+
+
 def group_label(vcpus: int, gpu: str | None) -> str:
     return f"{vcpus}c/{gpu or 'cpu'}"
 
@@ -66,25 +74,64 @@ class PartialStore:
     note: str | None = None                                     # why earlier results were not reused
 
     @classmethod
-    def open(cls, path: Path, key: dict[str, Any], fresh: bool = False) -> PartialStore:
+    def open(cls, path: Path, key: dict[str, Any], fresh: bool = False, table: Path | None = None
+             ) -> PartialStore:
+        """The results so far: from the partial file, else from a finished ``table`` of the same key."""
         store = cls(path, key)
-        if fresh or not path.exists():
+        if fresh:
+            return store
+        if not path.exists():
+            if table is not None and table.exists():
+                store._from_table(table)
             return store
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             store.note = f"{path} is unreadable ({e}): starting over"
             return store
+        if not isinstance(data, dict):
+            store.note = f"{path} is not a partial results file: starting over"
+            return store
         if data.get("key") != key:
-            changed = sorted(k for k in set(key) | set(data.get("key") or {})
-                             if (data.get("key") or {}).get(k) != key.get(k))
-            store.note = f"{path} was measured with a different {', '.join(changed)}: starting over"
+            store.note = store._changed(path, data.get("key"))
             return store
         store.results = dict(data.get("results") or {})
         store.failed = dict(data.get("failed") or {})
         store.cold_starts = dict(data.get("cold_starts") or {})
         store.output_bytes = data.get("output_bytes")
         return store
+
+    def _from_table(self, table: Path) -> None:
+        try:
+            data = json.loads(table.read_text(encoding="utf-8"))
+            measured = data.get("measured") or {}
+        except (OSError, ValueError, AttributeError):
+            return  # not a table this profiler wrote: measure everything
+        if not isinstance(measured, dict) or not isinstance(measured.get("key"), dict):
+            return  # no key recorded (an older or hand-made table): measure everything
+        if measured["key"] != self.key:
+            self.note = self._changed(table, measured["key"])
+            return
+        try:
+            results = {_label(e): e for e in data.get("configs") or []}
+            failed = {_label(e): e for e in data.get("failed") or []}
+            colds = {group_label(c["vcpus"], c.get("gpu")): c for c in data.get("cold_starts") or []}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return  # edited by hand beyond recognition: measure everything
+        self.results, self.failed, self.cold_starts = results, failed, colds
+        self.output_bytes = data.get("output_bytes")
+
+    def _changed(self, where: Path, old: Any) -> str:
+        old = old if isinstance(old, dict) else {}
+        changed = sorted(k for k in set(self.key) | set(old) if old.get(k) != self.key.get(k))
+        return f"{where} was measured with a different {', '.join(changed)}: starting over"
+
+    def remove(self) -> None:
+        """The run is finished and its table written: the partial file has done its job."""
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
 
     def done(self, config: Config) -> bool:
         return config.label() in self.results or config.label() in self.failed

@@ -93,7 +93,7 @@ def test_nothing_measurable_exits_non_zero(esg, tmp_path):
     (["vote", "--vcpus", "x"], "--vcpus: 'x' is not a positive integer"),
     (["vote", "--gpu", "9g.9gb"], "--gpu: MIG profile '9g.9gb' is unknown to A100-40GB"),
     (["vote", "--gpu-model", "V100"], "--gpu-model: unknown GPU model 'V100'"),
-    (["vote", "--runs", "0"], "--runs must be at least 1"),
+    (["vote", "--runs", "0"], "--runs: must be at least 1, got 0"),
     (["vote", "--warmup", "0"], "--warmup must be at least 1"),
     (["vote", "--params", "{bad"], "--params is not JSON"),
     (["no-such-fn"], "unknown action or app 'no-such-fn'"),

@@ -52,13 +52,25 @@ def test_interrupted_run_resumes_with_only_the_missing_configurations(tmp_path):
     table = load_profile(tmp_path / "pinned.json")
     assert [c.batch for c in table.configs] == [1, 2, 4]
 
+    assert not partial_path(tmp_path, "pinned").exists()             # finished: the table holds it all
     third = Profiler(_target(), _options(tmp_path), host, log=lambda m: None).run()
     assert third.measured == [] and third.batches_run == 0 and len(third.resumed) == 3
 
 
-def test_a_configuration_deleted_from_the_partial_file_is_measured_again(tmp_path):
+def test_a_finished_table_is_extended_with_only_the_new_configurations(tmp_path):
     host = detect_host()
     Profiler(_target(), _options(tmp_path, "1,2"), host, log=lambda m: None).run()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pinned.json"]     # no partial file left
+    more = Profiler(_target(), _options(tmp_path, "1,2,8"), host, log=lambda m: None).run()
+    assert more.resumed == [Config(1, 1), Config(2, 1)]
+    assert more.measured == [Config(8, 1)] and more.batches_run == _batches(1)
+    assert [c.batch for c in load_profile(tmp_path / "pinned.json").configs] == [1, 2, 8]
+
+
+def test_a_configuration_deleted_from_the_partial_file_is_measured_again(tmp_path):
+    host = detect_host()
+    with pytest.raises(KeyboardInterrupt):
+        Profiler(_target(), _options(tmp_path, "1,2,4", stop_after=2), host, log=lambda m: None).run()
     path = partial_path(tmp_path, "pinned")
     data = read_json(path)
     del data["results"]["b2/1c/cpu"]

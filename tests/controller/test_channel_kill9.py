@@ -22,10 +22,15 @@ from tests.controller.test_service_reliability import start_scheduler, stop_sche
 
 pytestmark = pytest.mark.timeout(180)
 
-SLOW = "import time\ndef main(a):\n    time.sleep(a.get('sleep', 1.5))\n    return {'i': a.get('i')}\n"
+SLOW = ("import os, time\n"
+        "def main(a):\n"
+        "    if not os.path.exists(a.get('until', '/nonexistent')):\n"
+        "        time.sleep(a.get('sleep', 1.5))\n"
+        "    return {'i': a.get('i')}\n")
 
 
 def slow_action(standin) -> None:
+    """Sleeps ``sleep`` seconds, unless the file ``until`` exists."""
     standin.put_action("guest/slow", {"exec": {"kind": "python:3", "code": SLOW}})
 
 
@@ -82,13 +87,16 @@ def test_agent_killed_for_good_has_its_batches_taken_back_and_run_elsewhere(
     b = None
     try:
         driver.wait_healthy(1, timeout=30)
-        params = [{"i": i, "sleep": 1.0} for i in range(3)]
+        until = tmp_path / "fast-now"          # node-a's runs sleep long; once it is killed, runs are quick
+        params = [{"i": i, "sleep": 60, "until": str(until)} for i in range(3)]
         ids = [driver.publish("guest/slow", p, blocking=True) for p in params]
         driver.flush()
-        wait_for(lambda: pending(redis_client, prefix, "node-a") >= 1, 30, "a batch taken by node-a")
+        wait_for(lambda: pending(redis_client, prefix, "node-a") == 3, 30, "every batch taken by node-a")
         b = agent(tmp_path, redis_url, standin, "node-b", prefix)
         driver.wait_healthy(2, timeout=30)
+        assert pending(redis_client, prefix, "node-a") == 3 and not any(driver.acks[i].completions for i in ids)
         a.kill()
+        until.touch()
         check_exactly_once(driver, ids, params, timeout=60)
         assert pending(redis_client, prefix, "node-a") == 0          # taken back from node-a's stream ...
         assert redis_client.xlen(Keys(prefix).dispatch("node-a")) == 0

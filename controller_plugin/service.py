@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable
 import redis
 from kafka.errors import KafkaError
 
-from agent_channel.connect import ChannelError, connect
+from agent_channel.connect import ChannelError, connect, redact_url
 from agent_channel.keys import Keys
 from controller_plugin import wire
 from controller_plugin.ack_pipeline import AckPipeline, Answer
@@ -128,9 +128,14 @@ class SchedulerService:
             raise ServiceError(f"Kafka at {self.s.kafka} refused topic creation: {exc}") from None
         if self.s.metrics_port is not None:
             self.metrics.serve(self.s.metrics_port)
-        self.dispatcher.channel.open()
-        self.dispatcher.purge_earlier(sorted(self.registry.ids))
-        for e in self.acks.recover():
+        try:
+            self.dispatcher.channel.open()
+            self.dispatcher.purge_earlier(sorted(self.registry.ids))
+            reopened = self.acks.recover()
+        except redis.RedisError as exc:
+            raise ServiceError(f"Redis at {redact_url(self.s.redis_url)} failed during start-up: "
+                               f"{type(exc).__name__}") from None
+        for e in reopened:
             self.inbox.put(self.reader.accepted(wire.parse_activation(e.raw), e, known_new=True))
         self._spawn(lambda: self.reader.run(self.stop_event), "esg-activations")
         self._spawn(lambda: self.dispatcher.read_loop(self.stop_event, self.inbox.put, self.dead_letters),

@@ -327,7 +327,7 @@ def _result(d: dict) -> ResultMessage:
         results.append(RunResult(_need(r, "activation_id", str, w + ".results"), code, r.get("result"),
                                  _need(r, "start_ms", int, w + ".results"), _need(r, "end_ms", int, w + ".results"),
                                  r.get("init_ms"), tuple(r.get("logs", ())), bool(r.get("timeout", False)),
-                                 key, int(r.get("output_bytes", 0))))
+                                 key, int(r.get("output_bytes", 0)) if key is not None else 0))
     config = d.get("config")
     run_ms = d.get("run_ms")
     return ResultMessage(_need(d, "batch_id", str, w), _need(d, "node", str, w), tuple(results), d.get("error"),

@@ -209,7 +209,8 @@ class Scheduler:
             return
         self.policy.on_done(d)
         for job in reversed(d.jobs):
-            self.queues.push_front(job)
+            if job.request_id in self._requests:  # a request answered meanwhile is not run again
+                self.queues.push_front(job)
 
     @staticmethod
     def _outcome(state: _RequestState, now_ms: float) -> RequestOutcome:

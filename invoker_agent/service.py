@@ -108,7 +108,7 @@ class AgentService:
         threads = [threading.Thread(target=self._batch_loop, name=f"batch-{i}", daemon=True)
                    for i in range(self.settings.max_batches)]
         try:
-            self._resumed.extend(self.channel.pending())
+            self._resumed.extend(self._pending())
             if self._resumed:
                 log.info("agent %s: resuming %d dispatch(es) taken before a restart", self.settings.node,
                          len(self._resumed))
@@ -128,6 +128,16 @@ class AgentService:
             self.node.close()
             log.info("agent %s: stopped", self.settings.node)
         return 0
+
+    def _pending(self) -> list[Entry]:
+        """What an earlier incarnation took and never answered; asked again while Redis fails."""
+        while not self._stop.is_set():
+            try:
+                return self.channel.pending()
+            except redis.RedisError as e:
+                log.error("reading the dispatches taken before a restart failed (%s); retrying", e)
+                self._stop.wait(0.5)
+        return []
 
     def _batch_loop(self) -> None:
         while not self._stop.is_set():

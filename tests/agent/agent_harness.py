@@ -4,7 +4,6 @@ scheduler-side Redis client that sends dispatches and reads results and heartbea
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -60,6 +59,14 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def running(pid: int) -> bool:
+    """Whether process ``pid`` is still running (not gone, not a zombie)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 class AgentProcess:
     """``esg agent`` as a subprocess, its stderr kept in a file."""
 
@@ -81,16 +88,14 @@ class AgentProcess:
         return self.proc.wait(timeout)
 
     def kill(self) -> None:
-        """``kill -9``: no drain, no final heartbeat. The workers it started (children in sessions of their
-        own, which a killed agent cannot stop) are killed after it, so the test leaves nothing behind."""
+        """``kill -9``: no drain, no final heartbeat. Its workers get their parent-death signal and clean
+        up after themselves; this waits (10 s at most) until they have, so the test leaves nothing behind."""
         workers = children(self.proc.pid)
         self.proc.kill()
         self.proc.wait(10)
-        for pid in workers:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        deadline = time.monotonic() + 10
+        while any(running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -1,19 +1,31 @@
-"""Scheduler-service benchmark: activations per second and ack latency, against a plain forwarder.
+"""Scheduler-service benchmark: ack latency and throughput against a plain forwarder, and data passing.
 
-    PYTHONPATH=. python benchmarks/bench_scheduler.py [--n 3000] [--rate 300] [--batch 16]
+    PYTHONPATH=. python benchmarks/bench_scheduler.py [--n 3000] [--rate 200] [--latency-s 5]
 
 One Tansu broker and one redis-server are started; the controller driver publishes blocking
-activations of no-op actions. Three systems answer them in turn, each in its own process:
+activations. Each system answers them in turn, each in its own processes, on the same broker and Redis:
 
-* **forwarder** -- consumes ``invoker0`` and produces a Combined ack per message on ``completed0``:
-  the floor any invoker stand-in pays for the Kafka round trip;
-* **scheduler, plain action** -- ``esg scheduler`` with a fast in-process echo agent; the action has no
-  annotations (batch 1: one dispatch and one result message per activation);
-* **scheduler, ESG function** -- the same with an ``esg-slo-ms``/``esg-max-batch`` no-op function, so
-  the scheduler batches.
+* **forwarder** -- consumes ``invoker0`` and produces a Combined ack per message on ``completed0``: the
+  floor any invoker stand-in pays for OpenWhisk's two Kafka hops;
+* **echo agent, plain action** -- ``esg scheduler`` with a fast echo agent (a process that answers the
+  dispatches of each read at once, in one round trip, on the real channel; no action runtime); the
+  action has no annotations (batch 1: one dispatch and one result per activation);
+* **esg agent, warm action** -- ``esg scheduler`` with a real ``esg agent`` process running the same
+  trivial Python action (``def main(a): return a``) on warm workers;
+* **echo agent, ESG function** -- an ``esg-slo-ms``/``esg-max-batch`` function, so the scheduler batches.
 
-Throughput: a burst of ``--n`` activations, first publish to last ack. Latency: p50/p99 from publish
-to ack at a steady ``--rate``. Figures are ratios from one run on one machine, never thresholds.
+The systems run one at a time (an idle Kafka client costs a tenth of a core: idle systems would load
+the one measured), in ``--rounds`` rounds that start, measure and stop every system in turn, so that
+drifting background load spreads over all of them. Throughput: a burst of ``--n`` activations (first
+publish to last ack), in the first round. Latency: p50/p99 publish->ack at a steady ``--rate`` for
+``--latency-s`` seconds per system per round; the ratios to the forwarder are given from the pooled
+samples and per round (their spread).
+
+Then a two-function app (``produce`` -> ``consume``, the first returning ``n`` bytes) on two real
+``esg agent`` systems at once, calls alternating between them at ``--app-rate``: **local** (the
+successor reads the producer's copy kept on its node) and **remote** (that agent keeps no copies,
+``--local-data-mb 0``, so the successor reads the output from Redis, as one on another node does).
+Figures are ratios and differences from one run on one machine, never thresholds.
 """
 
 from __future__ import annotations
@@ -27,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,11 +48,15 @@ sys.path.insert(0, str(ROOT))
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 
 from controller_plugin import wire  # noqa: E402
-from controller_plugin.bus import FETCH_WAIT_MS  # noqa: E402  (the forwarder and the agent fetch alike)
-from esg import protocol  # noqa: E402
+from controller_plugin.bus import FETCH_WAIT_MS  # noqa: E402  (the forwarder fetches as the scheduler does)
 from esg_cli.controller_driver import ControllerDriver  # noqa: E402
 from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn  # noqa: E402
 from esg_cli.servers import start_broker, start_redis  # noqa: E402
+
+NODE = "bench-node"
+ECHO_CODE = "def main(a):\n    return a\n"
+PRODUCE_CODE = "def main(a):\n    return {'blob': 'x' * int(a['n'])}\n"
+CONSUME_CODE = "def main(a):\n    return {'n': len(a['blob'])}\n"
 
 
 # -- the plain forwarder (its own process) -----------------------------------------------------------
@@ -78,178 +95,280 @@ def forwarder(kafka: str, prefix: str) -> None:
         producer.flush()
 
 
-# -- a fast echo agent (its own process) ---------------------------------------------------------------
-def echo_agent(kafka: str, prefix: str, node: str = "bench-node") -> None:
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
+# -- a fast echo agent (its own process) on the real channel ------------------------------------------
+def echo_agent(redis_url: str, prefix: str) -> None:
+    from agent_channel.connect import connect
+    from agent_channel.keys import Keys
+    from esg import protocol
+    from invoker_agent.channel import AgentChannel
+    from invoker_agent.data import DataPlane, LocalOutputs
 
-    topic = protocol.dispatch_topic(node, prefix)
-    admin = KafkaAdminClient(bootstrap_servers=kafka)
-    if topic not in admin.list_topics():
-        admin.create_topics([NewTopic(topic, 1, 1)])
-    admin.close()
-    producer = KafkaProducer(bootstrap_servers=kafka, acks=1, linger_ms=1)
-    consumer = KafkaConsumer(bootstrap_servers=kafka, group_id=None, enable_auto_commit=False,
-                             fetch_max_wait_ms=FETCH_WAIT_MS, max_poll_records=1000)
-    tp = TopicPartition(topic, 0)
-    consumer.assign([tp])
-    consumer.seek_to_end(tp)
-    consumer.position(tp)
-    results = prefix + protocol.RESULTS_TOPIC
-    beats = prefix + protocol.HEARTBEAT_TOPIC
+    client = connect(redis_url)
+    keys = Keys(prefix)
+    channel = AgentChannel(client, keys, NODE)
+    data = DataPlane(client, keys, LocalOutputs(64 << 20))
     seq, last = 0, 0.0
     print("ready", flush=True)
     while True:
         if time.monotonic() - last > 0.5:
             seq += 1
-            producer.send(beats, protocol.encode(protocol.Heartbeat(node, 4096, 4096, 65536, None, seq=seq)))
+            channel.heartbeat(protocol.Heartbeat(NODE, 4096, 4096, 65536, None, seq=seq))
             last = time.monotonic()
-        for recs in consumer.poll(timeout_ms=FETCH_WAIT_MS).values():
-            for rec in recs:
-                d = json.loads(rec.value)
-                now = int(time.time() * 1000)
-                out = {"type": "result", "batch_id": d["batch_id"], "node": node, "error": None,
-                       "results": [{"activation_id": r["activation_id"], "status_code": 0, "result": r["value"],
-                                    "start_ms": now, "end_ms": now, "init_ms": None, "logs": [],
-                                    "timeout": False} for r in d["requests"]]}
-                producer.send(results, json.dumps(out, separators=(",", ":")).encode())
-        producer.flush()
+        got = channel.take(1000, 100)
+        pipe = client.pipeline(transaction=True)
+        for e in got:
+            msg = protocol.decode(e.raw)
+            now = int(time.time() * 1000)
+            results = [protocol.RunResult(r.activation_id, 0, v, now, now)
+                       for r, v in zip(msg.requests, data.inputs(msg))]
+            results, writes = data.outputs(msg, results)
+            channel.stage_answer(pipe, e.id, msg.reply_to, protocol.ResultMessage(
+                msg.batch_id, NODE, tuple(results), None, msg.function, msg.config, 0.0), writes)
+        if got:
+            pipe.execute()  # every answer of this read in one round trip
 
 
 # -- measuring -----------------------------------------------------------------------------------------
-def spawn(args: list[str], env: dict | None = None, log: Path | None = None) -> subprocess.Popen:
-    out = open(log, "ab") if log else subprocess.DEVNULL
-    p = subprocess.Popen([sys.executable, *args], env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
-                         stderr=out, cwd=ROOT)
-    return p
+class Procs:
+    """The processes of one system; all stopped (and reaped) on leaving."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.procs: list[subprocess.Popen] = []
+
+    def spawn(self, args: list[str], name: str, env: dict | None = None, ready: bool = False) -> subprocess.Popen:
+        out = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        p = subprocess.Popen([sys.executable, *args], env={**os.environ, **(env or {})}, cwd=ROOT,
+                             stdout=subprocess.PIPE if ready else out, stderr=out)
+        self.procs.append(p)
+        if ready:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and b"ready" not in p.stdout.readline():
+                pass
+        return p
+
+    def __enter__(self) -> Procs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.procs:
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
-def wait_ready(p: subprocess.Popen, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = p.stdout.readline()
-        if b"ready" in line:
-            return
-    raise RuntimeError("process not ready")
+def latencies(driver: ControllerDriver, ids: list[str]) -> list[float]:
+    return sorted((driver.acks[a].first_ack_s - driver.published_s[a]) * 1000 for a in ids
+                  if driver.acks[a].first_ack_s)
 
 
-def measure(driver: ControllerDriver, action: str, n: int, rate: float, latency_s: float) -> dict:
-    # warm-up
-    warm = [driver.publish(action, {"w": i}) for i in range(50)]
+def pct(values: list[float], q: float) -> float:
+    return values[min(len(values) - 1, int(len(values) * q))]
+
+
+def warm_up(driver: ControllerDriver, action: str, n: int = 50) -> None:
+    warm = [driver.publish(action, {"w": i}) for i in range(n)]
     driver.flush()
     assert driver.wait_acked(warm, timeout=60) == [], "warm-up not answered"
-    # throughput: a burst
+
+
+def burst(driver: ControllerDriver, action: str, n: int) -> dict:
+    warm_up(driver, action)
     t0 = time.monotonic()
     ids = [driver.publish(action, {"i": i}) for i in range(n)]
     driver.flush()
-    missing = driver.wait_acked(ids, timeout=120)
+    missing = driver.wait_acked(ids, timeout=300)
     t1 = max(driver.acks[a].first_ack_s for a in ids if driver.acks[a].first_ack_s)
-    throughput = (n - len(missing)) / (t1 - t0)
-    # latency at a steady rate
-    lat_ids = []
+    return {"throughput": (n - len(missing)) / (t1 - t0), "missing": len(missing)}
+
+
+def summary(lats: list[float]) -> dict:
+    lats = sorted(lats)
+    return {"p50": statistics.median(lats), "p99": pct(lats, 0.99), "n": len(lats)}
+
+
+def alternate(drivers: list[ControllerDriver], action: str, rate: float, seconds: float, params) -> list[list[str]]:
+    """Calls to each driver in turn, one every 1/rate s in all, for ``seconds``; the ids per driver."""
+    ids: list[list[str]] = [[] for _ in drivers]
     start = time.monotonic()
     k = 0
-    while time.monotonic() - start < latency_s:
+    while time.monotonic() - start < seconds:
         due = start + k / rate
         if time.monotonic() < due:
             time.sleep(max(0.0, due - time.monotonic()))
-        lat_ids.append(driver.publish(action, {"k": k}))
-        driver.flush()
+        d = k % len(drivers)
+        ids[d].append(drivers[d].publish(action, params(k)))
+        drivers[d].flush()
         k += 1
-    driver.wait_acked(lat_ids, timeout=60)
-    lats = sorted((driver.acks[a].first_ack_s - driver.published_s[a]) * 1000 for a in lat_ids
-                  if driver.acks[a].first_ack_s)
-    dup = len(driver.duplicates())
-    return {"throughput": throughput, "missing": len(missing), "p50": statistics.median(lats),
-            "p99": lats[min(len(lats) - 1, int(len(lats) * 0.99))], "duplicates": dup}
+    for d, got in zip(drivers, ids):
+        d.wait_acked(got, timeout=120)
+    return ids
+
+
+def app_latency(drivers: dict[str, ControllerDriver], sizes: list[int], rate: float, seconds: float,
+                rounds: int) -> dict[str, dict[int, dict]]:
+    names = list(drivers)
+    for d in drivers.values():
+        warm = [d.publish("guest/pipe", {"n": s}) for s in sizes for _ in range(3)]
+        d.flush()
+        assert d.wait_acked(warm, timeout=120) == [], "warm-up not answered"
+    lats: dict[str, dict[int, list[float]]] = {n: {s: [] for s in sizes} for n in names}
+    bad = 0
+    for _ in range(rounds):
+        for size in sizes:
+            got = alternate([drivers[n] for n in names], "guest/pipe", rate, seconds / rounds,
+                            lambda k, size=size: {"n": size})
+            for n, ids in zip(names, got):
+                d = drivers[n]
+                lats[n][size] += latencies(d, ids)
+                bad += sum(1 for a in ids if (d.acks[a].record or {}).get("response", {}).get("result") != {"n": size})
+    assert bad == 0, f"{bad} calls of the two-function app answered wrongly"
+    return {n: {s: summary(v) for s, v in per.items()} for n, per in lats.items()}
+
+
+def write_profiles(directory: Path, max_batch: int) -> None:
+    directory.mkdir()
+    rows = [{"batch": b, "vcpus": 1, "gpu": None, "latency_ms": 1.0 + 0.05 * b}
+            for b in (1, 2, 4, 8, 16, 32, 64) if b <= max_batch]
+    for name, out in (("noop", 0), ("produce", 100_000), ("consume", 20)):
+        (directory / f"{name}.json").write_text(json.dumps({"function": name, "gpu_model": "A100-40GB",
+                                                            "configs": rows, "output_bytes": out}))
+
+
+def deploy(standin: OpenWhiskStandIn, max_batch: int) -> None:
+    def put(name: str, code: str, annotations: dict | None = None) -> None:
+        standin.put_action(f"guest/{name}", {"exec": {"kind": "python:3", "code": code},
+                                             "annotations": [{"key": k, "value": v}
+                                                             for k, v in (annotations or {}).items()]})
+    put("plain", ECHO_CODE)
+    put("noop", ECHO_CODE, {"esg-slo-ms": 1000, "esg-max-batch": max_batch})
+    put("produce", PRODUCE_CODE, {"esg-max-batch": 1})
+    put("consume", CONSUME_CODE, {"esg-max-batch": 1})
+    put("pipe", ECHO_CODE, {"esg-slo-ms": 5000,
+                            "esg-dag": {"functions": ["produce", "consume"], "edges": [["produce", "consume"]]}})
+
+
+SYSTEMS = {
+    "forwarder": "forwarder",
+    "plain-echo": "scheduler + echo agent, plain action",
+    "plain-agent": "scheduler + esg agent, warm action",
+    "esg-echo": "scheduler + echo agent, ESG function",
+}
+ACTIONS = {"forwarder": "guest/plain", "plain-echo": "guest/plain", "plain-agent": "guest/plain",
+           "esg-echo": "guest/noop"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=3000, help="activations in the throughput burst")
-    ap.add_argument("--rate", type=float, default=200.0, help="activations/s in the latency phase")
-    ap.add_argument("--latency-s", type=float, default=3.0)
+    ap.add_argument("--n", type=int, default=3000, help="activations in each throughput burst")
+    ap.add_argument("--rate", type=float, default=50.0, help="activations/s in the latency phase")
+    ap.add_argument("--latency-s", type=float, default=4.0, help="seconds per system per latency round")
+    ap.add_argument("--rounds", type=int, default=3, help="latency rounds (every system once per round)")
     ap.add_argument("--batch", type=int, default=16, help="esg-max-batch of the ESG no-op function")
-    ap.add_argument("--py-spy", metavar="DIR", help="record the scheduler with py-spy (flame data) into DIR")
-    ap.add_argument("--only", choices=["forwarder", "plain", "esg"], action="append",
-                    help="run only these systems (repeatable; default all)")
+    ap.add_argument("--sizes", default="10000,100000,600000", help="payload sizes (bytes) of the two-function app")
+    ap.add_argument("--app-rate", type=float, default=20.0, help="calls/s of the two-function app (both systems)")
+    ap.add_argument("--app-s", type=float, default=15.0, help="seconds per payload size of the two-function app")
+    ap.add_argument("--only", choices=["systems", "data"], help="run only one of the two parts")
     ap.add_argument("--role", choices=["forwarder", "agent"], help=argparse.SUPPRESS)
     ap.add_argument("--kafka", help=argparse.SUPPRESS)
+    ap.add_argument("--redis", help=argparse.SUPPRESS)
     ap.add_argument("--prefix", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.role == "forwarder":
         return forwarder(a.kafka, a.prefix)
     if a.role == "agent":
-        return echo_agent(a.kafka, a.prefix)
+        return echo_agent(a.redis, a.prefix)
 
     tmp = Path(tempfile.mkdtemp(prefix="esg-bench-"))
-    profiles = tmp / "profiles"
-    profiles.mkdir()
-    (profiles / "noop.json").write_text(json.dumps({"function": "noop", "gpu_model": "A100-40GB", "configs": [
-        {"batch": b, "vcpus": 1, "gpu": None, "latency_ms": 1.0 + 0.05 * b} for b in (1, 2, 4, 8, 16, 32, 64)
-        if b <= a.batch]}))
-    rows = []
-    with start_broker() as broker, start_redis() as redis_server:
+    write_profiles(tmp / "profiles", a.batch)
+    sizes = [int(s) for s in a.sizes.split(",")]
+    with start_broker() as broker, start_redis() as redis_server, ExitStack() as outer:
         import redis as redis_lib
         rc = redis_lib.Redis.from_url(redis_server.url)
-        with OpenWhiskStandIn(redis_client=rc) as standin:
-            standin.put_action("guest/plain", {"exec": {"kind": "python:3", "code": "def main(a): return a"}})
-            standin.put_action("guest/noop", {"exec": {"kind": "python:3", "code": "def main(a): return a"},
-                                              "annotations": [{"key": "esg-slo-ms", "value": 1000},
-                                                              {"key": "esg-max-batch", "value": a.batch}]})
-            systems = {"forwarder": "forwarder", "plain": "scheduler, plain action",
-                       "esg": "scheduler, ESG function (batching)"}
-            for key, label in systems.items():
-                if a.only and key not in a.only:
-                    continue
-                prefix = f"b{key}_"
-                procs = []
-                with ControllerDriver(broker.address, prefix=prefix, catalog=standin.store.lookup) as driver:
-                    if label == "forwarder":
-                        procs.append(spawn([__file__, "--role", "forwarder", "--kafka", broker.address,
-                                            "--prefix", prefix]))
-                        wait_ready(procs[-1])
-                    else:
-                        env = {"ESG_KAFKA": broker.address, "ESG_REDIS": redis_server.url,
-                               "ESG_OPENWHISK_API": standin.url, "ESG_OPENWHISK_AUTH": GUEST_KEY,
-                               "ESG_TOPIC_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
-                        cmd = ["-m", "esg_cli.main", "scheduler", "--profiles", str(profiles),
-                               "--log-level", "WARNING"]
-                        if a.py_spy:
-                            out = Path(a.py_spy) / f"{prefix}scheduler.txt"
-                            cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw",
-                                   "--threads", "--nonblocking", "-r", "200", "-o", str(out), "--",
-                                   sys.executable, *cmd]
-                            procs.append(subprocess.Popen(cmd, env={**os.environ, **env}, cwd=ROOT,
-                                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        standin = outer.enter_context(OpenWhiskStandIn(redis_client=rc))
+        deploy(standin, a.batch)
+        base_env = {"ESG_KAFKA": broker.address, "ESG_REDIS": redis_server.url, "ESG_OPENWHISK_API": standin.url,
+                    "ESG_OPENWHISK_AUTH": GUEST_KEY, "PYTHONPATH": str(ROOT)}
+
+        def start(stack: ExitStack, key: str, *agent_flags: str) -> ControllerDriver:
+            """One system on its own prefix: its processes and the controller driver that calls it."""
+            prefix = f"b{key.replace('-', '')}_"
+            driver = stack.enter_context(ControllerDriver(broker.address, prefix=prefix,
+                                                          catalog=standin.store.lookup))
+            procs = stack.enter_context(Procs(tmp))
+            env = {**base_env, "ESG_TOPIC_PREFIX": prefix}
+            if key == "forwarder":
+                procs.spawn([__file__, "--role", "forwarder", "--kafka", broker.address, "--prefix", prefix],
+                            "forwarder", ready=True)
+                return driver
+            procs.spawn(["-m", "esg_cli.main", "scheduler", "--profiles", str(tmp / "profiles"),
+                         "--log-level", "WARNING"], f"{prefix}scheduler", env)
+            if key.endswith("echo"):
+                procs.spawn([__file__, "--role", "agent", "--redis", redis_server.url, "--prefix", prefix],
+                            f"{prefix}echo", ready=True)
+            else:
+                procs.spawn(["-m", "esg_cli.main", "agent", "--name", NODE, "--fake-gpu", "A100-40GB",
+                             "--vcpus", "8", "--max-batches", "8", "--log-level", "WARNING", *agent_flags],
+                            f"{prefix}agent", env)
+            return driver
+
+        rows: dict[str, dict] = {key: {} for key in SYSTEMS}
+        per_round: dict[str, list[list[float]]] = {key: [] for key in SYSTEMS}
+        if a.only in (None, "systems"):
+            for r in range(a.rounds):
+                for key in SYSTEMS:
+                    with ExitStack() as stack:
+                        d = start(stack, key)
+                        d.wait_healthy(1, timeout=60)
+                        if r == 0:
+                            rows[key] = burst(d, ACTIONS[key], a.n)
+                            print(f"{SYSTEMS[key]:40s} burst {rows[key]['throughput']:6.0f} act/s  "
+                                  f"(missing {rows[key]['missing']})", flush=True)
                         else:
-                            procs.append(spawn(cmd, env, tmp / "scheduler.log"))
-                        procs.append(spawn([__file__, "--role", "agent", "--kafka", broker.address,
-                                            "--prefix", prefix]))
-                        wait_ready(procs[-1])
-                    try:
-                        driver.wait_healthy(1, timeout=30)
-                        action = "guest/noop" if "ESG" in label else "guest/plain"
-                        r = measure(driver, action, a.n, a.rate, a.latency_s)
-                    finally:
-                        for p in procs:
-                            p.send_signal(signal.SIGINT if a.py_spy else signal.SIGTERM)
-                            try:
-                                p.wait(10)
-                            except subprocess.TimeoutExpired:
-                                p.kill()
-                    rows.append((label, r))
-                    print(f"{label:38s} {r['throughput']:8.0f} act/s  p50 {r['p50']:6.1f} ms  "
-                          f"p99 {r['p99']:6.1f} ms  missing {r['missing']}  duplicates {r['duplicates']}",
-                          flush=True)
-    if not rows or rows[0][0] != "forwarder":
-        return
-    fwd = rows[0][1]
-    print(f"\nburst of {a.n} blocking activations; latency at {a.rate:.0f}/s for {a.latency_s:.0f} s; "
-          f"{os.cpu_count()} cores")
-    for label, r in rows[1:]:
-        print(f"{label:38s} throughput {r['throughput'] / fwd['throughput']:.2f}x forwarder, "
-              f"p50 latency {r['p50'] / fwd['p50']:.2f}x forwarder")
+                            warm_up(d, ACTIONS[key])
+                        got = alternate([d], ACTIONS[key], a.rate, a.latency_s, lambda k: {"k": k})[0]
+                        per_round[key].append(latencies(d, got))
+                        rows[key]["duplicates"] = rows[key].get("duplicates", 0) + len(d.duplicates())
+            for key in SYSTEMS:
+                rows[key].update(summary([x for r in per_round[key] for x in r]))
+                rows[key]["rounds"] = [statistics.median(r) for r in per_round[key]]
+            report_systems(rows, a)
+
+        if a.only in (None, "data"):
+            with ExitStack() as stack:
+                drivers = {"local": start(stack, "data-local"),
+                           "remote": start(stack, "data-remote", "--local-data-mb", "0")}
+                for d in drivers.values():
+                    d.wait_healthy(1, timeout=60)
+                data = app_latency(drivers, sizes, a.app_rate, a.app_s, a.rounds)
+            report_data(data, sizes)
+
+
+def report_systems(rows: dict[str, dict], a: argparse.Namespace) -> None:
+    fwd = rows["forwarder"]
+    print(f"\nburst of {a.n} blocking activations per system; latency at {a.rate:.0f}/s, {a.rounds} rounds of "
+          f"{a.latency_s:.0f} s per system, one system at a time; {os.cpu_count()} cores")
+    print(f"{'system':40s} {'act/s':>7s} {'p50 ms':>7s} {'p99 ms':>7s} {'thr.':>6s} {'p50':>6s} {'p99':>6s}  "
+          f"p50 per round (x forwarder)")
+    for key, r in rows.items():
+        per = " ".join(f"{x / y:.2f}" for x, y in zip(r["rounds"], fwd["rounds"]))
+        print(f"{SYSTEMS[key]:40s} {r['throughput']:7.0f} {r['p50']:7.1f} {r['p99']:7.1f} "
+              f"{r['throughput'] / fwd['throughput']:5.2f}x {r['p50'] / fwd['p50']:5.2f}x "
+              f"{r['p99'] / fwd['p99']:5.2f}x  {per}   (missing {r['missing']}, duplicates {r['duplicates']})")
+
+
+def report_data(data: dict[str, dict[int, dict]], sizes: list[int]) -> None:
+    print("\ntwo-function app (produce -> consume), publish->ack, calls alternating between the two systems")
+    print(f"{'output':>8s} {'local p50':>10s} {'remote p50':>11s} {'remote - local':>15s} {'local p99':>10s} "
+          f"{'remote p99':>11s}")
+    for size in sizes:
+        lo, re = data["local"][size], data["remote"][size]
+        print(f"{size / 1000:6.0f} KB {lo['p50']:8.1f} ms {re['p50']:8.1f} ms {re['p50'] - lo['p50']:+12.1f} ms "
+              f"{lo['p99']:7.1f} ms {re['p99']:8.1f} ms")
 
 
 if __name__ == "__main__":

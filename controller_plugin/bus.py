@@ -1,9 +1,9 @@
-"""Kafka in and out: the producer, topic creation with OpenWhisk's settings, and the esg topics.
+"""Kafka in and out, at OpenWhisk's boundary only: the producer, topic creation with OpenWhisk's settings.
 
-Consumers are built here too: activations on ``invoker{N}`` are read with the scheduler's own group
-(``esg-scheduler``; never OpenWhisk's ``invoker{N}``), assigned rather than subscribed (no group join
-and no rebalance), with manual commits; agent traffic (``esgresults``, ``esgheartbeat``) is read from
-the end without a group: results of an earlier incarnation are void anyway.
+The scheduler reads activations on ``invoker{N}`` (with its own group ``esg-scheduler``, never
+OpenWhisk's ``invoker{N}``; assigned rather than subscribed: no group join and no rebalance; manual
+commits) and writes acks to ``completed{C}``, pings to ``health`` and malformed input to its dead-letter
+topic. Everything between the scheduler and its agents goes over Redis (:mod:`controller_plugin.channel`).
 """
 
 from __future__ import annotations
@@ -17,15 +17,13 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from controller_plugin import wire
-from esg import protocol
 
 log = logging.getLogger("esg.scheduler")
 
 DEAD_LETTER_TOPIC = "esgdeadletter"
-#: How long the broker may hold a fetch with no data. Short: each hop to an agent and back waits on it
-#: when the broker does not answer a parked fetch as soon as data arrives.
+#: How long the broker may hold a fetch with no data. Short: an activation waits on it when the broker
+#: does not answer a parked fetch as soon as data arrives.
 FETCH_WAIT_MS = 20
-_ESG_TOPIC_CONFIG = {"retention.ms": "3600000", "max.message.bytes": str(wire.MAX_MESSAGE_BYTES)}
 _DEAD_LETTER_CONFIG = {"retention.ms": "172800000", "max.message.bytes": str(2 * wire.MAX_MESSAGE_BYTES)}
 
 
@@ -53,15 +51,10 @@ class Topics:
         self.prefix = prefix
         self.completed = wire.completed_topic(controller_id, prefix)
         self.health = wire.health_topic(prefix)
-        self.results = prefix + protocol.RESULTS_TOPIC
-        self.heartbeat = prefix + protocol.HEARTBEAT_TOPIC
         self.dead_letter = prefix + DEAD_LETTER_TOPIC
 
     def invoker(self, n: int) -> str:
         return wire.invoker_topic(n, self.prefix)
-
-    def dispatch(self, node: str) -> str:
-        return protocol.dispatch_topic(node, self.prefix)
 
     def invoker_index(self, topic: str) -> int:
         return int(topic[len(self.prefix) + len("invoker"):])
@@ -70,7 +63,7 @@ class Topics:
 def topic_settings(kind: str) -> dict[str, str]:
     if kind in wire.TOPIC_CONFIGS:
         return wire.topic_config(kind)
-    return dict(_DEAD_LETTER_CONFIG if kind == "deadletter" else _ESG_TOPIC_CONFIG)
+    return dict(_DEAD_LETTER_CONFIG)
 
 
 class Bus:
@@ -80,8 +73,9 @@ class Bus:
         try:
             self.admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id + "-admin",
                                           request_timeout_ms=timeout_ms)
+            # linger 0: an ack leaves at once; under load the sender batches what queued meanwhile.
             self.producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks=1,
-                                          linger_ms=1, max_request_size=2 * wire.MAX_MESSAGE_BYTES + 1024,
+                                          linger_ms=0, max_request_size=2 * wire.MAX_MESSAGE_BYTES + 1024,
                                           request_timeout_ms=timeout_ms, max_block_ms=timeout_ms)
         except (KafkaError, OSError, ValueError) as exc:
             why = "no broker answered" if "NoBrokersAvailable" in type(exc).__name__ else str(exc)
@@ -112,7 +106,7 @@ class Bus:
 
     def consumer(self, group_id: str | None, **kw) -> KafkaConsumer:
         return KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group_id, enable_auto_commit=False,
-                             auto_offset_reset="earliest", client_id=f"esg-scheduler-{group_id or 'agents'}",
+                             auto_offset_reset="earliest", client_id=f"esg-scheduler-{group_id or 'reader'}",
                              request_timeout_ms=31000, fetch_max_wait_ms=FETCH_WAIT_MS, max_poll_records=500, **kw)
 
     def close(self) -> None:

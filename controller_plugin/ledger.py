@@ -2,18 +2,23 @@
 
 Keys (``scope`` = topic prefix + controller id, so two deployments on one Redis never mix):
 
-* ``esg:{scope}:act:{activationId}`` -- JSON ``{"state", "topic", "accepted_ms", "raw"[, "ack"]}``.
-  ``state`` is ``open`` (accepted, not answered), ``acking`` (the ack's bytes are stored here and are
-  being produced) or ``done`` (answered; kept ``DONE_TTL_S`` without the payload, for dedupe).
+* ``esg:{scope}:act:{activationId}`` -- hash ``state, topic, accepted_ms, raw, owner[, ack]`` (``raw``:
+  the ActivationMessage as it came; ``ack``: the ack's bytes; both stored as they are, never re-encoded).
+  ``state`` is ``open`` (accepted, not answered), ``acking`` (the ack's bytes are stored here; it was
+  produced, or is being) or ``done`` (answered; kept ``DONE_TTL_S`` with the state alone, for dedupe).
+  ``owner`` is the incarnation that accepted it.
 * ``esg:{scope}:open`` -- set of the ids in state ``open`` or ``acking``: what a restart must finish.
 * ``esg:activation:{activationId}`` -- the WhiskActivation record (the embedded activation store that
   the REST stand-in reads), with ``RECORD_TTL_S``.
 * ``esg:{prefix}:invokers`` -- hash node name -> virtual invoker id.
 
-Exactly once: an activation is inserted only if its key is absent (a redelivered message is dropped),
-its ack is written into the entry (``acking``) *before* it is produced, and marked ``done`` once the
-broker took it. After a crash an ``acking`` entry is looked up in ``completed{C}``: found means the ack
-went out, else the stored bytes are sent; an ``open`` entry is run again.
+Exactly once: an activation is inserted only if its key is absent (a redelivered message is dropped;
+asking again for one's own open entry, e.g. after a lost reply, says it is new); its offset is
+committed only after that. Its ack is produced, and in the same turn of the scheduler's loop written
+into the entry (``acking``, with the bytes), then marked ``done`` once the broker took it. After a
+crash every ``open`` or ``acking`` entry is looked up in ``completed{C}``: found means the ack went out
+(whatever the entry says); otherwise an ``acking`` entry's stored bytes are sent, and an ``open`` entry
+is run again.
 """
 
 from __future__ import annotations
@@ -30,14 +35,24 @@ RECORD_TTL_S = 24 * 3600
 
 ACTIVATION_RECORD_KEY = "esg:activation:{id}"
 
+# ARGV: the open set, the owner, then per entry: id, topic, accepted_ms, raw.
 _ACCEPT = """
+local owner = ARGV[2]
 local out = {}
 for i, key in ipairs(KEYS) do
-  if redis.call('SET', key, ARGV[i], 'NX') then
-    redis.call('SADD', ARGV[#KEYS + 1], ARGV[#KEYS + 1 + i])
+  local at = 2 + (i - 1) * 4
+  if redis.call('EXISTS', key) == 0 then
+    redis.call('HSET', key, 'state', 'open', 'topic', ARGV[at + 2], 'accepted_ms', ARGV[at + 3],
+               'raw', ARGV[at + 4], 'owner', owner)
+    redis.call('SADD', ARGV[1], ARGV[at + 1])
     out[i] = 1
   else
-    out[i] = 0
+    local cur = redis.call('HMGET', key, 'state', 'owner')
+    if cur[1] == 'open' and cur[2] == owner then
+      out[i] = 1
+    else
+      out[i] = 0
+    end
   end
 end
 return out
@@ -69,36 +84,56 @@ class Ledger:
     def _key(self, activation_id: str) -> str:
         return f"esg:{self.scope}:act:{activation_id}"
 
-    def accept(self, entries: Sequence[tuple[str, int, int, str]]) -> list[bool]:
-        """Insert ``(activation_id, topic, accepted_ms, raw)`` entries; True for each that was new."""
+    def accept(self, entries: Sequence[tuple[str, int, int, str]], owner: str = "") -> list[bool]:
+        """Insert ``(activation_id, topic, accepted_ms, raw)`` entries for ``owner``; True for each that is
+        new (absent before, or already ``owner``'s and still open: asking twice is harmless)."""
         if not entries:
             return []
         keys = [self._key(a) for a, _, _, _ in entries]
-        values = [json.dumps({"state": "open", "topic": t, "accepted_ms": ms, "raw": raw})
-                  for _, t, ms, raw in entries]
-        got = self._accept(keys=keys, args=[*values, self._open, *[a for a, _, _, _ in entries]])
-        return [bool(x) for x in got]
+        args: list[Any] = [self._open, owner]
+        for a, t, ms, raw in entries:
+            args += [a, t, ms, raw]
+        return [bool(x) for x in self._accept(keys=keys, args=args)]
 
-    def mark_acking(self, items: Iterable[tuple[LedgerEntry, bytes, dict[str, Any] | None]]) -> None:
-        """Store each ack's bytes (and the activation record) before the ack is produced."""
+    def mark_acking(self, items: Iterable[tuple[LedgerEntry, bytes, dict[str, Any] | None]],
+                    forget: Iterable[str] = (), done: Iterable[str] = ()) -> None:
         pipe = self.r.pipeline(transaction=False)
+        if self.stage_acking(pipe, items, forget, done):
+            pipe.execute()
+
+    def stage_acking(self, pipe, items: Iterable[tuple[LedgerEntry, bytes, dict[str, Any] | None]],
+                     forget: Iterable[str] = (), done: Iterable[str] = ()) -> int:
+        """Add to ``pipe``: each ack's bytes (and the activation record), the deletion of the ``forget``
+        keys (the answered requests' intermediate data), the ``done`` marks; how many commands."""
+        n = 0
+        gone = list(forget)
+        if gone:
+            pipe.delete(*gone)
+            n += 1
+        n += self._done(pipe, done)
         for entry, ack, record in items:
-            pipe.set(self._key(entry.activation_id),
-                     json.dumps({"state": "acking", "topic": entry.topic, "accepted_ms": entry.accepted_ms,
-                                 "raw": entry.raw, "ack": ack.decode("utf-8")}))
+            pipe.hset(self._key(entry.activation_id), mapping={"state": "acking", "ack": ack})
+            n += 1
             if record is not None:
                 pipe.set(activation_record_key(entry.activation_id), json.dumps(record), ex=RECORD_TTL_S)
-        pipe.execute()
+                n += 1
+        return n
 
     def mark_done(self, activation_ids: Iterable[str]) -> None:
         pipe = self.r.pipeline(transaction=False)
-        n = 0
-        for a in activation_ids:
-            pipe.set(self._key(a), '{"state":"done"}', ex=DONE_TTL_S)
-            pipe.srem(self._open, a)
-            n += 1
-        if n:
+        if self._done(pipe, activation_ids):
             pipe.execute()
+
+    def _done(self, pipe, activation_ids: Iterable[str]) -> int:
+        ids = list(activation_ids)
+        for a in ids:
+            key = self._key(a)
+            pipe.delete(key)
+            pipe.hset(key, "state", "done")
+            pipe.expire(key, DONE_TTL_S)
+        if ids:
+            pipe.srem(self._open, *ids)
+        return 3 * len(ids) + (1 if ids else 0)
 
     def unfinished(self) -> list[LedgerEntry]:
         """Entries in state ``open`` or ``acking`` (what a previous incarnation left)."""
@@ -106,11 +141,11 @@ class Ledger:
         ids = [i.decode() if isinstance(i, bytes) else i for i in ids]
         out: list[LedgerEntry] = []
         stale: list[str] = []
-        for aid, raw in zip(ids, self.r.mget([self._key(i) for i in ids]) if ids else []):
-            if raw is None:
-                stale.append(aid)
-                continue
-            d = json.loads(raw)
+        pipe = self.r.pipeline(transaction=False)
+        for i in ids:
+            pipe.hgetall(self._key(i))
+        for aid, h in zip(ids, pipe.execute() if ids else []):
+            d = {k.decode(): v.decode("utf-8") for k, v in (h or {}).items()}
             if d.get("state") not in ("open", "acking"):
                 stale.append(aid)
                 continue

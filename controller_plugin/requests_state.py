@@ -1,8 +1,12 @@
-"""One accepted activation on its way through its app's DAG: inputs routed, results collected.
+"""One accepted activation on its way through its app's DAG: what each function returned, and where.
 
-Data flow (DESIGN §3): an entry function gets the activation's ``content``; a function with one
-predecessor gets that predecessor's result; with several, an object keyed by the predecessors' short
-(DAG) names. The app's result is its sink's result, or with several sinks an object keyed by name.
+The scheduler never holds intermediate data: an entry function's dispatch carries the activation's
+``content``; every other function's carries references to its predecessors' outputs (the agent that
+produced each and its key in the data store: :meth:`Run.inputs_for`), which the agent running it reads
+and composes (:func:`esg.protocol.compose_input`: one predecessor's output, or an object keyed by the
+predecessors' DAG names). Only the sinks' results come back inline: the app's result is its sink's
+result, or with several sinks an object keyed by name (:meth:`Run.final`). When the request ends its
+stored outputs are deleted (:meth:`Run.data_keys`).
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ from typing import Any
 from controller_plugin import wire
 from controller_plugin.ledger import LedgerEntry
 from controller_plugin.metadata import AppPlan
+from esg.protocol import InputRef
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one function returned, or how a whole activation ends (what its WhiskActivation says)."""
+    """How a whole activation ends (what its WhiskActivation says)."""
 
     status_code: int
     result: Any
@@ -28,7 +33,14 @@ class Outcome:
     timed_out: bool = False
 
 
-FunctionResult = Outcome
+@dataclass(frozen=True)
+class FunctionResult(Outcome):
+    """What one function returned for one activation: inline ``result``, or its output's ``output_key``
+    (``output_bytes`` long) on ``node``."""
+
+    output_key: str | None = None
+    output_bytes: int = 0
+    node: str = ""
 
 
 @dataclass
@@ -37,24 +49,28 @@ class Run:
     plan: AppPlan
     entry: LedgerEntry
     results: dict[str, FunctionResult] = field(default_factory=dict)
-    batches: set[str] = field(default_factory=set)
-    """Batches of this activation now in flight."""
 
     @property
     def activation_id(self) -> str:
         return self.msg.activation_id
 
-    def input_for(self, function: str) -> Any:
-        app = self.plan.app
-        preds = app.predecessors(function)
+    def inputs_for(self, function: str) -> tuple[Any, tuple[InputRef, ...]]:
+        """``(value, inputs)`` of ``function``'s run request: the call's parameters for an entry function,
+        else references to its predecessors' outputs."""
+        preds = self.plan.app.predecessors(function)
         if not preds:
-            return {} if self.msg.content is None else self.msg.content
-        if len(preds) == 1:
-            return self.results[preds[0]].result
-        return {self.plan.functions[p].short: self.results[p].result for p in preds}
+            return ({} if self.msg.content is None else self.msg.content), ()
+        refs = []
+        for p in preds:
+            r = self.results[p]
+            refs.append(InputRef(self.plan.functions[p].short, r.output_key or "", r.node, r.output_bytes))
+        return None, tuple(refs)
 
     def record(self, function: str, result: FunctionResult) -> None:
         self.results[function] = result
+
+    def data_keys(self) -> tuple[str, ...]:
+        return tuple(r.output_key for r in self.results.values() if r.output_key)
 
     def final(self) -> Outcome:
         """The app's outcome once every sink finished."""

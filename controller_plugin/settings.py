@@ -10,7 +10,8 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+
+from agent_channel.connect import redact_url
 
 DEFAULT_GROUP = "esg-scheduler"
 DEFAULT_AGENT_TIMEOUT_S = 5.0
@@ -47,21 +48,6 @@ class Settings:
                 f"auth={auth} prefix={self.topic_prefix!r} controller={self.controller_id} "
                 f"profiles={self.profiles_dir} agent_timeout_s={self.agent_timeout_s} "
                 f"incarnation={self.incarnation}")
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (Redis URLs may carry one)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None and "@" not in parts.netloc:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))
 
 
 def env_or(value: str | None, env: str, default: str | None = None) -> str | None:

@@ -1,14 +1,27 @@
-"""Messages between the scheduler and the invoker agents (JSON over Kafka), shared by both sides.
+"""Messages between the scheduler and the invoker agents, shared by both sides, and the data-passing rule.
 
-Topics (each with OpenWhisk's topic prefix): ``esgdispatch{node}`` carries :class:`DispatchMessage`
-from the scheduler to one agent; ``esgresults`` carries :class:`ResultMessage` back; ``esgheartbeat``
-carries :class:`Heartbeat` from every agent once a second. Encoding is plain JSON (UTF-8, compact);
-decoding validates every field and raises :class:`ProtocolError` naming the one that is wrong.
+Transport-free: the messages travel as single-field entries of Redis streams (``agent_channel`` names
+the streams); :func:`encode` writes plain JSON (UTF-8, compact) and :func:`decode` validates every field,
+raising :class:`ProtocolError` naming the one that is wrong.
+
+* :class:`DispatchMessage` (scheduler -> one node's agent): a batch of one function, where to answer
+  (``reply_to``), whether its outputs come back inline (``return_output``: the app's sinks) or stay in
+  the data store, and per activation either the call's parameters (entry functions) or references to
+  its predecessors' outputs (:class:`InputRef`) -- never the outputs themselves.
+* :class:`ResultMessage` (agent -> the scheduler named in ``reply_to``): per activation its status,
+  timings, logs, and either the result inline or the key and size of the stored output; per batch the
+  function, configuration and measured run time.
+* :class:`Heartbeat` (every agent, once a second): the node's vCPUs, memory, MIG slices, warm workers.
+
+**Data flow** (:func:`compose_input`): an entry function gets the call's parameters; a function with one
+predecessor gets that predecessor's output; with several, an object keyed by the predecessors' names in
+the app's DAG. The app's result is its sink's result (several sinks: an object keyed by name).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,9 +29,12 @@ from esg.cluster import NodeState, Slice, SliceRef
 from esg.errors import EsgError
 from esg.model import Config
 
-DISPATCH_TOPIC = "esgdispatch{node}"
-RESULTS_TOPIC = "esgresults"
-HEARTBEAT_TOPIC = "esgheartbeat"
+#: OpenWhisk's limit on an activation's result (``ActivationEntityLimit``: 1 MiB): an app's (or plain
+#: action's) result above it is a developer error, as OpenWhisk's invoker answers it.
+MAX_RESULT_BYTES = 1_048_576
+#: The limit on one function's output passed to its successors through the data store (Redis takes
+#: values up to 512 MB; intermediate tensors of the shipped apps are below 1 MB).
+MAX_DATA_BYTES = 64 * 1_048_576
 
 
 class ProtocolError(EsgError):
@@ -45,10 +61,6 @@ def deeper_than(value: Any, limit: int = MAX_NESTING) -> bool:
     return False
 
 
-def dispatch_topic(node: str, prefix: str = "") -> str:
-    return prefix + DISPATCH_TOPIC.format(node=node)
-
-
 @dataclass(frozen=True)
 class ActionRef:
     """The OpenWhisk action a batch runs: fully qualified name and the revision to run."""
@@ -66,14 +78,26 @@ class ActionRef:
 
 
 @dataclass(frozen=True)
+class InputRef:
+    """A predecessor's output, where its producer left it: kept on ``node`` and stored under ``key``."""
+
+    name: str
+    """The predecessor's name in the app's DAG (the key of a multi-predecessor input)."""
+    key: str
+    node: str
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
 class RunRequest:
-    """One activation inside a batch."""
+    """One activation inside a batch: ``value`` for an entry function, else ``inputs`` to compose."""
 
     activation_id: str
     transaction_id: str
     value: Any
     deadline_ms: int
     namespace: str
+    inputs: tuple[InputRef, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,11 +111,22 @@ class DispatchMessage:
     slice: SliceRef | None
     destroy: tuple[SliceRef, ...]
     requests: tuple[RunRequest, ...]
+    reply_to: str = ""
+    """The stream the scheduler that sent it reads results from."""
+    return_output: bool = True
+    """True for an app's sink (and plain actions): results come back inline for the ack; otherwise
+    outputs are stored for the successors and only referenced."""
+    data_ttl_s: int = 600
+    """How long stored outputs live at most (the scheduler deletes them when the request ends)."""
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """The outcome of one activation, with OpenWhisk's status codes (0 ok, 1 app, 2 developer, 3 system)."""
+    """The outcome of one activation, with OpenWhisk's status codes (0 ok, 1 app, 2 developer, 3 system).
+
+    A successful non-sink activation has ``result`` None and its output stored under ``output_key``
+    (``output_bytes`` long); everything else carries ``result`` inline.
+    """
 
     activation_id: str
     status_code: int
@@ -101,14 +136,22 @@ class RunResult:
     init_ms: int | None = None
     logs: tuple[str, ...] = ()
     timeout: bool = False
+    output_key: str | None = None
+    output_bytes: int = 0
 
 
 @dataclass(frozen=True)
 class ResultMessage:
+    """One batch answered; ``function``, ``config`` and ``run_ms`` (the batch's measured run time,
+    cold start excluded) describe the run for whoever learns from it."""
+
     batch_id: str
     node: str
     results: tuple[RunResult, ...]
     error: str | None = None
+    function: str = ""
+    config: Config | None = None
+    run_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -151,16 +194,13 @@ def to_dict(msg: DispatchMessage | ResultMessage | Heartbeat) -> dict[str, Any]:
                 "action": {"namespace": a.namespace, "name": a.name, "revision": a.revision, "kind": a.kind,
                            "timeout_ms": a.timeout_ms, "memory_mb": a.memory_mb},
                 "config": msg.config.to_dict(), "slice": _slice(msg.slice),
-                "destroy": [_slice(s) for s in msg.destroy],
-                "requests": [{"activation_id": r.activation_id, "transaction_id": r.transaction_id,
-                              "value": r.value, "deadline_ms": r.deadline_ms, "namespace": r.namespace}
-                             for r in msg.requests]}
+                "destroy": [_slice(s) for s in msg.destroy], "reply_to": msg.reply_to,
+                "return_output": msg.return_output, "data_ttl_s": msg.data_ttl_s,
+                "requests": [_request(r) for r in msg.requests]}
     if isinstance(msg, ResultMessage):
         return {"type": "result", "batch_id": msg.batch_id, "node": msg.node, "error": msg.error,
-                "results": [{"activation_id": r.activation_id, "status_code": r.status_code,
-                             "result": r.result, "start_ms": r.start_ms, "end_ms": r.end_ms,
-                             "init_ms": r.init_ms, "logs": list(r.logs), "timeout": r.timeout}
-                            for r in msg.results]}
+                "function": msg.function, "config": None if msg.config is None else msg.config.to_dict(),
+                "run_ms": msg.run_ms, "results": [_run_result(r) for r in msg.results]}
     return {"type": "heartbeat", "node": msg.node, "vcpus_total": msg.vcpus_total,
             "vcpus_free": msg.vcpus_free, "memory_mb": msg.memory_mb, "gpu_model": msg.gpu_model,
             "slices": [{**_slice(s.ref), "busy": s.busy, "uuid": s.uuid} for s in msg.slices],
@@ -170,6 +210,24 @@ def to_dict(msg: DispatchMessage | ResultMessage | Heartbeat) -> dict[str, Any]:
 
 def _slice(ref: SliceRef | None) -> dict[str, Any] | None:
     return None if ref is None else {"profile": ref.profile, "start": ref.start}
+
+
+def _request(r: RunRequest) -> dict[str, Any]:
+    out = {"activation_id": r.activation_id, "transaction_id": r.transaction_id, "value": r.value,
+           "deadline_ms": r.deadline_ms, "namespace": r.namespace}
+    if r.inputs:
+        out["inputs"] = [{"name": i.name, "key": i.key, "node": i.node, "bytes": i.bytes} for i in r.inputs]
+    return out
+
+
+def _run_result(r: RunResult) -> dict[str, Any]:
+    out = {"activation_id": r.activation_id, "status_code": r.status_code, "result": r.result,
+           "start_ms": r.start_ms, "end_ms": r.end_ms, "init_ms": r.init_ms, "logs": list(r.logs),
+           "timeout": r.timeout}
+    if r.output_key is not None:
+        out["output_key"] = r.output_key
+        out["output_bytes"] = r.output_bytes
+    return out
 
 
 # -- decoding --------------------------------------------------------------------------------------
@@ -232,17 +290,28 @@ def _dispatch(d: dict) -> DispatchMessage:
     action = ActionRef(_need(a, "namespace", str, w + ".action"), _need(a, "name", str, w + ".action"),
                        a.get("revision"), a.get("kind", "python:3"), int(a.get("timeout_ms", 60000)),
                        int(a.get("memory_mb", 256)))
-    reqs = tuple(RunRequest(_need(r, "activation_id", str, w + ".requests"),
-                            _need(r, "transaction_id", str, w + ".requests"), r.get("value"),
-                            _need(r, "deadline_ms", int, w + ".requests"),
-                            _need(r, "namespace", str, w + ".requests"))
+    wr = w + ".requests"
+    reqs = tuple(RunRequest(_need(r, "activation_id", str, wr), _need(r, "transaction_id", str, wr),
+                            r.get("value"), _need(r, "deadline_ms", int, wr), _need(r, "namespace", str, wr),
+                            tuple(_input_ref(i, wr + ".inputs") for i in r.get("inputs", ())))
                  for r in _need(d, "requests", list, w))
     if not reqs:
         raise ProtocolError("dispatch: field 'requests' is empty")
+    ttl = d.get("data_ttl_s", 600)
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
+        raise ProtocolError("dispatch: field 'data_ttl_s' must be a positive integer")
     return DispatchMessage(_need(d, "batch_id", str, w), _need(d, "node", str, w), _need(d, "app", str, w),
                            _need(d, "function", str, w), action, _config(d.get("config"), w),
                            _opt_slice(d.get("slice"), w),
-                           tuple(_opt_slice(s, w) for s in d.get("destroy", [])), reqs)
+                           tuple(_opt_slice(s, w) for s in d.get("destroy", [])), reqs,
+                           _need(d, "reply_to", str, w), bool(d.get("return_output", True)), ttl)
+
+
+def _input_ref(i: Any, where: str) -> InputRef:
+    if not isinstance(i, dict):
+        raise ProtocolError(f"{where}: an input must be an object")
+    return InputRef(_need(i, "name", str, where), _need(i, "key", str, where), _need(i, "node", str, where),
+                    int(i.get("bytes", 0)))
 
 
 def _result(d: dict) -> ResultMessage:
@@ -252,10 +321,18 @@ def _result(d: dict) -> ResultMessage:
         code = _need(r, "status_code", int, w + ".results")
         if code not in (0, 1, 2, 3):
             raise ProtocolError(f"{w}.results: status_code must be 0-3, got {code}")
+        key = r.get("output_key")
+        if key is not None and not isinstance(key, str):
+            raise ProtocolError(f"{w}.results: field 'output_key' has the wrong type")
         results.append(RunResult(_need(r, "activation_id", str, w + ".results"), code, r.get("result"),
                                  _need(r, "start_ms", int, w + ".results"), _need(r, "end_ms", int, w + ".results"),
-                                 r.get("init_ms"), tuple(r.get("logs", ())), bool(r.get("timeout", False))))
-    return ResultMessage(_need(d, "batch_id", str, w), _need(d, "node", str, w), tuple(results), d.get("error"))
+                                 r.get("init_ms"), tuple(r.get("logs", ())), bool(r.get("timeout", False)),
+                                 key, int(r.get("output_bytes", 0)) if key is not None else 0))
+    config = d.get("config")
+    run_ms = d.get("run_ms")
+    return ResultMessage(_need(d, "batch_id", str, w), _need(d, "node", str, w), tuple(results), d.get("error"),
+                         str(d.get("function") or ""), None if config is None else _config(config, w),
+                         None if run_ms is None else float(run_ms))
 
 
 def _heartbeat(d: dict) -> Heartbeat:
@@ -268,3 +345,11 @@ def _heartbeat(d: dict) -> Heartbeat:
                      bool(d.get("draining", False)), int(d.get("seq", 0)), int(d.get("sent_ms", 0)))
 
 
+# -- data flow -------------------------------------------------------------------------------------
+
+def compose_input(outputs: Sequence[tuple[str, Any]]) -> Any:
+    """A function's input from its predecessors' ``(name, output)``: the one output, or an object keyed
+    by name when there are several."""
+    if len(outputs) == 1:
+        return outputs[0][1]
+    return {name: value for name, value in outputs}

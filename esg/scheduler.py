@@ -131,11 +131,6 @@ class _RequestState:
     failed: str | None = None
 
 
-@dataclass
-class _InFlight:
-    dispatch: Dispatch
-
-
 class Scheduler:
     """AFW queues, the policy, ESG_Dispatch, and per-request progress through the DAG."""
 
@@ -144,7 +139,7 @@ class Scheduler:
         self.policy = policy
         self.queues = AfwQueues()
         self._requests: dict[str, _RequestState] = {}
-        self._in_flight: dict[str, _InFlight] = {}
+        self._in_flight: dict[str, Dispatch] = {}
         self._dead_jobs = False
         self._wake: float | None = None
         self._ids = iter(batch_ids) if batch_ids is not None else (f"b{i}" for i in itertools.count())
@@ -184,10 +179,9 @@ class Scheduler:
                    deadline_ms=request.arrival_ms + slo, enqueued_ms=now_ms, pred_node=pred_node)
 
     def _finish(self, event: BatchDone, now_ms: float, out: StepResult) -> None:
-        flight = self._in_flight.pop(event.batch_id, None)
-        if flight is None:
+        d = self._in_flight.pop(event.batch_id, None)
+        if d is None:
             return  # unknown or already folded: a duplicate result is ignored
-        d = flight.dispatch
         self.policy.on_done(d)
         app = self.apps[d.app]
         for job in d.jobs:
@@ -210,12 +204,13 @@ class Scheduler:
                 del self._requests[job.request_id]
 
     def _requeue(self, batch_id: str) -> None:
-        flight = self._in_flight.pop(batch_id, None)
-        if flight is None:
+        d = self._in_flight.pop(batch_id, None)
+        if d is None:
             return
-        self.policy.on_done(flight.dispatch)
-        for job in reversed(flight.dispatch.jobs):
-            self.queues.push_front(job)
+        self.policy.on_done(d)
+        for job in reversed(d.jobs):
+            if job.request_id in self._requests:  # a request answered meanwhile is not run again
+                self.queues.push_front(job)
 
     @staticmethod
     def _outcome(state: _RequestState, now_ms: float) -> RequestOutcome:
@@ -272,7 +267,7 @@ class Scheduler:
     def _commit(self, app: App, queue: AfwQueue, placed: Placement, latency: float | None) -> Dispatch:
         jobs = queue.take(placed.config.batch)
         d = Dispatch(next(self._ids), app.name, queue.key[1], jobs, placed.config, placed.fit, latency)
-        self._in_flight[d.batch_id] = _InFlight(d)
+        self._in_flight[d.batch_id] = d
         self.policy.on_dispatch(d)
         return d
 
@@ -284,7 +279,7 @@ class Scheduler:
 
     # -- introspection for drivers and metrics ------------------------------------------------------
     def in_flight(self) -> list[Dispatch]:
-        return [f.dispatch for f in self._in_flight.values()]
+        return list(self._in_flight.values())
 
     def pending_requests(self) -> int:
         return len(self._requests)

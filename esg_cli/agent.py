@@ -1,8 +1,10 @@
-"""``esg agent``: run an invoker agent on this node (MIG slices, warm workers, batches from Kafka).
+"""``esg agent``: run an invoker agent on this node (MIG slices, warm workers, batches over Redis).
 
 Every service flag has an environment fallback (DESIGN §5). A missing or unreachable dependency --
-Kafka, OpenWhisk's API settings, NVML without ``--fake-gpu`` -- is one line naming it (exit 2).
-The OpenWhisk key is never printed or logged.
+Redis, OpenWhisk's API settings, NVML without ``--fake-gpu`` -- is one line naming it (exit 2).
+The OpenWhisk key and the Redis password are never printed or logged. The agent talks to the
+scheduler over Redis only; ``--kafka`` is still accepted and checked (deployments pass the same
+settings to both services) and otherwise unused.
 """
 
 from __future__ import annotations
@@ -33,25 +35,29 @@ def host_memory_mb() -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("agent", help="run an invoker agent (MIG slices, warm workers, batches from Kafka)",
-                       description="Run an invoker agent: consume the node's dispatch topic, carve MIG slices, "
-                                   "run batches on warm workers, publish results and heartbeats. Each flag "
-                                   "without a value on the command line falls back to its environment variable.")
+    p = sub.add_parser("agent", help="run an invoker agent (MIG slices, warm workers, batches over Redis)",
+                       description="Run an invoker agent: read the node's dispatch stream, carve MIG slices, "
+                                   "run batches on warm workers, pass outputs on, publish results and heartbeats. "
+                                   "Each flag without a value on the command line falls back to its environment "
+                                   "variable.")
+    p.add_argument("--redis", type=checks.redis_url, metavar="URL",
+                   help="Redis URL, may carry a password: dispatches, results, heartbeats and data passed "
+                        "between agents go through it (env ESG_REDIS)")
     p.add_argument("--kafka", type=checks.kafka_address, metavar="HOST:PORT",
-                   help="Kafka bootstrap address (env ESG_KAFKA)")
+                   help="accepted for symmetry with esg scheduler; unused: the agent needs no Kafka (env ESG_KAFKA)")
     p.add_argument("--openwhisk-api", type=checks.http_url, metavar="URL",
                    help="OpenWhisk REST API base URL, for action code (env ESG_OPENWHISK_API)")
     p.add_argument("--openwhisk-auth", type=checks.api_key, metavar="UUID:KEY",
                    help="OpenWhisk credentials (env ESG_OPENWHISK_AUTH; never logged)")
     p.add_argument("--topic-prefix", type=checks.topic_prefix, metavar="P",
-                   help="OpenWhisk's Kafka topic prefix (env ESG_TOPIC_PREFIX; default empty)")
+                   help="OpenWhisk's topic prefix: names this deployment's streams and keys in Redis "
+                        "(env ESG_TOPIC_PREFIX; default empty)")
     p.add_argument("--controller-id", type=checks.controller_id, metavar="C",
-                   help="accepted for symmetry with esg scheduler; unused by the agent (env ESG_CONTROLLER_ID)")
-    p.add_argument("--redis", type=checks.redis_url, metavar="URL",
-                   help="accepted for symmetry with esg scheduler; unused by the agent (env ESG_REDIS)")
+                   help="accepted for symmetry with esg scheduler; unused: each dispatch says where to answer "
+                        "(env ESG_CONTROLLER_ID)")
     p.add_argument("--name", type=checks.node_name, metavar="NODE",
-                   help="node name: the agent consumes esgdispatch<NODE> (env ESG_AGENT_NAME; default: the "
-                        "host name)")
+                   help="node name: the agent reads the dispatch stream of NODE (env ESG_AGENT_NAME; default: "
+                        "the host name)")
     p.add_argument("--vcpus", type=checks.positive_int, metavar="N",
                    help="vCPUs this node advertises (env ESG_AGENT_VCPUS; default: the CPUs available); "
                         "more than the host has share host CPUs round-robin")
@@ -68,6 +74,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--idle-ttl-s", type=checks.positive_float, default=600.0, metavar="S",
                    help="evict warm workers idle this long")
     p.add_argument("--heartbeat-s", type=checks.positive_float, default=1.0, metavar="S", help="heartbeat period")
+    p.add_argument("--local-data-mb", type=checks.non_negative_float, default=256.0, metavar="MB",
+                   help="memory for function outputs kept on this node for successors placed here "
+                        "(0: successors always read them from Redis)")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="logging level")
     p.set_defaults(func=run_agent)
@@ -96,8 +105,8 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
     args.fake_gpu = env(args.fake_gpu, "ESG_FAKE_GPU", checks.gpu_model)
     args.runner = env(args.runner, "ESG_RUNNER", _choice(RUNNERS), "process")
     args.journal = env(args.journal, "ESG_AGENT_JOURNAL", str)
-    if not args.kafka:
-        raise CliError("no Kafka address: pass --kafka HOST:PORT or set ESG_KAFKA")
+    if not args.redis:
+        raise CliError("no Redis given: pass --redis URL or set ESG_REDIS")
     if not args.openwhisk_api:
         raise CliError("no OpenWhisk API: pass --openwhisk-api URL or set ESG_OPENWHISK_API")
     if not args.openwhisk_auth:
@@ -113,16 +122,15 @@ def _host_name() -> str:
 
 
 def run_agent(args: argparse.Namespace) -> int:
+    import redis
+
+    from agent_channel.connect import ChannelError, connect, redact_url
+    from agent_channel.keys import Keys
     from invoker_agent.actions import ActionFetcher
     from invoker_agent.batch import BatchRunner
+    from invoker_agent.channel import AgentChannel
+    from invoker_agent.data import DataPlane, LocalOutputs
     from invoker_agent.heartbeat import HeartbeatBuilder, WarmRegistry
-    from invoker_agent.kafka_io import (
-        KafkaUnavailable,
-        check_reachable,
-        ensure_topics,
-        open_consumer,
-        open_producer,
-    )
     from invoker_agent.mig_backend import MigOperationError
     from invoker_agent.node import NodeAgent
     from invoker_agent.service import AgentService, ServiceSettings
@@ -132,7 +140,6 @@ def run_agent(args: argparse.Namespace) -> int:
     check_args(args)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(logging.WARNING)
     host_cpus = sorted(os.sched_getaffinity(0))
     vcpus = args.vcpus or len(host_cpus)
     memory_mb = args.memory_mb or host_memory_mb()
@@ -153,22 +160,25 @@ def run_agent(args: argparse.Namespace) -> int:
     for line in node.recovered:
         logging.getLogger("esg.agent").info("MIG journal recovery: %s", line)
 
-    settings = ServiceSettings(args.name, args.topic_prefix, args.heartbeat_s, args.max_batches)
+    keys = Keys(args.topic_prefix, args.controller_id)
     try:
-        check_reachable(args.kafka)
-        ensure_topics(args.kafka, [settings.dispatch_topic, settings.results_topic, settings.heartbeat_topic])
-        consumer, partitions = open_consumer(args.kafka, settings.dispatch_topic, settings.group_id)
-        producer = open_producer(args.kafka)
-    except KafkaUnavailable as e:
+        client = connect(args.redis)
+        channel = AgentChannel(client, keys, args.name)
+    except ChannelError as e:
         node.close()
         raise CliError(str(e)) from None
+    except redis.RedisError as e:
+        node.close()
+        raise CliError(f"Redis refused the agent's dispatch stream: {e}") from None
 
     slices = SliceManager(node)
     warm = WarmRegistry()
     fetcher = ActionFetcher(args.openwhisk_api, args.openwhisk_auth)
-    runner = BatchRunner(node, fetcher, slices, allocator, warm)
+    data = DataPlane(client, keys, LocalOutputs(int(args.local_data_mb * 1024 * 1024)))
+    runner = BatchRunner(node, fetcher, slices, allocator, warm, data)
     heartbeats = HeartbeatBuilder(args.name, memory_mb, allocator, slices, node.pool, warm)
-    service = AgentService(settings, node, runner, heartbeats, consumer, producer, partitions)
+    service = AgentService(ServiceSettings(args.name, args.heartbeat_s, args.max_batches), node, runner,
+                           heartbeats, channel)
 
     def on_signal(signum, _frame):
         logging.getLogger("esg.agent").info("signal %d: draining", signum)
@@ -176,6 +186,6 @@ def run_agent(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
     logging.getLogger("esg.agent").info(
-        "agent %s up: %d vCPUs, %d MB, GPU %s, runner %s, OpenWhisk %s", args.name, vcpus, memory_mb,
-        slices.gpu_model or "none", args.runner, fetcher)
+        "agent %s up: %d vCPUs, %d MB, GPU %s, runner %s, Redis %s, OpenWhisk %s", args.name, vcpus, memory_mb,
+        slices.gpu_model or "none", args.runner, redact_url(args.redis), fetcher)
     return service.run()

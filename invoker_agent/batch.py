@@ -1,10 +1,12 @@
-"""One dispatched batch, start to answer: action code, MIG slice, vCPUs, run, result message.
+"""One dispatched batch, start to answer: inputs, action code, MIG slice, vCPUs, run, result message.
 
 :meth:`BatchRunner.run` never raises: every failure becomes per-activation results with OpenWhisk's
 codes, so the scheduler can answer each activation. An action that cannot be found is a developer
-error (2); a slice that cannot exist, too many vCPUs, an unreachable OpenWhisk or an agent fault is a
-whisk error (3). Each result carries its start and end (epoch ms), the cold start it paid (``init_ms``)
-and the lines the action printed.
+error (2); a slice that cannot exist, too many vCPUs, an unreachable OpenWhisk, an input no longer in
+the data store or an agent fault is a whisk error (3). Each result carries its start and end (epoch
+ms), the cold start it paid (``init_ms``) and the lines the action printed; the message carries the
+batch's function, configuration and measured run time. Outputs go through
+:class:`~invoker_agent.data.DataPlane`: inline for an app's sink, otherwise stored and referenced.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Sequence
 from esg.protocol import MAX_NESTING, DispatchMessage, ResultMessage, RunResult, deeper_than
 from invoker_agent import runtime_client as rt
 from invoker_agent.actions import ActionFetcher, ActionFetchError, ActionNotFound
+from invoker_agent.data import DataPlane, MissingInput, Write
 from invoker_agent.heartbeat import WarmRegistry
 from invoker_agent.node import NodeAgent
 from invoker_agent.runner import WorkerKey, WorkerSpec
@@ -27,56 +30,85 @@ log = logging.getLogger("esg.agent")
 
 class BatchRunner:
     def __init__(self, node: NodeAgent, fetcher: ActionFetcher, slices: SliceManager, vcpus: VcpuAllocator,
-                 warm: WarmRegistry) -> None:
+                 warm: WarmRegistry, data: DataPlane) -> None:
         self.node = node
         self.fetcher = fetcher
         self.slices = slices
         self.vcpus = vcpus
         self.warm = warm
+        self.data = data
 
-    def run(self, msg: DispatchMessage) -> ResultMessage:
+    def run(self, msg: DispatchMessage) -> tuple[ResultMessage, list[Write]]:
+        """The batch's result message and the outputs to store with it."""
         try:
-            return self._run(msg)
+            result, raws = self._run(msg)
+            results, writes = self.data.outputs(msg, result.results, raws)
+            return ResultMessage(result.batch_id, result.node, tuple(results), result.error, msg.function,
+                                 msg.config, result.run_ms), writes
         except Exception as e:  # noqa: BLE001 - an agent bug answers the batch, never kills the agent
             log.exception("batch %s failed inside the agent", msg.batch_id)
-            return failed(msg, self.node.name, rt.WHISK_ERROR, f"agent error: {type(e).__name__}: {e}")
+            return failed(msg, self.node.name, rt.WHISK_ERROR, f"agent error: {type(e).__name__}: {e}"), []
 
-    def _run(self, msg: DispatchMessage) -> ResultMessage:
+    def _run(self, msg: DispatchMessage) -> tuple[ResultMessage, dict[str, bytes]]:
+        """The batch's results, and the outputs' bytes as the action's runtime wrote them (when it did)."""
         name = self.node.name
+        values = self.data.inputs(msg)
+        missing = {r.activation_id: v.error for r, v in zip(msg.requests, values) if isinstance(v, MissingInput)}
+        if missing:
+            runnable = [(r, v) for r, v in zip(msg.requests, values) if r.activation_id not in missing]
+            ran, raws = self._run_values(msg, runnable) if runnable else (ResultMessage(msg.batch_id, name, ()), {})
+            now = int(time.time() * 1000)
+            lost = tuple(RunResult(a, rt.WHISK_ERROR, {"error": why}, now, now) for a, why in missing.items())
+            return ResultMessage(msg.batch_id, name, ran.results + lost, ran.error, run_ms=ran.run_ms), raws
+        return self._run_values(msg, list(zip(msg.requests, values)))
+
+    def _run_values(self, msg: DispatchMessage, runnable: list) -> tuple[ResultMessage, dict[str, bytes]]:
+        """Run the requests of ``runnable`` (``(request, input)`` pairs) as one batch."""
+        name = self.node.name
+
+        def fail(code: int, error: str) -> tuple[ResultMessage, dict[str, bytes]]:
+            return failed_ids(msg.batch_id, name, [r.activation_id for r, _ in runnable], code, error,
+                              msg.function), {}
+
         fqn = f"/{msg.action.namespace}/{msg.action.name}"
         try:
             action = self.fetcher.get(fqn, msg.action.revision)
         except ActionNotFound as e:
-            return failed(msg, name, rt.DEVELOPER_ERROR, str(e))
+            return fail(rt.DEVELOPER_ERROR, str(e))
         except ActionFetchError as e:
-            return failed(msg, name, rt.WHISK_ERROR, str(e))
+            return fail(rt.WHISK_ERROR, str(e))
         uuid = None
         if msg.slice is not None:
             try:
                 uuid = self.slices.ensure(msg.slice, msg.destroy)
             except SliceError as e:
-                return failed(msg, name, rt.WHISK_ERROR, str(e))
+                return fail(rt.WHISK_ERROR, str(e))
         try:
             try:
                 ids = self.vcpus.acquire(msg.config.vcpus)
             except VcpuError as e:
-                return failed(msg, name, rt.WHISK_ERROR, str(e))
+                return fail(rt.WHISK_ERROR, str(e))
             assert ids is not None
             try:
                 # a warm worker serves any batch size: only its vCPUs and slice define it
                 key = WorkerKey(action.fqn, action.revision, f"{msg.config.vcpus}c/{msg.config.gpu or 'cpu'}", uuid)
                 spec = WorkerSpec(self.vcpus.host_ids(ids), uuid, msg.action.memory_mb)
                 self.warm.note(key, msg.function, msg.config)
-                reqs = [rt.RunRequest(r.value if isinstance(r.value, dict) else {"value": r.value},
-                                      r.activation_id, r.transaction_id, r.deadline_ms) for r in msg.requests]
+                reqs = [rt.RunRequest(v if isinstance(v, dict) else {"value": v},
+                                      r.activation_id, r.transaction_id, r.deadline_ms) for r, v in runnable]
                 log.info("batch %s: %s x%d on vCPUs %s%s", msg.batch_id, action.fqn, len(reqs), list(ids),
                          f", MIG {uuid}" if uuid else "")
+                t0 = time.perf_counter()
                 out = self.node.run_batch(key, spec, action, reqs, msg.action.timeout_ms)
+                elapsed_ms = (time.perf_counter() - t0) * 1000
             finally:
                 self.vcpus.release(ids)
         finally:
             self.slices.release(uuid)
-        return ResultMessage(msg.batch_id, name, tuple(_result(r) for r in out))
+        init_ms = max((r.init_ms or 0.0 for r in out), default=0.0)
+        return (ResultMessage(msg.batch_id, name, tuple(_result(r) for r in out),
+                              run_ms=round(max(0.0, elapsed_ms - init_ms), 3)),
+                {r.activation_id: r.raw for r in out if r.raw is not None})
 
 
 def _result(r: rt.RunResult) -> RunResult:
@@ -89,10 +121,11 @@ def _result(r: rt.RunResult) -> RunResult:
 
 
 def failed(msg: DispatchMessage, node: str, code: int, error: str) -> ResultMessage:
-    return failed_ids(msg.batch_id, node, [r.activation_id for r in msg.requests], code, error)
+    return failed_ids(msg.batch_id, node, [r.activation_id for r in msg.requests], code, error, msg.function)
 
 
-def failed_ids(batch_id: str, node: str, activation_ids: Sequence[str], code: int, error: str) -> ResultMessage:
+def failed_ids(batch_id: str, node: str, activation_ids: Sequence[str], code: int, error: str,
+               function: str = "") -> ResultMessage:
     now = int(time.time() * 1000)
     return ResultMessage(batch_id, node, tuple(RunResult(a, code, {"error": error}, now, now)
-                                               for a in activation_ids), error)
+                                               for a in activation_ids), error, function)

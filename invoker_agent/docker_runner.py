@@ -135,6 +135,10 @@ class DockerWorker:
     def run(self, payload: dict[str, Any], timeout_s: float) -> tuple[int, Any]:
         return self.rt.post("/run", payload, timeout_s)
 
+    @property
+    def last_body(self) -> bytes:
+        return self.rt.last_body if self.rt is not None else b""
+
     def alive(self) -> bool:
         if self.container is None:
             return False

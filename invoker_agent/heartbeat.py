@@ -1,4 +1,4 @@
-"""The node report sent to ``esgheartbeat`` every second (:class:`esg.protocol.Heartbeat`)."""
+"""The node report sent to the heartbeat stream every second (:class:`esg.protocol.Heartbeat`)."""
 
 from __future__ import annotations
 

@@ -161,6 +161,10 @@ class ProcessWorker:
     def run(self, payload: dict[str, Any], timeout_s: float) -> tuple[int, Any]:
         return self.client.post("/run", payload, timeout_s)
 
+    @property
+    def last_body(self) -> bytes:
+        return self.client.last_body if self.client is not None else b""
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -421,8 +425,9 @@ class WorkerPool:
             worker.kill()
             return _fail(req, WHISK_ERROR, crash_result(f"{e}, {detail}"), batch_size, False, init_ms, t0)
         code, result = classify(status, body)
+        raw = worker.last_body if code == 0 and result is body else None   # the result's JSON, as sent
         return RunResult(req.activation_id, code, result, _ms(t0), init_ms, False, batch_size,
-                         started_ms=_epoch_ms(t0), logs=_take_logs(worker))
+                         started_ms=_epoch_ms(t0), logs=_take_logs(worker), raw=raw)
 
     def _run_batch(self, worker, action, batch, limit_ms, init_ms) -> list[RunResult]:
         t0 = time.perf_counter()

@@ -1,24 +1,26 @@
-"""The agent's Kafka side: take dispatches, run them concurrently, answer, heartbeat, drain.
+"""The agent's main loop: take dispatches, run them concurrently, answer, heartbeat, drain.
 
 Threads:
 
-* **the consumer loop** (the caller of :meth:`AgentService.run`): polls ``{prefix}esgdispatch{node}``
-  with consumer group ``esg-agent-{node}`` on *assigned* partitions (no group join), hands each
-  dispatch to the batch pool, and commits offsets. It is the only thread touching the consumer.
-* **the batch pool**: a bounded ``ThreadPoolExecutor`` (``max_batches`` threads); each thread runs one
-  :class:`~invoker_agent.batch.BatchRunner` batch and publishes its :class:`~esg.protocol.ResultMessage`
-  to ``{prefix}esgresults``, waiting for the broker's ack. The loop stops polling while ``max_batches``
-  batches are in flight.
-* **the heartbeat thread**: every ``heartbeat_s`` (also while draining) publishes a :class:`~esg.protocol.Heartbeat` to
-  ``{prefix}esgheartbeat`` and evicts warm workers idle past their TTL.
+* **the batch threads** (``max_batches`` of them): each reads one dispatch at a time from the node's
+  stream itself (``XREADGROUP ... COUNT 1 BLOCK``; Redis hands each entry to one of the waiting
+  readers), runs it with the :class:`~invoker_agent.batch.BatchRunner` and answers it through
+  :class:`~invoker_agent.channel.AgentChannel` (outputs, result and the dispatch's acknowledgement in
+  one ``MULTI``) -- no hand-off between a reader and a runner on a batch's way. First they run the
+  dispatches an earlier incarnation took and never answered (the consumer group's pending list). No
+  thread reads more than it can start, so an undelivered dispatch waits in the stream, where a
+  scheduler can still take it back.
+* **the heartbeat thread**: every ``heartbeat_s`` (also while draining) publishes a
+  :class:`~esg.protocol.Heartbeat` and evicts warm workers idle past their TTL.
+* the caller of :meth:`AgentService.run` waits for :meth:`AgentService.stop`.
 
-**Commits.** Auto-commit is off. An offset is committed once its batch is answered (or the record was
-skipped), and only when every earlier offset of its partition is too (:class:`OffsetTracker`), so a
-restarted agent re-reads exactly the dispatches it had not finished. A redelivered batch id that this
-agent has already taken is skipped (:class:`RecentBatches`), never run twice.
+A batch id this process has already taken is not run twice (:class:`RecentBatches`). A malformed
+dispatch is answered with status 3 for each activation whose id can be read, when it says where to
+answer; otherwise it is logged and retired.
 
-**Draining.** :meth:`AgentService.stop` (SIGTERM / SIGINT) stops polling; running batches finish and are
-answered and committed; then a final heartbeat with ``draining: true`` goes out and the pool closes.
+**Draining.** :meth:`AgentService.stop` (SIGTERM / SIGINT) stops taking dispatches; running batches
+finish and are answered; then a final heartbeat with ``draining: true`` goes out and the pool closes.
+Dispatches not yet taken stay in the stream for the next incarnation.
 """
 
 from __future__ import annotations
@@ -26,77 +28,72 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+import time
+from collections import deque
 from dataclasses import dataclass
-from queue import Empty, SimpleQueue
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.structs import OffsetAndMetadata
+import redis
 
-from esg.protocol import (
-    HEARTBEAT_TOPIC,
-    RESULTS_TOPIC,
-    DispatchMessage,
-    ProtocolError,
-    ResultMessage,
-    decode,
-    dispatch_topic,
-    encode,
-)
+from agent_channel.streams import Entry
+from esg.protocol import DispatchMessage, ProtocolError, ResultMessage, decode
 from invoker_agent import runtime_client as rt
 from invoker_agent.batch import BatchRunner, failed_ids
+from invoker_agent.channel import AgentChannel
+from invoker_agent.data import Write
 from invoker_agent.heartbeat import HeartbeatBuilder
 from invoker_agent.node import NodeAgent
-from invoker_agent.offsets import OffsetTracker, RecentBatches
 
 log = logging.getLogger("esg.agent")
+
+#: How long one blocking read waits before the reader looks at its stop flag again.
+READ_BLOCK_MS = 200
+#: How long answering a batch is retried while Redis is unreachable.
+ANSWER_RETRY_S = 60.0
 
 
 @dataclass(frozen=True)
 class ServiceSettings:
     node: str
-    topic_prefix: str = ""
     heartbeat_s: float = 1.0
     max_batches: int = 4
-    publish_timeout_s: float = 10.0
 
-    @property
-    def dispatch_topic(self) -> str:
-        return dispatch_topic(self.node, self.topic_prefix)
 
-    @property
-    def results_topic(self) -> str:
-        return self.topic_prefix + RESULTS_TOPIC
+class RecentBatches:
+    """The last ``size`` batch ids taken, so a dispatch sent twice is not run twice."""
 
-    @property
-    def heartbeat_topic(self) -> str:
-        return self.topic_prefix + HEARTBEAT_TOPIC
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._ids: dict[str, None] = {}
+        self._lock = threading.Lock()
 
-    @property
-    def group_id(self) -> str:
-        return f"esg-agent-{self.node}"
+    def add(self, batch_id: str) -> bool:
+        """Remember ``batch_id``; False when it was already there."""
+        with self._lock:
+            if batch_id in self._ids:
+                return False
+            self._ids[batch_id] = None
+            while len(self._ids) > self.size:
+                del self._ids[next(iter(self._ids))]
+            return True
+
+    def __contains__(self, batch_id: object) -> bool:
+        return batch_id in self._ids
 
 
 class AgentService:
     def __init__(self, settings: ServiceSettings, node: NodeAgent, runner: BatchRunner,
-                 heartbeats: HeartbeatBuilder, consumer: KafkaConsumer, producer: KafkaProducer,
-                 partitions: list[TopicPartition]) -> None:
+                 heartbeats: HeartbeatBuilder, channel: AgentChannel) -> None:
         self.settings = settings
         self.node = node
         self.runner = runner
         self.heartbeats = heartbeats
-        self.consumer = consumer
-        self.producer = producer
-        self.partitions = partitions
-        self.offsets = OffsetTracker()
+        self.channel = channel
         self.recent = RecentBatches()
-        self._finished: SimpleQueue[tuple[TopicPartition, int]] = SimpleQueue()
         self._stop = threading.Event()          # stop taking dispatches (drain)
         self._hb_stop = threading.Event()       # stop heartbeating (after the drain)
         self._draining = False
-        self._executor = ThreadPoolExecutor(max_workers=settings.max_batches, thread_name_prefix="batch")
-        self._inflight: set[Future] = set()
+        self._resumed: deque[Entry] = deque()
         self._hb_thread = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
 
     # --- control ---------------------------------------------------------------------------------
@@ -106,116 +103,140 @@ class AgentService:
         self._stop.set()
 
     def run(self) -> int:
-        self.consumer.assign(self.partitions)
         self._hb_thread.start()
-        log.info("agent %s: consuming %s (group %s)", self.settings.node, self.settings.dispatch_topic,
-                 self.settings.group_id)
+        log.info("agent %s: reading %s", self.settings.node, self.channel.stream)
+        threads = [threading.Thread(target=self._batch_loop, name=f"batch-{i}", daemon=True)
+                   for i in range(self.settings.max_batches)]
         try:
-            while not self._stop.is_set():
-                self._collect_finished()
-                free = self.settings.max_batches - len(self._inflight)
-                if free <= 0:
-                    self._stop.wait(0.05)
-                    continue
-                records = self.consumer.poll(timeout_ms=200, max_records=free)
-                for tp, recs in records.items():
-                    for rec in recs:
-                        self._accept(tp, rec.offset, rec.value)
-            log.info("agent %s: draining, %d batch(es) running", self.settings.node, len(self._inflight))
-            for fut in list(self._inflight):
-                fut.result()
-            self._collect_finished()
+            self._resumed.extend(self._pending())
+            if self._resumed:
+                log.info("agent %s: resuming %d dispatch(es) taken before a restart", self.settings.node,
+                         len(self._resumed))
+            for t in threads:
+                t.start()
+            while not self._stop.wait(0.5):
+                pass
+            log.info("agent %s: draining", self.settings.node)
         finally:
-            self._executor.shutdown(wait=True)
+            self._stop.set()
+            for t in threads:
+                if t.is_alive():
+                    t.join()
             self._hb_stop.set()
             self._hb_thread.join(timeout=self.settings.heartbeat_s + 5)
-            self._publish(self.settings.heartbeat_topic, encode(self.heartbeats.build(draining=True)))
-            self.producer.flush(timeout=self.settings.publish_timeout_s)
+            self._beat(draining=True)
             self.node.close()
-            self.consumer.close()
-            self.producer.close(timeout=self.settings.publish_timeout_s)
             log.info("agent %s: stopped", self.settings.node)
         return 0
 
+    def _pending(self) -> list[Entry]:
+        """What an earlier incarnation took and never answered; asked again while Redis fails."""
+        while not self._stop.is_set():
+            try:
+                return self.channel.pending()
+            except redis.RedisError as e:
+                log.error("reading the dispatches taken before a restart failed (%s); retrying", e)
+                self._stop.wait(0.5)
+        return []
+
+    def _batch_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                entry = self._resumed.popleft()
+            except IndexError:
+                try:
+                    got = self.channel.take(1, READ_BLOCK_MS)
+                except redis.RedisError as e:
+                    log.error("reading dispatches failed (%s); retrying", e)
+                    self._stop.wait(0.5)
+                    continue
+                if not got:
+                    continue
+                entry = got[0]
+            try:
+                self._handle(entry)
+            except Exception:  # noqa: BLE001 - left pending: the next incarnation runs it again
+                log.exception("dispatch %s could not be answered", entry.id)
+
     # --- dispatches ------------------------------------------------------------------------------
-    def _accept(self, tp: TopicPartition, offset: int, raw: bytes | None) -> None:
-        self.offsets.taken(tp, offset)
+    def _handle(self, entry: Entry) -> None:
         try:
-            msg = decode(raw or b"")
+            msg = decode(entry.raw or b"")
             if not isinstance(msg, DispatchMessage):
                 raise ProtocolError(f"expected a dispatch message, got a {type(msg).__name__}")
         except ProtocolError as e:
-            log.warning("skipping malformed dispatch at %s:%d: %s", tp.topic, offset, e)
-            batch_id, ids = salvage(raw)
-            if batch_id is not None:
-                self._answer(failed_ids(batch_id, self.settings.node, ids, rt.WHISK_ERROR,
-                                        f"malformed dispatch: {e}"))
-            self._finished.put((tp, offset))
+            self._malformed(entry, e)
             return
         if not self.recent.add(msg.batch_id):
-            log.warning("batch %s delivered again (offset %d): already taken, not run twice", msg.batch_id, offset)
-            self._finished.put((tp, offset))
+            log.warning("batch %s delivered again (entry %s): already taken, not run twice", msg.batch_id, entry.id)
+            self._answer_safely(entry.id, "", None)
             return
         if msg.node != self.settings.node:
             log.warning("batch %s is addressed to node %r but arrived on %s; running it here",
-                        msg.batch_id, msg.node, tp.topic)
-        fut = self._executor.submit(self._run_batch, msg)
-        self._inflight.add(fut)
-        fut.add_done_callback(lambda _f, tp=tp, offset=offset: self._finished.put((tp, offset)))
-
-    def _run_batch(self, msg: DispatchMessage) -> None:
-        result = self.runner.run(msg)
-        self._answer(result)
-
-    def _answer(self, result: ResultMessage) -> None:
+                        msg.batch_id, msg.node, entry.stream)
+        result, writes = self.runner.run(msg)
         codes = [r.status_code for r in result.results]
         log.info("batch %s answered: codes %s%s", result.batch_id, codes,
                  f" ({result.error})" if result.error else "")
-        self._publish(self.settings.results_topic, encode(result))
+        self._answer_safely(entry.id, msg.reply_to, result, writes)
 
-    def _collect_finished(self) -> None:
-        self._inflight = {f for f in self._inflight if not f.done()}
+    def _malformed(self, entry: Entry, e: ProtocolError) -> None:
+        log.warning("skipping malformed dispatch %s: %s", entry.id, e)
+        batch_id, ids, reply_to = salvage(entry.raw)
+        result = None
+        if batch_id is not None and reply_to:
+            result = failed_ids(batch_id, self.settings.node, ids, rt.WHISK_ERROR, f"malformed dispatch: {e}")
+        self._answer_safely(entry.id, reply_to or "", result)
+
+    def _answer_safely(self, entry_id: str, reply_to: str, result: ResultMessage | None,
+                       writes: list[Write] | tuple = ()) -> None:
+        """Answer (or, without a result, retire) a dispatch; retried while Redis is unreachable. If it
+        never gets through, the dispatch stays pending and the next incarnation runs it again."""
+        deadline = time.monotonic() + ANSWER_RETRY_S
         while True:
             try:
-                tp, offset = self._finished.get_nowait()
-            except Empty:
-                break
-            self.offsets.finished(tp, offset)
-        points = self.offsets.to_commit()
-        if points:
-            try:
-                self.consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in points.items()})
-                self.offsets.committed(points)
-            except Exception as e:  # noqa: BLE001 - retried at the next loop turn
-                log.warning("offset commit failed (will retry): %s", e)
+                if result is None:
+                    self.channel.drop(entry_id)
+                else:
+                    self.channel.answer(entry_id, reply_to, result, writes)
+                return
+            except redis.RedisError as e:
+                if time.monotonic() > deadline:
+                    log.error("could not answer dispatch %s: %s", entry_id, e)
+                    return
+                log.warning("answering dispatch %s failed (%s); retrying", entry_id, e)
+                time.sleep(0.5)
 
     # --- heartbeats ------------------------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
         while not self._hb_stop.is_set():
+            self._beat(self._draining)
             try:
-                self._publish(self.settings.heartbeat_topic, encode(self.heartbeats.build(self._draining)))
                 gone = self.node.pool.evict_idle()
                 log.debug("heartbeat: %d warm worker(s), %d evicted", self.node.pool.warm_count(), gone)
-            except Exception:  # noqa: BLE001 - a heartbeat failure must not end the thread
-                log.exception("heartbeat failed")
+            except Exception:  # noqa: BLE001 - an eviction failure must not end the thread
+                log.exception("evicting idle workers failed")
             self._hb_stop.wait(self.settings.heartbeat_s)
 
-    def _publish(self, topic: str, value: bytes) -> None:
+    def _beat(self, draining: bool) -> None:
         try:
-            self.producer.send(topic, value).get(timeout=self.settings.publish_timeout_s)
-        except Exception as e:  # noqa: BLE001
-            log.error("publishing to %s failed: %s", topic, e)
+            self.channel.heartbeat(self.heartbeats.build(draining))
+        except Exception as e:  # noqa: BLE001 - a heartbeat failure must not end the thread
+            log.error("heartbeat failed: %s", e)
 
 
-def salvage(raw: bytes | None) -> tuple[str | None, list[str]]:
-    """The batch id and activation ids of a malformed dispatch, where they can still be read."""
+def salvage(raw: bytes | None) -> tuple[str | None, list[str], str | None]:
+    """The batch id, activation ids and ``reply_to`` of a malformed dispatch, where they can be read."""
     try:
         data: Any = json.loads(raw or b"")
     except (ValueError, UnicodeDecodeError, RecursionError):
-        return None, []
-    if not isinstance(data, dict) or not isinstance(data.get("batch_id"), str):
-        return None, []
+        return None, [], None
+    if not isinstance(data, dict):
+        return None, [], None
+    reply_to = data.get("reply_to") if isinstance(data.get("reply_to"), str) else None
+    if not isinstance(data.get("batch_id"), str):
+        return None, [], reply_to
     reqs = data.get("requests")
     ids = [r["activation_id"] for r in reqs if isinstance(r, dict) and isinstance(r.get("activation_id"), str)] \
         if isinstance(reqs, list) else []
-    return data["batch_id"], ids
+    return data["batch_id"], ids, reply_to

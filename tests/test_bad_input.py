@@ -32,7 +32,7 @@ CLASSES = ("missing", "malformed", "out of range", "wrong type", "conflicting fl
            "unwritable output")
 COMMANDS = ("plan", "emulate", "profile", "scheduler", "agent", "mig", "up", "bench", "deploy")
 SERVICE = ["--kafka", "127.0.0.1:1", "--redis", "redis://127.0.0.1:1/0"]
-AGENT = ["--kafka", "127.0.0.1:1", "--openwhisk-api", "http://127.0.0.1:1", "--openwhisk-auth", "u:k",
+AGENT = ["--redis", "redis://127.0.0.1:1/0", "--openwhisk-api", "http://127.0.0.1:1", "--openwhisk-auth", "u:k",
          "--fake-gpu", "A30"]
 APP = str(ROOT / "apps" / "image-classification.json")
 A100 = str(ROOT / "profiles" / "tables" / "a100")
@@ -94,7 +94,7 @@ TABLE: dict[str, dict[str, Case | NA]] = {
         "unwritable output": NA("writes no file (it logs to stderr)"),
     },
     "agent": {
-        "missing": case("agent", "--openwhisk-api", "http://127.0.0.1:1", needle="Kafka"),
+        "missing": case("agent", "--openwhisk-api", "http://127.0.0.1:1", needle="Redis"),
         "malformed": case("agent", *AGENT, "--openwhisk-auth", "nocolon", needle="--openwhisk-auth"),
         "out of range": case("agent", *AGENT, "--vcpus", "0", needle="--vcpus"),
         "wrong type": case("agent", *AGENT, "--heartbeat-s", "often", needle="--heartbeat-s"),

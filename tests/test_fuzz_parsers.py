@@ -54,12 +54,20 @@ DISPATCH = {"type": "dispatch", "batch_id": "inc-1", "node": "node0", "app": "gu
             "action": {"namespace": "guest", "name": "resnet50", "revision": "0.0.1", "kind": "python:3",
                        "timeout_ms": 60000, "memory_mb": 512},
             "config": {"batch": 2, "vcpus": 1, "gpu": "1g.5gb"}, "slice": {"profile": "1g.5gb", "start": 0},
-            "destroy": [{"profile": "3g.20gb", "start": 4}],
+            "destroy": [{"profile": "3g.20gb", "start": 4}], "reply_to": "esg:0:results",
+            "return_output": False, "data_ttl_s": 240,
             "requests": [{"activation_id": "a" * 32, "transaction_id": "t1", "value": {"seed": 1},
-                          "deadline_ms": 1718003081790, "namespace": "guest"}]}
-RESULT = {"type": "result", "batch_id": "inc-1", "node": "node0", "error": None,
+                          "deadline_ms": 1718003081790, "namespace": "guest"},
+                         {"activation_id": "b" * 32, "transaction_id": "t2", "value": None,
+                          "deadline_ms": 1718003081790, "namespace": "guest",
+                          "inputs": [{"name": "pre", "key": "esg::data:b:pre", "node": "node1", "bytes": 600}]}]}
+RESULT = {"type": "result", "batch_id": "inc-1", "node": "node0", "error": None, "function": "guest/resnet50",
+          "config": {"batch": 2, "vcpus": 1, "gpu": "1g.5gb"}, "run_ms": 12.5,
           "results": [{"activation_id": "a" * 32, "status_code": 0, "result": {"ok": True}, "start_ms": 1,
-                       "end_ms": 2, "init_ms": None, "logs": ["hello"], "timeout": False}]}
+                       "end_ms": 2, "init_ms": None, "logs": ["hello"], "timeout": False},
+                      {"activation_id": "b" * 32, "status_code": 0, "result": None, "start_ms": 1,
+                       "end_ms": 2, "init_ms": 40, "logs": [], "timeout": False,
+                       "output_key": "esg::data:b:resnet50", "output_bytes": 4000}]}
 HEARTBEAT = {"type": "heartbeat", "node": "node0", "vcpus_total": 16, "vcpus_free": 8, "memory_mb": 1024,
              "gpu_model": "A100-40GB", "slices": [{"profile": "1g.5gb", "start": 0, "busy": True, "uuid": "MIG-1"}],
              "warm": [{"function": "guest/resnet50", "config": {"batch": 1, "vcpus": 1, "gpu": None}}],
@@ -102,8 +110,9 @@ def test_scheduler_agent_messages(raw):
         msg = protocol.decode(raw)
     except protocol.ProtocolError as exc:
         assert _named(exc)
-        batch_id, ids = salvage(raw)                # what the agent answers a malformed dispatch with
+        batch_id, ids, reply_to = salvage(raw)      # what the agent answers a malformed dispatch with
         assert batch_id is None or isinstance(batch_id, str)
+        assert reply_to is None or isinstance(reply_to, str)
         assert all(isinstance(i, str) for i in ids)
         return
     assert protocol.decode(protocol.encode(msg)) == msg    # what is accepted survives a round trip

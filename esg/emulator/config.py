@@ -28,10 +28,20 @@ class EmulatorParams:
     """Coefficient of variation of execution time around the profiled latency (lognormal, mean 1)."""
     keep_alive_ms: float = 600_000.0
     """An idle warm worker is kept this long (OpenWhisk's default idle container timeout is 10 min)."""
-    bandwidth_gbps: float = 10.0
-    """Inter-node bandwidth for a function's output (10 GbE)."""
-    net_latency_ms: float = 0.2
-    """Per-transfer latency between nodes; 0 on the same node."""
+    store_write_ms: float = 0.08
+    """Data passing, as the live agents do it: a batch whose outputs go to successors writes them to the
+    data store (Redis) in the same MULTI as its result, so its result reaches the scheduler this much
+    plus output bytes / ``store_write_mb_s`` later. Measured by ``benchmarks/bench_channel.py`` (SET of
+    the runtime's reply bytes in the result's MULTI, least-squares fit over 1-600 KB on loopback, median
+    of 5 runs: 0.08 ms + bytes / 2509 MB/s; development machine, 2 cores, Python 3.11, hiredis)."""
+    store_write_mb_s: float = 2500.0
+    """See ``store_write_ms``."""
+    store_read_ms: float = 0.12
+    """A successor on the producer's node reads the copy kept there (free); one on another node reads its
+    inputs with one MGET for its batch: this round trip plus bytes / ``store_read_mb_s`` (same benchmark:
+    GET + JSON decode, 0.115 ms + bytes / 597 MB/s)."""
+    store_read_mb_s: float = 600.0
+    """See ``store_read_ms``."""
     mig_reconfig_ms: float = 2000.0
     """Time per MIG GPU instance destroyed or created (reference/mig.md §3: GI destroy "may take O(1 s)"
     and a full re-partition several seconds; 2 s per changed instance covers GI + CI create/destroy)."""

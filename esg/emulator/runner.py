@@ -3,9 +3,11 @@
 At every instant something happens (arrivals, batch completions, a timer a held queue asked for), the
 runner builds a :class:`~esg.cluster.ClusterSnapshot` from its node models and calls
 ``Scheduler.step`` with those events -- the same call the live service makes. Each dispatch then pays,
-before it runs: the modelled decision time of that step, the data transfer of its inputs from other
-nodes (in parallel with) the MIG changes its placement needs followed by a cold start when no idle
-worker of its kind is on the node. Its execution time is the profiled latency times log-normal noise.
+before it runs: the modelled decision time of that step, the read of its inputs from the data store
+when they were produced on other nodes (in parallel with) the MIG changes its placement needs followed
+by a cold start when no idle worker of its kind is on the node. Its execution time is the profiled
+latency times log-normal noise; a batch whose outputs go to successors completes after writing them
+to the store. Same node: the successor reads the producer's kept copy, free (as the live agents do).
 """
 
 from __future__ import annotations
@@ -154,7 +156,7 @@ class Emulation:
         cold_ms = self.profiles[d.function].cold_start_ms * self.params.cold_start_scale if cost.cold else 0.0
         wait = decision_ms + max(self._transfer_ms(d), cost.reconfig_ms + cold_ms)
         run_ms = self._latency[(d.function, d.config)] * self._next_noise()
-        done = now + wait + run_ms
+        done = now + wait + run_ms + self._write_ms(d)
         self._flight[d.batch_id] = (d, now)
         self.heap.push(done, DONE, d.batch_id)
         m = self.metrics
@@ -177,7 +179,8 @@ class Emulation:
         return self._noise_buf.pop()
 
     def _transfer_ms(self, d: Dispatch) -> float:
-        """Inputs produced on other nodes cross the network before the batch starts."""
+        """Inputs produced on other nodes are read from the data store (one round trip per batch)
+        before the batch starts; those produced on this node are read from the copy kept here."""
         preds = self.apps[d.app].predecessors(d.function)
         if not preds:
             return 0.0
@@ -188,7 +191,14 @@ class Emulation:
                     remote += self.profiles[p].output_bytes
         if not remote:
             return 0.0
-        return remote * 8 / (self.params.bandwidth_gbps * 1e9) * 1e3 + self.params.net_latency_ms
+        return self.params.store_read_ms + remote / (self.params.store_read_mb_s * 1e3)
+
+    def _write_ms(self, d: Dispatch) -> float:
+        """A batch whose outputs go to successors writes them to the data store with its result."""
+        if not self.apps[d.app].successors(d.function):
+            return 0.0
+        written = len(d.jobs) * self.profiles[d.function].output_bytes
+        return self.params.store_write_ms + written / (self.params.store_write_mb_s * 1e3)
 
     def _finish(self, batch_id: str, now: float) -> BatchDone:
         d, _ = self._flight.pop(batch_id)

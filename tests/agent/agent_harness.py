@@ -1,5 +1,5 @@
 """Test helpers for the agent service: the OpenWhisk REST stand-in, the agent as a subprocess, and a
-scheduler-side Kafka client that sends dispatches and reads results and heartbeats (real broker)."""
+scheduler-side Redis client that sends dispatches and reads results and heartbeats (real redis-server)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+import redis
 
+from agent_channel.keys import Keys
+from agent_channel.streams import entries, fields
 from esg.cluster import SliceRef
 from esg.model import Config
 from esg.protocol import (
@@ -22,11 +24,9 @@ from esg.protocol import (
     ResultMessage,
     RunRequest,
     decode,
-    dispatch_topic,
     encode,
 )
 from esg_cli import openwhisk_standin as standin
-from invoker_agent.kafka_io import ensure_topics
 
 REPO = Path(__file__).resolve().parents[2]
 AUTH = "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:test-secret-key-do-not-log"
@@ -44,12 +44,35 @@ class OpenWhiskStandIn(standin.OpenWhiskStandIn):
             "limits": {"timeout": timeout_ms, "memory": 256, "logs": 10}})
 
 
+def children(pid: int) -> list[int]:
+    """The ids of ``pid``'s child processes (from /proc)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            out.append(int(d.name))
+    return out
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` is still running (not gone, not a zombie)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 class AgentProcess:
     """``esg agent`` as a subprocess, its stderr kept in a file."""
 
-    def __init__(self, tmp: Path, kafka: str, api: str, node: str, prefix: str, *extra: str) -> None:
+    def __init__(self, tmp: Path, redis_url: str, api: str, node: str, prefix: str, *extra: str) -> None:
         self.log_path = tmp / f"agent-{node}-{uuid.uuid4().hex[:6]}.log"
-        self.cmd = [sys.executable, "-m", "esg_cli.main", "agent", "--kafka", kafka, "--openwhisk-api", api,
+        self.cmd = [sys.executable, "-m", "esg_cli.main", "agent", "--redis", redis_url, "--openwhisk-api", api,
                     "--topic-prefix", prefix, "--name", node, "--heartbeat-s", "0.3", "--log-level", "DEBUG", *extra]
         env = {**os.environ, "ESG_OPENWHISK_AUTH": AUTH, "PYTHONPATH": str(REPO)}
         self.log = open(self.log_path, "wb")
@@ -63,6 +86,16 @@ class AgentProcess:
 
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        """``kill -9``: no drain, no final heartbeat. Its workers get their parent-death signal and clean
+        up after themselves; this waits (10 s at most) until they have, so the test leaves nothing behind."""
+        workers = children(self.proc.pid)
+        self.proc.kill()
+        self.proc.wait(10)
+        deadline = time.monotonic() + 10
+        while any(running(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -78,42 +111,39 @@ class AgentProcess:
 class SchedulerSide:
     """What the scheduler does on the wire: dispatch to a node, read results and heartbeats."""
 
-    def __init__(self, kafka: str, prefix: str) -> None:
-        self.kafka = kafka
-        self.prefix = prefix
-        self.results_topic = prefix + "esgresults"
-        self.heartbeat_topic = prefix + "esgheartbeat"
-        ensure_topics(kafka, [self.results_topic, self.heartbeat_topic])
-        self.producer = KafkaProducer(bootstrap_servers=kafka, acks=1)
-        self.consumer = KafkaConsumer(bootstrap_servers=kafka, enable_auto_commit=False,
-                                      auto_offset_reset="earliest")
-        self.consumer.assign([TopicPartition(self.results_topic, 0), TopicPartition(self.heartbeat_topic, 0)])
+    def __init__(self, redis_url: str, prefix: str) -> None:
+        self.keys = Keys(prefix, f"test{uuid.uuid4().hex[:6]}")
+        self.r = redis.Redis.from_url(redis_url)
+        self._from = {self.keys.results: "0-0", self.keys.heartbeats: "0-0"}
         self.results: list[ResultMessage] = []
         self.heartbeats: list[Heartbeat] = []
 
     def dispatch(self, node: str, function: str, values: list[dict], *, batch_id: str | None = None,
                  config: Config | None = None, slice_: SliceRef | None = None,
                  destroy: tuple[SliceRef, ...] = (), namespace: str = "guest", timeout_ms: int = 20000,
-                 raw: bytes | None = None) -> DispatchMessage:
+                 raw: bytes | None = None, return_output: bool = True,
+                 inputs: list[tuple] | None = None) -> DispatchMessage:
         batch_id = batch_id or f"b-{uuid.uuid4().hex[:10]}"
         config = config or Config(len(values), 1, slice_.profile if slice_ else None)
         now = int(time.time() * 1000)
         msg = DispatchMessage(batch_id, node, "app", function, ActionRef(namespace, function, None,
                                                                          timeout_ms=timeout_ms),
                               config, slice_, destroy,
-                              tuple(RunRequest(f"{batch_id}-a{i}", f"tx{i}", v, now + 60000, namespace)
-                                    for i, v in enumerate(values)))
+                              tuple(RunRequest(f"{batch_id}-a{i}", f"tx{i}", v, now + 60000, namespace,
+                                               tuple(inputs[i]) if inputs else ())
+                                    for i, v in enumerate(values)),
+                              self.keys.results, return_output, 60)
         self.send(node, raw if raw is not None else encode(msg))
         return msg
 
     def send(self, node: str, raw: bytes) -> None:
-        self.producer.send(dispatch_topic(node, self.prefix), raw).get(timeout=10)
+        self.r.xadd(self.keys.dispatch(node), fields(raw))
 
     def poll(self) -> None:
-        for recs in self.consumer.poll(timeout_ms=100).values():
-            for r in recs:
-                m = decode(r.value)
-                (self.results if isinstance(m, ResultMessage) else self.heartbeats).append(m)
+        for e in entries(self.r.xread(self._from, count=1000, block=100)):
+            self._from[e.stream] = e.id
+            m = decode(e.raw)
+            (self.results if isinstance(m, ResultMessage) else self.heartbeats).append(m)
 
     def wait_for(self, what: Callable[[], object], timeout: float, describe: str) -> object:
         deadline = time.monotonic() + timeout
@@ -133,6 +163,12 @@ class SchedulerSide:
         return self.wait_for(lambda: next((h for h in self.heartbeats[after:] if h.node == node and pred(h)),
                                           None), timeout, f"a matching heartbeat from {node}")
 
+    def pending(self, node: str) -> int:
+        """Dispatches the node's agent has taken and not answered."""
+        try:
+            return int(self.r.xpending(self.keys.dispatch(node), "agents")["pending"])
+        except redis.ResponseError:
+            return 0
+
     def close(self) -> None:
-        self.consumer.close()
-        self.producer.close()
+        self.r.close()

@@ -1,4 +1,4 @@
-"""The agent service's small parts: vCPU allocation, offset commits, slice reservation."""
+"""The agent service's small parts: vCPU allocation, local outputs and their limits, slice reservation."""
 
 from __future__ import annotations
 
@@ -6,10 +6,14 @@ import threading
 
 import pytest
 
+from agent_channel.keys import Keys
 from esg.cluster import SliceRef
+from esg.model import Config
+from esg.protocol import ActionRef, DispatchMessage, RunRequest, RunResult
+from invoker_agent import data
+from invoker_agent.data import DataPlane, LocalOutputs
 from invoker_agent.node import NodeAgent
-from invoker_agent.offsets import OffsetTracker, RecentBatches
-from invoker_agent.service import salvage
+from invoker_agent.service import RecentBatches, salvage
 from invoker_agent.slices import SliceError, SliceManager
 from invoker_agent.vcpus import VcpuAllocator, VcpuError
 
@@ -43,19 +47,51 @@ def test_acquire_waits_for_a_release():
     assert got and len(got[0]) == 1
 
 
-def test_offsets_commit_only_past_finished_prefix():
-    t = OffsetTracker()
-    for o in (5, 6, 7):
-        t.taken("p", o)
-    t.finished("p", 6)
-    assert t.to_commit() == {"p": 5}       # 5 still running: nothing past it may be committed
-    t.committed({"p": 5})
-    assert t.to_commit() == {}
-    t.finished("p", 5)
-    assert t.to_commit() == {"p": 7}
-    t.finished("p", 7)
-    assert t.to_commit() == {"p": 8}
-    assert t.pending() == 0
+def test_local_outputs_are_bounded_by_bytes_and_expire():
+    now = [0.0]
+    lo = LocalOutputs(100, clock=lambda: now[0])
+    lo.put("a", {"a": 1}, 40, ttl_s=10)
+    lo.put("b", {"b": 1}, 40, ttl_s=10)
+    assert lo.get("a") == (True, {"a": 1})          # a is now the most recently used
+    lo.put("c", {"c": 1}, 40, ttl_s=10)              # over 100 bytes: b (least recently used) goes
+    assert lo.get("b") == (False, None) and lo.get("a")[0] and lo.get("c")[0] and lo.bytes == 80
+    lo.put("huge", {}, 101, ttl_s=10)                 # larger than the whole budget: not kept
+    assert lo.get("huge") == (False, None) and lo.bytes == 80
+    now[0] = 11.0
+    assert lo.get("a") == (False, None) and lo.bytes == 40
+    assert not LocalOutputs(0).get("x")[0]
+
+
+def _dispatch(return_output: bool) -> DispatchMessage:
+    return DispatchMessage("b1", "n0", "app", "pre", ActionRef("guest", "pre"), Config(2, 1, None), None, (),
+                           (RunRequest("a" * 32, "t", {}, 0, "guest"), RunRequest("b" * 32, "t", {}, 0, "guest")),
+                           "esg:0:results", return_output, 30)
+
+
+def test_outputs_are_stored_and_referenced_or_inline_within_the_limits(monkeypatch):
+    plane = DataPlane(None, Keys("p_"), LocalOutputs(1 << 20))
+    ok = RunResult("a" * 32, 0, {"v": "x" * 50}, 1, 2)
+    failed = RunResult("b" * 32, 1, {"error": "no"}, 1, 2)
+    results, writes = plane.outputs(_dispatch(False), [ok, failed])
+    key = f"esg:p_:data:{'a' * 32}:pre"
+    assert [w.key for w in writes] == [key] and writes[0].ttl_s == 30
+    assert results[0].result is None and results[0].output_key == key
+    assert results[0].output_bytes == len(writes[0].blob) == len('{"v":"' + "x" * 50 + '"}')
+    assert results[1] == failed                       # errors always come back inline
+    assert plane.local.get(key) == (True, {"v": "x" * 50})
+    inline, none = plane.outputs(_dispatch(True), [ok])
+    assert inline == [ok] and none == []
+    # the runtime's reply is stored as it came (not encoded again), and its length is the size
+    raw = b'{"v": "' + b"x" * 50 + b'"}'
+    results, writes = plane.outputs(_dispatch(False), [ok], {"a" * 32: raw})
+    assert writes[0].blob is raw and results[0].output_bytes == len(raw)
+    monkeypatch.setattr(data, "MAX_DATA_BYTES", 20)
+    monkeypatch.setattr(data, "MAX_RESULT_BYTES", 20)
+    too_big, none = plane.outputs(_dispatch(False), [ok])
+    assert none == [] and too_big[0].status_code == 2 and "limit of 20 bytes" in too_big[0].result["error"]
+    too_big, _ = plane.outputs(_dispatch(True), [ok])
+    assert too_big[0].status_code == 2
+    assert too_big[0].result["error"].endswith("exceeded the allowed length: 58 > 20 bytes.")
 
 
 def test_recent_batches_is_bounded():
@@ -65,8 +101,9 @@ def test_recent_batches_is_bounded():
 
 
 def test_salvage_reads_what_it_can():
-    assert salvage(b"{nope") == (None, [])
-    assert salvage(b'{"batch_id":"b","requests":[{"activation_id":"x"},{"y":1}]}') == ("b", ["x"])
+    assert salvage(b"{nope") == (None, [], None)
+    assert salvage(b'{"batch_id":"b","requests":[{"activation_id":"x"},{"y":1}]}') == ("b", ["x"], None)
+    assert salvage(b'{"batch_id":3,"reply_to":"r"}') == (None, [], "r")
 
 
 def test_slice_manager_creates_reserves_and_never_destroys_a_reserved_slice():

@@ -1,11 +1,12 @@
-"""``esg agent`` end to end: the real agent as a subprocess, the real broker, an OpenWhisk REST stand-in.
+"""``esg agent`` end to end: the real agent as a subprocess, the real Redis, an OpenWhisk REST stand-in.
 
-The test plays the scheduler: it sends :class:`esg.protocol.DispatchMessage` records to the node's
-dispatch topic and reads :class:`ResultMessage` and :class:`Heartbeat` records back.
+The test plays the scheduler: it adds :class:`esg.protocol.DispatchMessage` entries to the node's
+dispatch stream and reads :class:`ResultMessage` and :class:`Heartbeat` entries back.
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -16,6 +17,8 @@ import pytest
 
 from esg.cluster import SliceRef
 from esg.model import Config
+from esg.protocol import InputRef
+from esg_cli.servers import free_port
 from tests.agent.agent_harness import AUTH, REPO, AgentProcess, OpenWhiskStandIn, SchedulerSide
 
 pytestmark = pytest.mark.timeout(90)
@@ -40,6 +43,14 @@ def main(args):
     return {"ok": True}
 """
 BROKEN = "import no_such_module_for_esg_tests\ndef main(args):\n    return {}\n"
+BIG = """
+def main(args):
+    return {"blob": "x" * args["n"]}
+"""
+STAGE = """
+def main(args):
+    return {"seen": args, "pid_file": open("/proc/self/stat").read().split()[0]}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -49,18 +60,20 @@ def openwhisk():
     ow.add("slow", SLOW)
     ow.add("count", COUNT)
     ow.add("broken", BROKEN)
+    ow.add("big", BIG)
+    ow.add("stage", STAGE)
     yield ow
     ow.close()
 
 
 @pytest.fixture(scope="module")
-def agent(kafka_bootstrap, openwhisk, tmp_path_factory):
+def agent(redis_url, openwhisk, tmp_path_factory):
     """One agent (fake A100-40GB, 4 advertised vCPUs) shared by the tests that do not stop it."""
     prefix = f"t{uuid.uuid4().hex[:8]}_"
     node = "node-a"
-    proc = AgentProcess(tmp_path_factory.mktemp("agent"), kafka_bootstrap, openwhisk.url, node, prefix,
+    proc = AgentProcess(tmp_path_factory.mktemp("agent"), redis_url, openwhisk.url, node, prefix,
                         "--fake-gpu", "A100-40GB", "--vcpus", "4", "--memory-mb", "8192")
-    sched = SchedulerSide(kafka_bootstrap, prefix)
+    sched = SchedulerSide(redis_url, prefix)
     try:
         sched.heartbeat(node, timeout=30)
     except AssertionError:
@@ -170,11 +183,15 @@ def test_redelivered_batch_is_not_run_twice(agent, tmp_path):
 def test_malformed_dispatches_are_answered_or_skipped(agent):
     sched, node, _ = agent
     sched.send(node, b"{not json")
-    sched.send(node, b'{"type":"dispatch","batch_id":"bad-1","requests":[{"activation_id":"x1"}]}')
+    sched.send(node, b'{"type":"dispatch","batch_id":"bad-0","requests":[{"activation_id":"x0"}]}')  # nowhere to answer
+    sched.send(node, json.dumps({"type": "dispatch", "batch_id": "bad-1", "reply_to": sched.keys.results,
+                                 "requests": [{"activation_id": "x1"}]}).encode())
     res = sched.result("bad-1")
     assert res.error and "malformed dispatch" in res.error
     assert [(r.activation_id, r.status_code) for r in res.results] == [("x1", 3)]
     assert sched.result(sched.dispatch(node, "echo", [{"i": 1}]).batch_id).results[0].status_code == 0
+    # all three are retired: none stays pending or in the stream
+    assert sched.pending(node) == 0 and sched.r.xlen(sched.keys.dispatch(node)) == 0
 
 
 def test_too_many_vcpus_is_an_error(agent):
@@ -193,11 +210,11 @@ def test_concurrent_batches_never_share_a_vcpu(agent):
     sched.heartbeat(node, lambda h: h.vcpus_free == 4)
 
 
-def test_sigterm_drains_then_a_restart_resumes_after_the_committed_offset(kafka_bootstrap, openwhisk, tmp_path):
+def test_sigterm_drains_then_a_restart_takes_only_what_is_new(redis_url, openwhisk, tmp_path):
     prefix = f"t{uuid.uuid4().hex[:8]}_"
     node = "node-drain"
-    sched = SchedulerSide(kafka_bootstrap, prefix)
-    proc = AgentProcess(tmp_path, kafka_bootstrap, openwhisk.url, node, prefix, "--fake-gpu", "A100-40GB")
+    sched = SchedulerSide(redis_url, prefix)
+    proc = AgentProcess(tmp_path, redis_url, openwhisk.url, node, prefix, "--fake-gpu", "A100-40GB")
     try:
         sched.heartbeat(node, timeout=30)
         first = sched.dispatch(node, "echo", [{"i": 1}])
@@ -217,8 +234,8 @@ def test_sigterm_drains_then_a_restart_resumes_after_the_committed_offset(kafka_
         assert last.draining and last.vcpus_free == last.vcpus_total, last
     finally:
         proc.stop()
-    # a new incarnation resumes after the committed offsets: nothing it already answered runs again
-    proc2 = AgentProcess(tmp_path, kafka_bootstrap, openwhisk.url, node, prefix, "--fake-gpu", "A100-40GB")
+    # a new incarnation finds nothing pending: nothing it already answered runs again
+    proc2 = AgentProcess(tmp_path, redis_url, openwhisk.url, node, prefix, "--fake-gpu", "A100-40GB")
     try:
         mark = len(sched.heartbeats)
         sched.heartbeat(node, lambda h: not h.draining, after=mark, timeout=30)
@@ -230,12 +247,12 @@ def test_sigterm_drains_then_a_restart_resumes_after_the_committed_offset(kafka_
         sched.close()
 
 
-def test_a_killed_agent_runs_the_batch_it_had_taken_after_a_restart(kafka_bootstrap, openwhisk, tmp_path):
+def test_a_killed_agent_runs_the_batch_it_had_taken_after_a_restart(redis_url, openwhisk, tmp_path):
     prefix = f"t{uuid.uuid4().hex[:8]}_"
     node = "node-kill"
-    sched = SchedulerSide(kafka_bootstrap, prefix)
+    sched = SchedulerSide(redis_url, prefix)
     counter = tmp_path / "runs.txt"
-    proc = AgentProcess(tmp_path, kafka_bootstrap, openwhisk.url, node, prefix, "--fake-gpu", "A30",
+    proc = AgentProcess(tmp_path, redis_url, openwhisk.url, node, prefix, "--fake-gpu", "A30",
                         "--idle-ttl-s", "1")
     try:
         sched.heartbeat(node, timeout=30)
@@ -245,13 +262,12 @@ def test_a_killed_agent_runs_the_batch_it_had_taken_after_a_restart(kafka_bootst
         sched.heartbeat(node, lambda h: not h.warm, after=len(sched.heartbeats))   # evicted after its TTL
         taken = sched.dispatch(node, "slow", [{"sleep": 3}])
         sched.heartbeat(node, lambda h: h.vcpus_free < h.vcpus_total)     # taken and running
-        proc.proc.kill()
-        proc.wait(10)
+        proc.kill()
     finally:
         proc.stop()
-    proc2 = AgentProcess(tmp_path, kafka_bootstrap, openwhisk.url, node, prefix, "--fake-gpu", "A30")
+    proc2 = AgentProcess(tmp_path, redis_url, openwhisk.url, node, prefix, "--fake-gpu", "A30")
     try:
-        # the uncommitted batch is read again and run; the answered one before it is not
+        # the batch it had taken (pending in the group) is run by the new incarnation; the answered one is not
         assert sched.result(taken.batch_id).results[0].status_code == 0
         assert counter.read_text() == "run\n"
         assert [r.batch_id for r in sched.results] == [done.batch_id, taken.batch_id]
@@ -260,27 +276,126 @@ def test_a_killed_agent_runs_the_batch_it_had_taken_after_a_restart(kafka_bootst
         sched.close()
 
 
+def test_a_killed_agent_resumes_every_pending_batch_once(redis_url, openwhisk, tmp_path):
+    """kill -9 with more batches taken than running: each is run once after the restart, none twice."""
+    prefix = f"t{uuid.uuid4().hex[:8]}_"
+    node = "node-pending"
+    sched = SchedulerSide(redis_url, prefix)
+    counters = [tmp_path / f"runs{i}.txt" for i in range(3)]
+    proc = AgentProcess(tmp_path, redis_url, openwhisk.url, node, prefix, "--fake-gpu", "A30",
+                        "--max-batches", "2")
+    try:
+        sched.heartbeat(node, timeout=30)
+        slow = [sched.dispatch(node, "slow", [{"sleep": 3}]) for _ in range(2)]
+        sched.wait_for(lambda: sched.pending(node) == 2, 20, "two batches taken")
+        counts = [sched.dispatch(node, "count", [{"file": str(c)}]) for c in counters]   # wait in the stream
+        proc.kill()
+    finally:
+        proc.stop()
+    assert sched.pending(node) == 2 and not sched.results
+    proc2 = AgentProcess(tmp_path, redis_url, openwhisk.url, node, prefix, "--fake-gpu", "A30")
+    try:
+        for m in slow + counts:
+            assert sched.result(m.batch_id, timeout=40).results[0].status_code == 0
+        sched.wait_for(lambda: sched.pending(node) == 0, 10, "nothing pending")
+        assert [c.read_text() for c in counters] == ["run\n"] * 3
+        assert sorted(r.batch_id for r in sched.results) == sorted(m.batch_id for m in slow + counts)
+        assert sched.r.xlen(sched.keys.dispatch(node)) == 0          # answered dispatches are deleted
+    finally:
+        proc2.stop()
+        sched.close()
+
+
+def test_outputs_stay_on_the_node_and_in_the_store_for_successors(agent):
+    sched, node, proc = agent
+    first = sched.dispatch(node, "stage", [{"i": 1}, {"i": 2}], return_output=False)
+    res = sched.result(first.batch_id)
+    assert [r.status_code for r in res.results] == [0, 0]
+    assert all(r.result is None and r.output_key and r.output_bytes > 0 for r in res.results)
+    assert (res.function, res.config, res.run_ms is not None) == ("stage", first.config, True)
+    stored = json.loads(sched.r.get(res.results[0].output_key))
+    assert stored["seen"] == {"i": 1}
+    assert sched.r.ttl(res.results[0].output_key) > 0
+    # a successor on this node reads this node's copy; one input fans in from "another node" (the store)
+    sched.r.set(f"esg:{sched.keys.prefix}:data:elsewhere", json.dumps({"far": True}), ex=60)
+    refs = [[InputRef("stage", res.results[0].output_key, node, res.results[0].output_bytes),
+             InputRef("other", f"esg:{sched.keys.prefix}:data:elsewhere", "node-z", 12)],
+            [InputRef("stage", res.results[1].output_key, node, res.results[1].output_bytes)]]
+    nxt = sched.result(sched.dispatch(node, "echo", [None, None], inputs=refs).batch_id)
+    assert [r.status_code for r in nxt.results] == [0, 0], nxt
+    assert f"batch {nxt.batch_id}: 2 input(s) from this node, 1 from the store" in proc.output()
+    assert nxt.results[0].result["i"] is None and nxt.results[1].result["i"] is None
+    # the echo action saw the composed inputs: fan-in keyed by name, one predecessor as it is
+    two = sched.result(sched.dispatch(node, "stage", [None, None], inputs=refs).batch_id)
+    assert two.results[0].result["seen"] == {"stage": stored, "other": {"far": True}}
+    assert two.results[1].result["seen"]["seen"] == {"i": 2}
+
+
+def test_missing_input_is_a_whisk_error_naming_it(agent):
+    sched, node, _ = agent
+    gone = [[InputRef("pre", f"esg:{sched.keys.prefix}:data:nothing-here", "node-z", 10)], []]
+    res = sched.result(sched.dispatch(node, "echo", [None, {"i": 5}], inputs=gone).batch_id)
+    codes = {r.activation_id: r.status_code for r in res.results}
+    assert sorted(codes.values()) == [0, 3]
+    bad = next(r for r in res.results if r.status_code == 3)
+    assert "pre" in bad.result["error"] and "data store" in bad.result["error"]
+
+
+def test_oversize_result_is_a_developer_error_naming_the_limit(agent):
+    sched, node, _ = agent
+    res = sched.result(sched.dispatch(node, "big", [{"n": 1_100_000}, {"n": 10}]).batch_id)
+    assert [r.status_code for r in res.results] == [2, 0]
+    assert "exceeded the allowed length" in res.results[0].result["error"]
+    assert "1048576 bytes" in res.results[0].result["error"]
+    stored = sched.result(sched.dispatch(node, "big", [{"n": 1_100_000}], return_output=False).batch_id)
+    assert stored.results[0].status_code == 0 and stored.results[0].output_bytes > 1_100_000
+
+
 def _esg_agent(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "esg_cli.main", "agent", "--openwhisk-api", "http://127.0.0.1:9",
                            "--openwhisk-auth", AUTH, *args], cwd=REPO, capture_output=True, text=True,
                           timeout=timeout)
 
 
-def test_unknown_fake_gpu_model_exits_2_naming_it(kafka_bootstrap):
-    r = _esg_agent("--kafka", kafka_bootstrap, "--fake-gpu", "T4")
+def test_unknown_fake_gpu_model_exits_2_naming_it(redis_url):
+    r = _esg_agent("--redis", redis_url, "--fake-gpu", "T4")
     assert r.returncode == 2
     assert "T4" in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_without_fake_gpu_real_nvml_fails_clearly(kafka_bootstrap):
-    r = _esg_agent("--kafka", kafka_bootstrap, "--name", "nvml-node", timeout=10)
+def test_without_fake_gpu_real_nvml_fails_clearly(redis_url):
+    r = _esg_agent("--redis", redis_url, "--name", "nvml-node", timeout=10)
     if r.returncode == 0 or "NVML" not in r.stderr:
         pytest.skip("this machine has a working NVIDIA driver")
     assert r.returncode == 2 and "--fake-gpu" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_unreachable_kafka_exits_2_naming_it():
+def test_unreachable_redis_exits_2_naming_it_without_password():
     t0 = time.monotonic()
-    r = _esg_agent("--kafka", "127.0.0.1:1", "--fake-gpu", "A30")
-    assert r.returncode == 2 and "Kafka" in r.stderr and "127.0.0.1:1" in r.stderr
-    assert "Traceback" not in r.stderr and time.monotonic() - t0 < 20
+    port = free_port()
+    r = _esg_agent("--redis", f"redis://:hunter2secret@127.0.0.1:{port}/0", "--kafka", "127.0.0.1:1",
+                   "--fake-gpu", "A30")
+    assert r.returncode == 2 and "Redis" in r.stderr and f"127.0.0.1:{port}" in r.stderr
+    assert "hunter2secret" not in r.stderr and "Kafka" not in r.stderr    # --kafka is accepted, unused
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert time.monotonic() - t0 < 20
+
+
+def test_no_redis_is_named(monkeypatch):
+    monkeypatch.delenv("ESG_REDIS", raising=False)
+    r = _esg_agent("--fake-gpu", "A30")
+    assert r.returncode == 2 and "ESG_REDIS" in r.stderr
+
+
+def test_password_protected_redis_works(redis_auth, openwhisk, tmp_path):
+    url, password = redis_auth
+    prefix = f"t{uuid.uuid4().hex[:8]}_"
+    sched = SchedulerSide(url, prefix)
+    proc = AgentProcess(tmp_path, url, openwhisk.url, "node-auth", prefix, "--fake-gpu", "A30")
+    try:
+        sched.heartbeat("node-auth", timeout=30)
+        assert sched.result(sched.dispatch("node-auth", "echo", [{"i": 7}]).batch_id).results[0].result["i"] == 7
+    finally:
+        proc.stop()
+        sched.close()
+    assert password not in proc.output()

@@ -14,10 +14,12 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from agent_channel.keys import Keys
 from esg import protocol
 from esg.model import Config
 from invoker_agent.actions import ActionFetcher
 from invoker_agent.batch import BatchRunner
+from invoker_agent.data import DataPlane, LocalOutputs
 from invoker_agent.heartbeat import WarmRegistry
 from invoker_agent.node import NodeAgent
 from invoker_agent.service import salvage
@@ -33,7 +35,7 @@ DISPATCH = {"type": "dispatch", "batch_id": "b-000001", "node": "node-f", "app":
             "action": {"namespace": "guest", "name": "echo", "revision": None, "kind": "python:3",
                        "timeout_ms": 20000, "memory_mb": 256},
             "config": {"batch": 2, "vcpus": 1, "gpu": "1g.5gb"}, "slice": {"profile": "1g.5gb", "start": 0},
-            "destroy": [],
+            "destroy": [], "reply_to": "esg:0:results",
             "requests": [{"activation_id": "a" * 32, "transaction_id": "t1", "value": {"seed": 1},
                           "deadline_ms": 1718003081790, "namespace": "guest"},
                          {"activation_id": "b" * 32, "transaction_id": "t2", "value": {"seed": 2, "s": "ü"},
@@ -50,8 +52,10 @@ def runner():
         api.add("deep", "def main(a):\n    v = []\n    for _ in range(500):\n        v = [v]\n    return {'v': v}\n")
         node = NodeAgent.create("node-f", vcpus=2, fake_gpu="A100-40GB")
         try:
+            # no data store: these batches carry their inputs and return their outputs inline
             yield BatchRunner(node, ActionFetcher(api.url, AUTH), SliceManager(node),
-                              VcpuAllocator(2, sorted(__import__("os").sched_getaffinity(0))), WarmRegistry())
+                              VcpuAllocator(2, sorted(__import__("os").sched_getaffinity(0))), WarmRegistry(),
+                              DataPlane(None, Keys(), LocalOutputs(1 << 20)))
         finally:
             node.close()
 
@@ -87,20 +91,20 @@ def test_mutated_dispatches_are_refused_by_name_or_answered_in_full(runner, raw)
     except protocol.ProtocolError as exc:
         event("refused by the reader")
         assert str(exc).strip()
-        batch_id, ids = salvage(raw)
+        batch_id, ids, _ = salvage(raw)
         if batch_id is not None:               # the agent answers each id it could read with status 3
             protocol.encode(protocol.ResultMessage(batch_id, "node-f", ()))
         assert all(isinstance(i, str) for i in ids)
         return
     if not isinstance(msg, protocol.DispatchMessage):
         return                                  # a result or heartbeat: the agent skips it by name
-    result = runner.run(msg)
+    result, _ = runner.run(msg)
     event(f"run: status {sorted({r.status_code for r in result.results})}")
     assert result.batch_id == msg.batch_id
     assert sorted(r.activation_id for r in result.results) == sorted(r.activation_id for r in msg.requests)
     assert all(r.status_code in (0, 1, 2, 3) for r in result.results)
     protocol.decode(protocol.encode(result))   # it can be published and read back
-    good = runner.run(GOOD)                     # and the agent still runs a good batch behind it
+    good, _ = runner.run(GOOD)                  # and the agent still runs a good batch behind it
     assert [(r.status_code, r.result) for r in good.results] == [(0, {"echo": {"ok": 1}})]
 
 
@@ -108,6 +112,6 @@ def test_a_result_nested_too_deeply_is_the_actions_error_by_name(runner):
     deep = protocol.DispatchMessage("deep", "node-f", "guest/deep", "guest/deep",
                                     protocol.ActionRef("guest", "deep", None), Config(1, 1), None, (),
                                     (protocol.RunRequest("d" * 32, "t4", {}, 1718003081790, "guest"),))
-    (result,) = runner.run(deep).results
+    (result,) = runner.run(deep)[0].results
     assert result.status_code == 2 and "nests deeper than 200 levels" in result.result["error"]
     protocol.decode(protocol.encode(protocol.ResultMessage("deep", "node-f", (result,))))

@@ -1,8 +1,10 @@
 """A small in-process invoker agent for the scheduler's integration tests (not shipped).
 
-It speaks ``esg/protocol.py`` like the real ``esg agent``: heartbeats on ``esgheartbeat``, batches from
-``esgdispatch{node}``, results on ``esgresults``. Actions run as Python callables by fully qualified
-name (default: echo the input), so tests need no action code or worker processes.
+It is the real agent's channel and data plane (``invoker_agent.channel``, ``invoker_agent.data``) on the
+real Redis, with the runner replaced: actions are Python callables by fully qualified name (default:
+echo the input), so tests need no action code or worker processes. Heartbeats go to the heartbeat
+stream, batches come from the node's dispatch stream, results go to each dispatch's ``reply_to``, and
+non-sink outputs are stored and referenced exactly as ``esg agent`` does it.
 """
 
 from __future__ import annotations
@@ -12,21 +14,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import NewTopic
-from kafka.errors import TopicAlreadyExistsError
+import redis
 
+from agent_channel.keys import Keys
 from esg import protocol
+from invoker_agent.channel import AgentChannel
+from invoker_agent.data import DataPlane, LocalOutputs, MissingInput
 
 Handler = Callable[[Any], Any]
 
 
 class AgentDouble:
-    def __init__(self, kafka: str, node: str, prefix: str = "", vcpus: int = 8, memory_mb: int = 2048,
+    def __init__(self, redis_url: str, node: str, prefix: str = "", vcpus: int = 8, memory_mb: int = 2048,
                  handlers: dict[str, Handler] | None = None, heartbeat_s: float = 0.2,
-                 gpu_model: str | None = None, run_delay_s: float = 0.0) -> None:
+                 gpu_model: str | None = None, run_delay_s: float = 0.0, local_data: bool = True) -> None:
         self.node = node
-        self.prefix = prefix
         self.vcpus = vcpus
         self.memory_mb = memory_mb
         self.handlers = dict(handlers or {})
@@ -38,24 +40,10 @@ class AgentDouble:
         self.heartbeating = True
         self._stop = threading.Event()
         self._seq = 0
-        topic = protocol.dispatch_topic(node, prefix)
-        admin = KafkaAdminClient(bootstrap_servers=kafka, request_timeout_ms=5000)
-        try:
-            for t in (topic, prefix + protocol.RESULTS_TOPIC, prefix + protocol.HEARTBEAT_TOPIC):
-                if t not in admin.list_topics():
-                    try:
-                        admin.create_topics([NewTopic(t, 1, 1)])
-                    except TopicAlreadyExistsError:
-                        pass
-        finally:
-            admin.close()
-        self.producer = KafkaProducer(bootstrap_servers=kafka, acks=1, linger_ms=1)
-        self.consumer = KafkaConsumer(bootstrap_servers=kafka, group_id=None, enable_auto_commit=False,
-                                      auto_offset_reset="earliest", fetch_max_wait_ms=20, max_poll_records=500)
-        tp = TopicPartition(topic, 0)
-        self.consumer.assign([tp])
-        self.consumer.seek_to_end(tp)
-        self.consumer.position(tp)
+        self.redis = redis.Redis.from_url(redis_url)
+        keys = Keys(prefix)
+        self.channel = AgentChannel(self.redis, keys, node)
+        self.data = DataPlane(self.redis, keys, LocalOutputs(64 << 20 if local_data else 0))
         self._threads = [threading.Thread(target=self._beat, daemon=True),
                          threading.Thread(target=self._serve, daemon=True)]
         for t in self._threads:
@@ -69,46 +57,47 @@ class AgentDouble:
     def _beat(self) -> None:
         while not self._stop.is_set():
             if self.heartbeating:
-                self.producer.send(self.prefix + protocol.HEARTBEAT_TOPIC, protocol.encode(self.heartbeat()))
-                self.producer.flush(timeout=5)
+                self.channel.heartbeat(self.heartbeat())
             self._stop.wait(self.heartbeat_s)
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            for recs in self.consumer.poll(timeout_ms=50).values():
-                out = []
-                for rec in recs:
-                    msg = protocol.decode(rec.value)
-                    assert isinstance(msg, protocol.DispatchMessage)
-                    self.batches.append(msg)
-                    if self.answering:
-                        out.append(self.run(msg))
-                if self.run_delay_s:
-                    time.sleep(self.run_delay_s)
-                for res in out:
-                    if self.answering:
-                        self.producer.send(self.prefix + protocol.RESULTS_TOPIC, protocol.encode(res))
-                if out:
-                    self.producer.flush(timeout=5)
+            got = self.channel.take(100, 50)
+            out = []
+            for e in got:
+                msg = protocol.decode(e.raw)
+                assert isinstance(msg, protocol.DispatchMessage)
+                self.batches.append(msg)
+                if self.answering:
+                    out.append((e.id, msg, *self.run(msg)))
+            if out and self.run_delay_s:
+                time.sleep(self.run_delay_s)
+            for entry_id, msg, result, writes in out:
+                if self.answering:
+                    self.channel.answer(entry_id, msg.reply_to, result, writes)
 
-    def run(self, msg: protocol.DispatchMessage) -> protocol.ResultMessage:
+    def run(self, msg: protocol.DispatchMessage) -> tuple[protocol.ResultMessage, list]:
         handler = self.handlers.get(msg.action.path, lambda v: v)
         results = []
-        for r in msg.requests:
+        for r, value in zip(msg.requests, self.data.inputs(msg)):
             start = int(time.time() * 1000)
+            if isinstance(value, MissingInput):
+                results.append(protocol.RunResult(r.activation_id, 3, {"error": value.error}, start, start))
+                continue
             try:
-                value = handler(r.value)
+                value = handler(value)
                 code = 1 if isinstance(value, dict) and "error" in value else 0
             except Exception as exc:
                 value, code = {"error": f"{type(exc).__name__}: {exc}"}, 2
             results.append(protocol.RunResult(r.activation_id, code, value, start, int(time.time() * 1000),
                                               init_ms=5 if len(self.batches) == 1 else None,
                                               logs=(f"ran {msg.function}",)))
-        return protocol.ResultMessage(msg.batch_id, self.node, tuple(results))
+        results, writes = self.data.outputs(msg, results)
+        return protocol.ResultMessage(msg.batch_id, self.node, tuple(results), None, msg.function, msg.config,
+                                      0.0), writes
 
     def close(self) -> None:
         self._stop.set()
         for t in self._threads:
             t.join(timeout=5)
-        self.consumer.close(autocommit=False)
-        self.producer.close(timeout=2)
+        self.redis.close()

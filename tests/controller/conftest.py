@@ -100,11 +100,11 @@ def service_factory(settings_factory) -> Iterator[Callable[..., SchedulerService
 
 
 @pytest.fixture
-def agent_factory(kafka_bootstrap: str, prefix: str) -> Iterator[Callable[..., AgentDouble]]:
+def agent_factory(redis_url: str, prefix: str) -> Iterator[Callable[..., AgentDouble]]:
     agents: list[AgentDouble] = []
 
-    def make(node: str = "node-a", **kw) -> AgentDouble:
-        a = AgentDouble(kafka_bootstrap, node, prefix=prefix, **kw)
+    def make(node: str = "node-a", redis: str | None = None, **kw) -> AgentDouble:
+        a = AgentDouble(redis or redis_url, node, prefix=prefix, **kw)
         agents.append(a)
         return a
 

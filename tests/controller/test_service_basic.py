@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import requests
 
 from esg_cli.openwhisk_standin import GUEST_KEY
@@ -126,7 +128,7 @@ def test_sequence_component_is_scheduled_as_an_ordinary_action(service_factory, 
     assert {"key": "causedBy", "value": "sequence"} in rec["annotations"]
 
 
-def test_function_failure_fails_the_request(service_factory, agent_factory, driver, standin):
+def test_function_failure_fails_the_request(service_factory, agent_factory, driver, standin, redis_client, prefix):
     deploy_app(standin)
     service_factory()
 
@@ -140,6 +142,8 @@ def test_function_failure_fails_the_request(service_factory, agent_factory, driv
     assert "model exploded" in rec["response"]["result"]["error"]
     assert rec["response"]["result"]["function"] == "cls"
     assert driver.acks[rec["activationId"]].completions == 1
+    time.sleep(0.5)
+    assert redis_client.keys(f"esg:{prefix}:data:{rec['activationId']}:*") == []   # pre's output went too
 
 
 def test_metrics_are_served(service_factory, agent_factory, driver, standin):
@@ -161,3 +165,42 @@ def test_metrics_are_served(service_factory, agent_factory, driver, standin):
 
 
 
+
+
+def test_intermediate_data_goes_agent_to_agent_by_reference_and_is_deleted_at_the_end(
+        service_factory, agent_factory, driver, standin, redis_client, prefix):
+    deploy_app(standin)
+    service_factory()
+    agent = agent_factory("node-a", handlers=handlers())
+    driver.wait_healthy(1, timeout=10)
+    rec = driver.invoke("guest/imgclass", {"x": 20}, timeout=20)
+    assert rec["response"]["result"] == {"label": "n41"}
+    aid = rec["activationId"]
+    by_function = {b.function: b for b in agent.batches if b.requests[0].activation_id == aid}
+    entry, middle, sink = by_function["guest/pre"], by_function["guest/cls"], by_function["guest/vote"]
+    assert entry.requests[0].value == {"x": 20} and entry.requests[0].inputs == ()
+    # the successors get references to where the outputs are, never the outputs
+    assert middle.requests[0].value is None
+    (ref,) = middle.requests[0].inputs
+    assert (ref.name, ref.node, ref.key) == ("pre", "node-a", f"esg:{prefix}:data:{aid}:guest/pre")
+    assert ref.bytes == len('{"pre":40}')
+    assert [i.name for i in sink.requests[0].inputs] == ["cls"]
+    assert not entry.return_output and not middle.return_output and sink.return_output
+    assert entry.reply_to == f"esg:{prefix}0:results"
+    # answered: the request's stored outputs are gone (deleted with the ack's ledger write)
+    deadline = time.monotonic() + 5
+    while redis_client.keys(f"esg:{prefix}:data:{aid}:*") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert redis_client.keys(f"esg:{prefix}:data:{aid}:*") == []
+
+
+def test_result_over_openwhisk_limit_is_a_developer_error_naming_it(service_factory, agent_factory, driver,
+                                                                     standin):
+    put(standin, "huge", None)
+    service_factory()
+    agent_factory("node-a", handlers={"guest/huge": lambda v: {"blob": "x" * 1_100_000}})
+    driver.wait_healthy(1, timeout=10)
+    rec = driver.invoke("guest/huge", {}, timeout=20)
+    assert rec["response"]["statusCode"] == 2
+    assert "exceeded the allowed length" in rec["response"]["result"]["error"]
+    assert "1048576 bytes" in rec["response"]["result"]["error"]

@@ -11,6 +11,7 @@ import time
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from agent_channel.keys import Keys
 from controller_plugin import wire
 from controller_plugin.service import SchedulerService, ServiceError
 from esg_cli.servers import free_port
@@ -34,7 +35,7 @@ def dead_letters(kafka: str, prefix: str, want: int, timeout: float = 10.0) -> l
 
 
 def test_malformed_messages_go_to_dead_letter_and_service_goes_on(
-        service_factory, agent_factory, driver, standin, kafka_bootstrap, prefix):
+        service_factory, agent_factory, driver, standin, kafka_bootstrap, prefix, redis_client):
     put(standin, "hello", None)
     svc = service_factory()
     agent_factory("node-a")
@@ -48,10 +49,12 @@ def test_malformed_messages_go_to_dead_letter_and_service_goes_on(
     raws = [b"{not json", json.dumps(missing).encode(), json.dumps(bad_id).encode()]
     for raw in raws:
         producer.send(topic, raw)
-    producer.send(prefix + "esgresults", b"[1,2,3]")
     producer.flush()
     producer.close()
-    letters = dead_letters(kafka_bootstrap, prefix, 4)
+    results = Keys(prefix).results
+    redis_client.xadd(results, {"m": b"[1,2,3]"})
+    redis_client.xadd(results, {"other": b"no message field"})
+    letters = dead_letters(kafka_bootstrap, prefix, 5)
     by_topic = {}
     for r in letters:
         by_topic.setdefault(dict(r.headers)["esg-topic"].decode(), []).append(r)
@@ -60,11 +63,13 @@ def test_malformed_messages_go_to_dead_letter_and_service_goes_on(
     assert "not valid JSON" in reasons[0]
     assert "user" in reasons[1] and "missing" in reasons[1]
     assert "activationId" in reasons[2]
-    assert [r.value for r in by_topic[prefix + "esgresults"]] == [b"[1,2,3]"]
+    # agent messages on the results stream: the bytes (none for an entry without the message field)
+    assert [r.value for r in by_topic[results]] == [b"[1,2,3]", b""]
+    assert all("-" in dict(r.headers)["esg-offset"].decode() for r in by_topic[results])  # stream entry ids
     # the service goes on
     rec = driver.invoke("guest/hello", {"b": 2}, timeout=20)
     assert rec["response"]["result"] == {"b": 2}
-    assert svc.stats["dead_letters"] == 4
+    assert svc.stats["dead_letters"] == 5
 
 
 def test_unknown_action_gets_error_ack_naming_it(service_factory, agent_factory, driver):
@@ -157,7 +162,7 @@ def test_password_protected_redis_works_and_secrets_stay_out_of_logs(
     from tests.controller.conftest import RunningService
     running = RunningService(svc)
     try:
-        agent_factory("node-a", handlers=handlers())
+        agent_factory("node-a", redis=url, handlers=handlers())  # the agent channel is on the protected Redis too
         driver.wait_healthy(1, timeout=10)
         assert driver.invoke("guest/imgclass", {"x": 1}, timeout=20)["response"]["statusCode"] == 0
         rec = driver.invoke("guest/nosuch", {}, timeout=20)

@@ -79,6 +79,15 @@ def start_scheduler(settings, log_path: Path) -> subprocess.Popen:
                             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).parents[2])
 
 
+def stop_scheduler(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
 def test_kill_9_and_restart_answers_every_activation_exactly_once(settings_factory, agent_factory, driver,
                                                                   standin, tmp_path):
     put(standin, "work", None)
@@ -104,12 +113,7 @@ def test_kill_9_and_restart_answers_every_activation_exactly_once(settings_facto
             if i % 2 == 0:
                 assert driver.acks[a].record["response"]["result"] == {"i": i}
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_scheduler(proc)
     text = log_path.read_text(errors="replace")
     assert "recovery:" in text
     assert SCHEDULER_KEY.split(":")[1] not in text
@@ -118,7 +122,8 @@ def test_kill_9_and_restart_answers_every_activation_exactly_once(settings_facto
 
 def test_restart_in_the_ack_window_sends_each_ack_once(settings_factory, agent_factory, driver, standin,
                                                        redis_client, kafka_bootstrap):
-    """A crash after 'acking' was stored: an ack already on completed{C} is not resent, a missing one is."""
+    """A crash in the ack window: an ack already on completed{C} is not sent again, whether the entry
+    says 'acking' or still 'open' (produced, not yet written back); a stored one that is missing is."""
     import json
 
     from kafka import KafkaProducer
@@ -134,16 +139,17 @@ def test_restart_in_the_ack_window_sends_each_ack_once(settings_factory, agent_f
     ledger = Ledger(redis_client, f"{settings.topic_prefix}{settings.controller_id}", settings.topic_prefix)
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
     entries = []
-    for i in range(2):
+    for i in range(3):
         raw = json.dumps(driver.message("guest/x", {"i": i}, blocking=True))
         msg = wire.parse_activation(raw)
-        assert ledger.accept([(msg.activation_id, 0, 1, raw)]) == [True]
+        assert ledger.accept([(msg.activation_id, 0, 1, raw)], "earlier") == [True]
         entry = LedgerEntry(msg.activation_id, "open", 0, 1, raw)
         record = acks.activation_record(msg, None, Outcome(0, {"i": i}, 1, 2))
         data = acks.ack_bytes(msg, record, wire.InvokerInstance(0, 1024))
-        ledger.mark_acking([(entry, data, record)])
+        if i < 2:
+            ledger.mark_acking([(entry, data, record)])
         entries.append(msg.activation_id)
-        if i == 0:  # this ack went out before the crash
+        if i != 1:  # this ack went out before the crash
             producer.send(topics.completed, data)
     producer.flush()
     producer.close()
@@ -155,7 +161,23 @@ def test_restart_in_the_ack_window_sends_each_ack_once(settings_factory, agent_f
         assert driver.wait_acked(entries, timeout=10) == []
         time.sleep(1.0)
         assert driver.duplicates() == {}
-        assert [driver.acks[a].completions for a in entries] == [1, 1]
+        assert [driver.acks[a].completions for a in entries] == [1, 1, 1]
+        assert [driver.acks[a].record["response"]["result"] for a in entries] == [{"i": 0}, {"i": 1}, {"i": 2}]
         assert ledger.unfinished() == []
     finally:
         svc.close()
+
+
+def test_ledger_accept_is_new_once_and_again_for_its_own_open_entry(redis_client, prefix):
+    """A reply lost in a Redis hiccup: asking again is new for the owner, a redelivery for anyone else."""
+    from controller_plugin.ledger import Ledger, LedgerEntry
+
+    ledger = Ledger(redis_client, f"{prefix}0", prefix)
+    entry = [("a" * 32, 0, 1, "{}")]
+    assert ledger.accept(entry, "inc-1") == [True]
+    assert ledger.accept(entry, "inc-1") == [True]
+    assert ledger.accept(entry, "inc-2") == [False]
+    ledger.mark_acking([(LedgerEntry("a" * 32, "open", 0, 1, "{}"), b"{}", None)])
+    assert ledger.accept(entry, "inc-1") == [False]          # answered: a redelivery now, even for its owner
+    ledger.mark_done(["a" * 32])
+    assert ledger.accept(entry, "inc-1") == [False] and ledger.unfinished() == []

@@ -196,6 +196,16 @@ def test_a_lost_batch_goes_back_to_the_head_of_its_queue():
     assert s.step(6.0, nodes(1), [BatchDone(a.batch_id)]).completed == []  # the lost batch is forgotten
 
 
+def test_a_lost_batch_of_a_cancelled_request_is_not_run_again():
+    from esg.scheduler import BatchLost, Cancel
+
+    s = make()
+    a = s.step(0.0, nodes(1), arrivals(1)).dispatches[0]
+    s.step(1.0, nodes(1), [Cancel("r0")])
+    assert s.step(5.0, nodes(1), [BatchLost(a.batch_id)]).dispatches == []
+    assert s.queues.total() == 0
+
+
 def test_apps_can_be_added_at_run_time():
     s = make()
     app = App("late", 50.0, ("z",), ())

@@ -1,0 +1,170 @@
+"""The activation reader: OpenWhisk's ``invoker{N}`` topics in, the ledger first, then the main loop.
+
+It runs in its own thread and owns the Kafka consumer (group ``esg-scheduler``, partitions assigned,
+not subscribed). Per poll: malformed messages go to the dead-letter topic; health test actions are
+handed on as they are; every other activation is inserted into the Redis ledger in one round trip (a
+known id is a redelivery and is dropped) and only then may the poll's offset be committed. Commits are
+asynchronous and at most every :data:`COMMIT_EVERY_S` (a commit not made only redelivers what the ledger
+already has, and the ledger drops it), so a steady trickle of activations does not cost a commit each. Each new activation gets its plan
+(:class:`~controller_plugin.plans.PlanCache`) here, off the main loop, and goes to the main loop's inbox
+as :class:`Accepted`. The main loop widens the set of topics read (:meth:`ActivationReader.want`) as
+agents join as new virtual invokers.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import redis
+from kafka import TopicPartition
+
+from controller_plugin import wire
+from controller_plugin.bus import Bus, Topics
+from controller_plugin.deadletters import DeadLetters
+from controller_plugin.ledger import Ledger, LedgerEntry
+from controller_plugin.metadata import ActivationError, AppPlan
+from controller_plugin.plans import PlanCache
+
+log = logging.getLogger("esg.scheduler")
+
+POLL_MS = 50
+COMMIT_EVERY_S = 0.5
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Accepted:
+    """An activation in the ledger, with its plan or the reason it cannot run."""
+
+    msg: wire.ActivationMessage
+    entry: LedgerEntry
+    plan: AppPlan | None = None
+    error: ActivationError | None = None
+    known_new: bool = False
+    """True when the ledger already knows it as this scheduler's (recovery); otherwise a
+    :class:`Ledgered` verdict follows."""
+
+
+@dataclass(frozen=True)
+class Ledgered:
+    """The ledger's verdict on activations handed on before it: new ones, and redeliveries to drop."""
+
+    new: tuple[str, ...]
+    known: tuple[str, ...]
+
+
+@dataclass
+class HealthTest:
+    """A controller's health test action, sent to the virtual invoker ``topic``."""
+
+    msg: wire.ActivationMessage
+    topic: int
+
+
+class ActivationReader:
+    def __init__(self, bus: Bus, topics: Topics, ledger: Ledger, plans: PlanCache, dead_letters: DeadLetters,
+                 inbox: queue.Queue, group_id: str, invokers: int, owner: str) -> None:
+        self.bus = bus
+        self.owner = owner
+        self.topics = topics
+        self.ledger = ledger
+        self.plans = plans
+        self.dead_letters = dead_letters
+        self.inbox = inbox
+        self.group_id = group_id
+        self._wanted = invokers
+
+    def want(self, invokers: int) -> None:
+        """Read ``invoker{0..invokers-1}`` from now on (never fewer than before)."""
+        self._wanted = max(self._wanted, invokers)
+
+    @property
+    def wanted(self) -> int:
+        return self._wanted
+
+    def accepted(self, msg: wire.ActivationMessage, entry: LedgerEntry, known_new: bool = False) -> Accepted:
+        """``msg`` with its plan, or with the error that answers it."""
+        plan = self.plans.plan(msg)
+        if isinstance(plan, ActivationError):
+            return Accepted(msg, entry, error=plan, known_new=known_new)
+        return Accepted(msg, entry, plan=plan, known_new=known_new)
+
+    # -- the thread ---------------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        consumer = self.bus.consumer(self.group_id)
+        assigned: list[TopicPartition] = []
+        uncommitted = False
+        last_commit = 0.0
+        try:
+            while not stop.is_set():
+                if uncommitted and time.monotonic() - last_commit >= COMMIT_EVERY_S:
+                    consumer.commit_async()
+                    uncommitted, last_commit = False, time.monotonic()
+                want = self._wanted
+                if len(assigned) != want:
+                    positions = {tp: consumer.position(tp) for tp in assigned}
+                    self.bus.ensure_topics((self.topics.invoker(n), "invoker") for n in range(want))
+                    assigned = [TopicPartition(self.topics.invoker(n), 0) for n in range(want)]
+                    consumer.assign(assigned)
+                    for tp, pos in positions.items():
+                        consumer.seek(tp, pos)
+                if not assigned:
+                    stop.wait(0.05)
+                    continue
+                batches = consumer.poll(timeout_ms=POLL_MS)
+                if not batches:
+                    continue
+                records = [r for tp in sorted(batches) for r in batches[tp]]
+                fresh = self._take(records)
+                if fresh and not self._ledger(fresh, stop):
+                    return  # stopping before the ledger answered: nothing of this poll is committed
+                uncommitted = True  # in the ledger now: committed at the next commit time
+            if uncommitted:
+                consumer.commit()
+        finally:
+            consumer.close(autocommit=False)
+
+    def _take(self, records) -> list[LedgerEntry]:
+        """Parse, dead-letter the malformed, hand on the rest in order; the ledger entries to insert."""
+        t = now_ms()
+        fresh: list[LedgerEntry] = []
+        dead = False
+        for rec in records:
+            n = self.topics.invoker_index(rec.topic)
+            try:
+                msg = wire.parse_activation(rec.value)
+            except wire.WireError as exc:
+                self.dead_letters.put(rec.value, f"not an ActivationMessage: {exc}", rec.topic, rec.offset)
+                dead = True
+                continue
+            if msg.is_health_test:
+                self.inbox.put(HealthTest(msg, n))
+                continue
+            entry = LedgerEntry(msg.activation_id, "open", n, t, rec.value.decode("utf-8"))
+            fresh.append(entry)
+            self.inbox.put(self.accepted(msg, entry))
+        if dead:
+            self.dead_letters.flush()
+        return fresh
+
+    def _ledger(self, fresh: list[LedgerEntry], stop: threading.Event) -> bool:
+        """Insert the entries (retrying while Redis fails) and tell the main loop which were new."""
+        while True:
+            try:
+                new = self.ledger.accept([(e.activation_id, e.topic, e.accepted_ms, e.raw) for e in fresh],
+                                         self.owner)
+                break
+            except redis.RedisError as exc:
+                log.error("cannot record activations in the ledger (%s); retrying", type(exc).__name__)
+                if stop.wait(0.5):
+                    return False
+        self.inbox.put(Ledgered(tuple(e.activation_id for e, ok in zip(fresh, new) if ok),
+                                tuple(e.activation_id for e, ok in zip(fresh, new) if not ok)))
+        return True

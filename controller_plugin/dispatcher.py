@@ -1,0 +1,139 @@
+"""The dispatcher: the agents, the channel to them, and the batches in flight on them.
+
+It owns the :class:`~controller_plugin.health.AgentRegistry` (agents known by their heartbeats, each
+behind a virtual invoker id), the :class:`~controller_plugin.channel.SchedulerChannel`, and the batches
+sent and not yet answered. From these it builds the cluster snapshot the core plans on (nodes as their
+heartbeats report them, with this process's in-flight batches reserved on them).
+
+* :meth:`Dispatcher.stage` puts a step's batches on their nodes' streams (in the loop's pipeline) and
+  :meth:`Dispatcher.sent` records them in flight;
+* :meth:`Dispatcher.complete` matches a result to its batch (results of other incarnations, and
+  duplicates, are ignored);
+* :meth:`Dispatcher.expire` finds agents silent past the agent timeout and hands back their batches,
+  taken back from the streams, for the caller to run again or fail;
+* :meth:`Dispatcher.read_loop` is the body of the thread that reads results and heartbeats.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import redis
+
+from controller_plugin.channel import SchedulerChannel
+from controller_plugin.deadletters import DeadLetters
+from controller_plugin.health import Agent, AgentRegistry
+from controller_plugin.metrics import Metrics
+from controller_plugin.workflows import Send
+from esg import protocol
+from esg.cluster import ClusterSnapshot
+from esg.scheduler import Dispatch
+
+log = logging.getLogger("esg.scheduler")
+
+READ_BLOCK_MS = 250
+
+
+@dataclass(frozen=True)
+class InFlight:
+    dispatch: Dispatch
+    entry_id: str
+    """The dispatch's entry in its node's stream."""
+
+
+class Dispatcher:
+    def __init__(self, channel: SchedulerChannel, registry: AgentRegistry, incarnation: str,
+                 metrics: Metrics) -> None:
+        self.channel = channel
+        self.registry = registry
+        self.incarnation = incarnation
+        self.metrics = metrics
+        self.inflight: dict[str, InFlight] = {}
+        self.count = 0
+        self.ignored = 0
+
+    # -- agents -------------------------------------------------------------------------------------
+    def heartbeat(self, hb: protocol.Heartbeat, mono: float) -> Agent | None:
+        """Record a heartbeat; the agent if it just joined (or came back)."""
+        return self.registry.heartbeat(hb, mono)
+
+    def expire(self, mono: float) -> list[tuple[Agent, list[Dispatch]]]:
+        """Agents that went silent, each with its unanswered batches (taken back from its stream)."""
+        out = []
+        for agent in self.registry.expire(mono):
+            lost = [f for f in self.inflight.values() if f.dispatch.node == agent.node]
+            for f in lost:
+                del self.inflight[f.dispatch.batch_id]
+            try:
+                self.channel.retract(agent.node, [f.entry_id for f in lost])
+            except redis.RedisError as exc:  # the agent may still run them: their results are ignored
+                log.warning("could not take back %d batches from %s: %s", len(lost), agent.node, exc)
+            out.append((agent, [f.dispatch for f in lost]))
+        return out
+
+    def snapshot(self) -> ClusterSnapshot:
+        nodes = {}
+        for n in self.registry.node_states():
+            n.vcpus_free = n.vcpus_total
+            nodes[n.name] = n
+        snap = ClusterSnapshot(nodes)
+        for f in self.inflight.values():
+            if f.dispatch.node in nodes:
+                snap.reserve(f.dispatch.config, f.dispatch.fit)
+        return snap
+
+    # -- batches ------------------------------------------------------------------------------------
+    def stage(self, pipe, sends: Sequence[Send]) -> int:
+        return self.channel.stage(pipe, [s.message for s in sends])
+
+    def sent(self, sends: Sequence[Send], entry_ids: Sequence) -> None:
+        for s, entry_id in zip(sends, entry_ids):
+            entry_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
+            self.inflight[s.dispatch.batch_id] = InFlight(s.dispatch, entry_id)
+            self.metrics.decisions.inc()
+            self.metrics.batch_size.observe(len(s.dispatch.jobs))
+        self.count += len(sends)
+
+    def complete(self, rm: protocol.ResultMessage) -> Dispatch | None:
+        """The batch ``rm`` answers, if this incarnation is still waiting for it."""
+        if not rm.batch_id.startswith(self.incarnation + "-"):
+            self.ignored += 1
+            return None  # a batch of an earlier incarnation: its activations are being finished anew
+        flight = self.inflight.pop(rm.batch_id, None)
+        return None if flight is None else flight.dispatch  # None: a duplicate, or declared lost
+
+    def purge_earlier(self, nodes: Sequence[str]) -> None:
+        """Take back what earlier incarnations of this scheduler left in the nodes' streams."""
+        mine = self.channel.reply_to
+        gone = self.channel.purge(nodes, lambda m: m.reply_to == mine
+                                  and not m.batch_id.startswith(self.incarnation + "-"))
+        if gone:
+            log.info("recovery: took back %d dispatches of an earlier incarnation", gone)
+
+    # -- the reader thread ----------------------------------------------------------------------------
+    def read_loop(self, stop: threading.Event, deliver: Callable[[object], None], dead_letters: DeadLetters) -> None:
+        """Results and heartbeats to ``deliver`` (the main loop's inbox), malformed ones to dead letters."""
+        failing = False
+        while not stop.is_set():
+            try:
+                got = self.channel.read(READ_BLOCK_MS)
+                failing = False
+            except redis.RedisError as exc:
+                if not failing:
+                    log.error("reading results and heartbeats failed (%s); retrying", exc)
+                failing = True
+                stop.wait(0.5)
+                continue
+            for e in got:
+                try:
+                    m = protocol.decode(e.raw or b"")
+                except protocol.ProtocolError as exc:
+                    dead_letters.put(e.raw, str(exc), e.stream, e.id)
+                    continue
+                if isinstance(m, protocol.Heartbeat | protocol.ResultMessage):
+                    deliver(m)
+                else:
+                    dead_letters.put(e.raw, f"unexpected {type(m).__name__} on {e.stream}", e.stream, e.id)

@@ -1,0 +1,187 @@
+"""Activations in progress through their apps: the core scheduler and each activation's :class:`Run`.
+
+:class:`Workflows` is the only user of the core :class:`~esg.scheduler.Scheduler` in the service. It
+has no I/O: the service feeds it what happened (an activation accepted, a batch answered, a batch lost
+with its agent, time passing) and it returns what to do -- batches to dispatch (each with its
+:class:`~esg.protocol.DispatchMessage`) and activations to answer (:class:`Answer`, for the ack
+pipeline). Events are folded into the core's ``step`` the next time the service calls :meth:`step`.
+
+Deadlines: OpenWhisk's controller force-completes an activation at transaction start + max(timeout,
+60 s)·2 + 1 min. An activation still running ``deadline_margin_s`` before that is failed with a
+system error (:meth:`overdue`); one whose agent was lost is failed at once when a re-run would not fit
+before that point (:meth:`lost`), else its batch goes back to the front of its queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from controller_plugin import acks, wire
+from controller_plugin.ack_pipeline import Answer
+from controller_plugin.activations import Accepted
+from controller_plugin.metadata import STATUS_WHISK_ERROR, ActivationError, AppPlan
+from controller_plugin.metrics import Metrics
+from controller_plugin.requests_state import FunctionResult, Outcome, Run
+from esg import protocol
+from esg.cluster import ClusterSnapshot
+from esg.scheduler import Arrival, BatchDone, BatchLost, Cancel, Dispatch, Request, Scheduler
+
+log = logging.getLogger("esg.scheduler")
+
+#: Stored outputs outlive the controller's deadline by this much (a backstop: the scheduler deletes them
+#: when it answers the request).
+DATA_TTL_SLACK_S = 60
+#: The queue-length gauges are refreshed at most this often (each refresh walks every queue).
+QUEUE_METRICS_EVERY_S = 0.5
+
+
+def controller_deadline_ms(msg: wire.ActivationMessage, timeout_ms: int, now_ms: int) -> int:
+    """When the controller force-completes the activation: transaction start + max(timeout, 60 s)·2 + 1 min."""
+    start = msg.transid[1] if isinstance(msg.transid[1], int) else now_ms
+    return start + max(timeout_ms, 60_000) * 2 + 60_000
+
+
+@dataclass(frozen=True)
+class Send:
+    """A batch to dispatch, with the message its agent gets."""
+
+    dispatch: Dispatch
+    message: protocol.DispatchMessage
+
+
+class Workflows:
+    def __init__(self, scheduler: Scheduler, reply_to: str, metrics: Metrics, deadline_margin_s: float) -> None:
+        self.scheduler = scheduler
+        self.reply_to = reply_to
+        self.metrics = metrics
+        self.margin_ms = int(deadline_margin_s * 1000)
+        self.runs: dict[str, Run] = {}
+        self._events: list = []
+        self._registered: dict[str, AppPlan] = {}
+        self._queues_shown_s = 0.0
+
+    def busy(self) -> bool:
+        """Whether a step has anything to do (events to fold in, or jobs waiting)."""
+        return bool(self._events) or self.scheduler.queues.total() > 0
+
+    # -- what happened ------------------------------------------------------------------------------
+    def accept(self, item: Accepted, now_ms: int) -> Answer | None:
+        """Start an activation; the answer at once if it cannot run."""
+        aid = item.msg.activation_id
+        if aid in self.runs:
+            return None
+        if item.error is not None or item.plan is None:
+            err = item.error or ActivationError("no plan", STATUS_WHISK_ERROR)
+            log.info("activation %s of %s answered with an error: %s", aid, item.msg.action.qualified, err)
+            return Answer(item.msg, item.entry, None, acks.error_outcome(str(err), err.status_code, now_ms))
+        plan = item.plan
+        if self._registered.get(plan.app.name) is not plan:
+            self.scheduler.add_app(plan.app, plan.profiles, plan.specs)
+            self._registered[plan.app.name] = plan
+        self.runs[aid] = Run(item.msg, plan, item.entry)
+        self._events.append(Arrival(Request(aid, plan.app.name, float(item.entry.accepted_ms))))
+        return None
+
+    def drop(self, activation_id: str) -> None:
+        """Forget an activation without answering it (a redelivery of one already answered)."""
+        if self.runs.pop(activation_id, None) is not None:
+            self._events.append(Cancel(activation_id))
+
+    def record(self, d: Dispatch, rm: protocol.ResultMessage, now_ms: int) -> list[Answer]:
+        """Fold in a batch's result; the activations it ends (a function failed: the app fails)."""
+        by_id = {r.activation_id: r for r in rm.results}
+        out = []
+        for job in d.jobs:
+            run = self.runs.get(job.request_id)
+            if run is None:
+                continue
+            res = self._function_result(run, d, rm, by_id.get(job.request_id), now_ms)
+            run.record(d.function, res)
+            if res.status_code != 0:
+                self._events.append(Cancel(run.activation_id))
+                out.append(self._finish(run, run.failed(d.function)))
+        self._events.append(BatchDone(rm.batch_id, ok=True))
+        return out
+
+    @staticmethod
+    def _function_result(run: Run, d: Dispatch, rm: protocol.ResultMessage, r: protocol.RunResult | None,
+                         now_ms: int) -> FunctionResult:
+        short = run.plan.functions[d.function].short
+        if r is None:
+            why = rm.error or f"agent {rm.node} returned no result for it"
+            return FunctionResult(STATUS_WHISK_ERROR, {"error": f"{short}: {why}"}, now_ms, now_ms, node=rm.node)
+        sink = d.function in run.plan.app.sinks
+        if r.status_code == 0 and not sink and r.output_key is None:
+            return FunctionResult(STATUS_WHISK_ERROR, {"error": f"{short}: agent {rm.node} kept no output for "
+                                                                 "the successors"}, r.start_ms, r.end_ms,
+                                  node=rm.node)
+        return FunctionResult(r.status_code, r.result, r.start_ms, r.end_ms, r.init_ms, r.logs, r.timeout,
+                              r.output_key, r.output_bytes, rm.node)
+
+    def lost(self, d: Dispatch, node: str, now_ms: int) -> list[Answer]:
+        """A batch's agent died: it runs again elsewhere, unless a re-run would miss the controller's
+        deadline (then its activations fail with a system error)."""
+        out = []
+        for job in d.jobs:
+            run = self.runs.get(job.request_id)
+            if run is None:
+                continue
+            timeout = run.plan.action.timeout_ms
+            if now_ms + self.margin_ms + timeout > controller_deadline_ms(run.msg, timeout, now_ms):
+                short = run.plan.functions[d.function].short
+                out.append(self._fail(run, f"agent {node} was lost while running {short}", now_ms))
+        self._events.append(BatchLost(d.batch_id))
+        return out
+
+    def overdue(self, now_ms: int) -> list[Answer]:
+        """Activations that would otherwise reach the controller's deadline unanswered."""
+        return [self._fail(run, "the ESG scheduler could not finish the activation before the controller's "
+                                "deadline (no agent had room for it, or its agent was lost)", now_ms)
+                for run in list(self.runs.values())
+                if now_ms + self.margin_ms > controller_deadline_ms(run.msg, run.plan.action.timeout_ms, now_ms)]
+
+    # -- deciding -----------------------------------------------------------------------------------
+    def step(self, now_ms: int, snapshot: ClusterSnapshot) -> tuple[list[Send], list[Answer]]:
+        events, self._events = self._events, []
+        result = self.scheduler.step(now_ms, snapshot, events)
+        sends = [Send(d, self._message(d, now_ms)) for d in result.dispatches]
+        answers = []
+        for o in result.outcomes:
+            run = self.runs.get(o.request_id)
+            if run is None:
+                continue
+            self.metrics.slo.labels("hit" if o.slo_hit else "miss").inc()
+            outcome = run.final() if o.ok else acks.error_outcome(o.error or "failed", STATUS_WHISK_ERROR, now_ms)
+            answers.append(self._finish(run, outcome))
+        mono = time.monotonic()
+        if mono - self._queues_shown_s >= QUEUE_METRICS_EVERY_S:
+            self._queues_shown_s = mono
+            self.metrics.set_queues(self.scheduler.queue_lengths())
+        return sends, answers
+
+    def _message(self, d: Dispatch, now_ms: int) -> protocol.DispatchMessage:
+        runs = [self.runs[j.request_id] for j in d.jobs]
+        plan = runs[0].plan
+        meta = plan.functions[d.function].action
+        action = protocol.ActionRef(meta.path, meta.name, meta.version, meta.kind, meta.timeout_ms, meta.memory_mb)
+        reqs = []
+        for r in runs:
+            value, inputs = r.inputs_for(d.function)
+            reqs.append(protocol.RunRequest(r.activation_id, str(r.msg.transid[0]), value, now_ms + meta.timeout_ms,
+                                            r.msg.user.namespace, inputs))
+        last = max(controller_deadline_ms(r.msg, r.plan.action.timeout_ms, now_ms) for r in runs)
+        ttl = max(1, (last - now_ms) // 1000 + DATA_TTL_SLACK_S)
+        return protocol.DispatchMessage(d.batch_id, d.node, d.app, d.function, action, d.config, d.fit.slice,
+                                        d.fit.destroy, tuple(reqs), self.reply_to,
+                                        d.function in plan.app.sinks, int(ttl))
+
+    # -- ending -------------------------------------------------------------------------------------
+    def _fail(self, run: Run, message: str, now_ms: int) -> Answer:
+        self._events.append(Cancel(run.activation_id))
+        return self._finish(run, acks.error_outcome(message, STATUS_WHISK_ERROR, now_ms))
+
+    def _finish(self, run: Run, outcome: Outcome) -> Answer:
+        self.runs.pop(run.activation_id, None)
+        return Answer(run.msg, run.entry, run.plan.action, outcome, run.data_keys())

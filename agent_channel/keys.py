@@ -8,7 +8,7 @@ schedulers share one Redis without mixing.
   from every scheduler of the deployment. Consumer group ``agents``; the node's agent is consumer
   ``{node}``, so a restarted agent finds what it had taken and not answered in its own pending list.
   Entries are acknowledged and deleted once answered: the stream holds only unfinished dispatches.
-* ``esg:{scope}:results`` -- stream of :class:`~esg.protocol.ResultMessage` for one scheduler (each
+* ``esg:{scope}:results`` -- stream of :class:`~esg.protocol.BatchResult` for one scheduler (each
   dispatch names it in ``reply_to``); the scheduler reads it from its end and trims what it read.
 * ``esg:{prefix}:heartbeats`` -- stream of :class:`~esg.protocol.Heartbeat` from every agent (capped at
   about :data:`HEARTBEAT_MAXLEN` entries); every scheduler of the deployment reads all of it.

@@ -1,7 +1,7 @@
 """Emulator speed: events per second, a one-hour replay of ESG, and the 45-cell comparison's wall time.
 
-Usage: ``PYTHONPATH=. python benchmarks/bench_emulator.py [--hour-load heavy] [--hour-s 3600]
-[--cells-duration-s 120]``. Wall-clock numbers are printed, never asserted.
+Usage: ``PYTHONPATH=. python benchmarks/bench_emulator.py [--policies esg,infless] [--hour-load heavy]
+[--hour-s 3600] [--cells-duration-s 120] [--nodes 2]``. Wall-clock numbers are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from esg.policies.base import PolicyContext
 from esg.profiles import load_profiles
 
 
-def replay(policy: str, load: str, seconds: float) -> None:
+def replay(policy: str, load: str, seconds: float, nodes: int) -> None:
     apps = {a.name: a for a in map(load_app, sorted(glob.glob("apps/*.json")))}
     profiles = load_profiles("profiles/tables/a100", sorted({f for a in apps.values() for f in a.functions}))
     rng = np.random.default_rng(0)
-    reqs = generate(list(apps), load_rate_rps(load, apps, 16), seconds, rng)
+    reqs = generate(list(apps), load_rate_rps(load, apps, nodes), seconds, rng)
     pol = make_policy(policy, PolicyContext(apps, profiles))
     t0 = time.perf_counter()
-    res = Emulation(apps, profiles, pol, reqs, rng, ClusterSpec(), EmulatorParams()).run()
+    res = Emulation(apps, profiles, pol, reqs, rng, ClusterSpec(nodes=nodes), EmulatorParams()).run()
     wall = time.perf_counter() - t0
     print(f"{policy} {load} {seconds:.0f} s virtual, {len(reqs)} requests: wall {wall:.1f} s, "
           f"{res.metrics.events / wall:.0f} events/s, {len(reqs) / wall:.0f} requests/s")
@@ -39,16 +39,21 @@ def replay(policy: str, load: str, seconds: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--policies", default="esg", help="policies to replay, comma-separated, one after another")
     ap.add_argument("--hour-load", default="heavy")
     ap.add_argument("--hour-s", type=float, default=3600.0)
     ap.add_argument("--cells-duration-s", type=float, default=0, help="0 skips the 45-cell run")
+    ap.add_argument("--nodes", type=int, default=2,
+                    help="emulated nodes (the load levels scale with them: about 98 requests/s per node)")
     args = ap.parse_args()
-    replay("esg", args.hour_load, args.hour_s)
+    for policy in args.policies.split(","):
+        replay(policy, args.hour_load, args.hour_s, args.nodes)
     if args.cells_duration_s:
         with tempfile.TemporaryDirectory() as out:
             t0 = time.perf_counter()
             subprocess.run([sys.executable, "-m", "esg_cli.main", "emulate", "--duration-s",
-                            str(args.cells_duration_s), "--out", out, "--jobs", "2", "--no-plots"], check=True)
+                            str(args.cells_duration_s), "--nodes", str(args.nodes), "--out", out, "--jobs", "2",
+                            "--no-plots"], check=True)
             print(f"45 cells at {args.cells_duration_s:.0f} s: wall {time.perf_counter() - t0:.1f} s")
 
 

@@ -122,7 +122,7 @@ def echo_agent(redis_url: str, prefix: str) -> None:
             results = [protocol.RunResult(r.activation_id, 0, v, now, now)
                        for r, v in zip(msg.requests, data.inputs(msg))]
             results, writes = data.outputs(msg, results)
-            channel.stage_answer(pipe, e.id, msg.reply_to, protocol.ResultMessage(
+            channel.stage_answer(pipe, e.id, msg.reply_to, protocol.BatchResult(
                 msg.batch_id, NODE, tuple(results), None, msg.function, msg.config, 0.0), writes)
         if got:
             pipe.execute()  # every answer of this read in one round trip
@@ -287,9 +287,7 @@ def main() -> None:
     write_profiles(tmp / "profiles", a.batch)
     sizes = [int(s) for s in a.sizes.split(",")]
     with start_broker() as broker, start_redis() as redis_server, ExitStack() as outer:
-        import redis as redis_lib
-        rc = redis_lib.Redis.from_url(redis_server.url)
-        standin = outer.enter_context(OpenWhiskStandIn(redis_client=rc))
+        standin = outer.enter_context(OpenWhiskStandIn())
         deploy(standin, a.batch)
         base_env = {"ESG_KAFKA": broker.address, "ESG_REDIS": redis_server.url, "ESG_OPENWHISK_API": standin.url,
                     "ESG_OPENWHISK_AUTH": GUEST_KEY, "PYTHONPATH": str(ROOT)}

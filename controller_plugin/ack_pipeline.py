@@ -14,8 +14,8 @@ It owns the ledger's later states (``controller_plugin/ledger.py``) and the acks
 
 After a crash :meth:`AckPipeline.recover` looks up every ``open`` or ``acking`` entry on
 ``completed{C}``: an ack found there went out (whatever the entry says), an ``acking`` one not found is
-sent from its stored bytes; never two acks, never none. It returns the ``open`` entries without an ack,
-which the service runs again.
+sent from its stored bytes; never two acks, never none. Every ``acking`` entry's record is stored
+again. It returns the ``open`` entries without an ack, which the service runs again.
 
 Health test actions are answered here too (:meth:`AckPipeline.health`), outside the ledger: the
 controller recognises their acks by the transid alone.
@@ -23,6 +23,7 @@ controller recognises their acks by the transid alone.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterable
@@ -32,10 +33,12 @@ from typing import Any
 from kafka import TopicPartition
 
 from controller_plugin import acks, wire
+from controller_plugin.activation_store import StoreError
 from controller_plugin.bus import Bus, Topics
 from controller_plugin.ledger import Ledger, LedgerEntry
 from controller_plugin.metadata import ActionMeta
 from controller_plugin.metrics import Metrics
+from controller_plugin.record_writer import RecordWriter
 from controller_plugin.requests_state import Outcome
 
 log = logging.getLogger("esg.scheduler")
@@ -69,8 +72,12 @@ class _Pending:
 
 
 class AckPipeline:
-    def __init__(self, bus: Bus, ledger: Ledger, topics: Topics, metrics: Metrics) -> None:
+    def __init__(self, bus: Bus, ledger: Ledger, topics: Topics, metrics: Metrics,
+                 records: RecordWriter | None = None) -> None:
         self.bus = bus
+        self.records = records
+        self._unstored: set[str] = set()
+        self._sent: set[str] = set()
         self.ledger = ledger
         self.topics = topics
         self.metrics = metrics
@@ -151,6 +158,11 @@ class AckPipeline:
 
     def written(self) -> None:
         n_batch, n_done = self._staged
+        if self.records is not None:
+            for p in self._produced[:n_batch]:
+                if p.record is not None:
+                    self._unstored.add(p.entry.activation_id)
+                    self.records.put(p.record)
         del self._produced[:n_batch]
         if n_done:
             del self._done[:n_done]
@@ -167,12 +179,26 @@ class AckPipeline:
             if not fut.is_done:
                 keep.append((fut, p))
             elif fut.succeeded():
-                self._done.append(p.entry.activation_id)
+                self._acked(p.entry.activation_id)
             else:
                 log.warning("ack of %s not taken by Kafka (%s); sending it again", p.entry.activation_id,
                             type(fut.exception).__name__)
                 keep.append((self.bus.send(p.topic, p.data), p))
         self._unconfirmed = keep
+
+    def _acked(self, activation_id: str) -> None:
+        if activation_id in self._unstored:
+            self._sent.add(activation_id)   # done once its record is stored too
+        else:
+            self._done.append(activation_id)
+
+    def stored(self, ids: Iterable[str]) -> None:
+        """The activation store took these records: their entries are done once their acks are."""
+        for a in ids:
+            self._unstored.discard(a)
+            if a in self._sent:
+                self._sent.discard(a)
+                self._done.append(a)
 
     def finish(self) -> None:
         """On the way out: produce what is answered, write it and every ``done`` mark to the ledger."""
@@ -183,6 +209,12 @@ class AckPipeline:
         if self.stage(pipe):
             pipe.execute()
         self.written()
+        if self.records is not None and self.records.backlog():
+            self.stored(self.records.write_now())
+            pipe = self.ledger.r.pipeline(transaction=False)
+            if self.stage(pipe):
+                pipe.execute()
+            self.written()
 
     def _ensure_topics(self, topics: set[str]) -> None:
         new = topics - self._ack_topics
@@ -215,10 +247,35 @@ class AckPipeline:
                 finished.append(e.activation_id)
                 continue
             reopened.append(e)
+        finished = self._store_again([e for e in left if e.state == "acking"], finished)
         self.ledger.mark_done(finished)
         log.info("recovery: %d activations to run again, %d acks already sent, %d acks resent",
                  len(reopened), len(sent), len(resend))
         return reopened
+
+    def _store_again(self, acking: list[LedgerEntry], finished: list[str]) -> list[str]:
+        """Store the records of ``acking`` entries (once more, perhaps); ``finished`` without the ids whose
+        record could not be stored (their entries stay for the next start)."""
+        if self.records is None:
+            return finished
+        records = []
+        for e in acking:
+            if not e.record:
+                continue
+            try:
+                records.append(json.loads(e.record))
+            except ValueError:
+                log.warning("recovery: the stored record of %s is not JSON; not stored", e.activation_id)
+        if not records:
+            return finished
+        try:
+            for aid, reason in self.records.store.put_many(records):
+                log.error("the activation store refused the record of %s: %s", aid, reason)
+        except StoreError as exc:
+            log.error("recovery: %s; the records of %d activations are stored at the next start", exc, len(records))
+            keep = {r["activationId"] for r in records}
+            return [a for a in finished if a not in keep]
+        return finished
 
     def _acked_ids(self, wanted: set[str]) -> set[str]:
         """The ids among ``wanted`` that already have an ack on ``completed{C}`` (read from the start)."""

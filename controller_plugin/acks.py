@@ -1,4 +1,4 @@
-"""Acks on ``completed{C}`` and the WhiskActivation records they carry (reference/openwhisk.md §3).
+"""Acks on ``completed{C}`` and the WhiskActivation records they carry (``docs/openwhisk-protocol.md`` §3, §4).
 
 A blocking call gets one CombinedCompletionAndResultMessage with the full record; a non-blocking call
 a CompletionMessage (its record goes to the activation store). ``transid`` and ``activationId`` are
@@ -8,7 +8,9 @@ oversize record is shrunk to the activation id (:func:`wire.encode_ack`); the st
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from controller_plugin import wire
@@ -17,16 +19,39 @@ from controller_plugin.requests_state import Outcome
 
 
 def activation_record(msg: wire.ActivationMessage, action: ActionMeta | None, outcome: Outcome) -> dict[str, Any]:
-    """The WhiskActivation of ``msg`` ending with ``outcome``; ``action`` is None if it was never read."""
+    """The WhiskActivation of ``msg`` ending with ``outcome``; ``action`` is None if it was never read.
+
+    A result holding NaN or an infinity has no JSON form (spray-json refuses it, the controller would
+    drop the ack): the activation is answered as a developer error naming where the number is.
+    """
+    where = non_finite(outcome.result)
+    if where is not None:
+        outcome = replace(outcome, status_code=wire.STATUS_DEVELOPER_ERROR, timeout=False,
+                          result={"error": f"The action's result is not valid JSON: it holds a number JSON "
+                                           f"cannot carry (NaN or Infinity) at {where}."})
     start = max(outcome.start_ms, int(msg.transid[1]) if isinstance(msg.transid[1], int) else outcome.start_ms)
     wait = max(0, start - int(msg.transid[1])) if isinstance(msg.transid[1], int) else 0
     limits: Mapping[str, Any] = action.limits if action is not None else DEFAULT_LIMITS
     return wire.whisk_activation(
         msg, start_ms=start, end_ms=max(outcome.end_ms, start), status_code=outcome.status_code,
         result=outcome.result, logs=list(outcome.logs), kind=action.kind if action is not None else "unknown",
-        limits=limits, wait_time_ms=wait, init_time_ms=outcome.init_ms, timed_out=outcome.timed_out,
+        limits=limits, wait_time_ms=wait, init_time_ms=outcome.init_ms, timed_out=outcome.timeout,
         version=action.version if action is not None else None,
-        publish=False)
+        publish=False, extra_annotations={"esg-config": dict(outcome.configs)} if outcome.configs else None)
+
+
+def non_finite(value: Any, path: str = "result") -> str | None:
+    """Where ``value`` holds a NaN or infinite float (``result.a[2]``), or None."""
+    stack = [(value, path)]
+    while stack:
+        v, p = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return p
+        if isinstance(v, dict):
+            stack.extend((x, f"{p}.{k}") for k, x in v.items())
+        elif isinstance(v, list | tuple):
+            stack.extend((x, f"{p}[{i}]") for i, x in enumerate(v))
+    return None
 
 
 def error_outcome(message: str, status_code: int, now_ms: int) -> Outcome:

@@ -17,12 +17,14 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 from kafka import TopicPartition
 
 from controller_plugin import wire
+from controller_plugin.arguments import ParameterKeys, prepare
 from controller_plugin.bus import Bus, Topics
 from controller_plugin.deadletters import DeadLetters
 from controller_plugin.ledger import Ledger, LedgerEntry
@@ -50,6 +52,10 @@ class Accepted:
     known_new: bool = False
     """True when the ledger already knows it as this scheduler's (recovery); otherwise a
     :class:`Ledgered` verdict follows."""
+    args: Any = None
+    """The run arguments: ``content`` with locked arguments unlocked and init arguments taken out."""
+    init_env: dict[str, Any] = field(default_factory=dict)
+    """The init arguments: the environment of a worker started for it."""
 
 
 @dataclass(frozen=True)
@@ -70,8 +76,10 @@ class HealthTest:
 
 class ActivationReader:
     def __init__(self, bus: Bus, topics: Topics, ledger: Ledger, plans: PlanCache, dead_letters: DeadLetters,
-                 inbox: queue.Queue, group_id: str, invokers: int, owner: str) -> None:
+                 inbox: queue.Queue, group_id: str, invokers: int, owner: str,
+                 keys: ParameterKeys | None = None) -> None:
         self.bus = bus
+        self.keys = keys or ParameterKeys()
         self.owner = owner
         self.topics = topics
         self.ledger = ledger
@@ -90,11 +98,15 @@ class ActivationReader:
         return self._wanted
 
     def accepted(self, msg: wire.ActivationMessage, entry: LedgerEntry, known_new: bool = False) -> Accepted:
-        """``msg`` with its plan, or with the error that answers it."""
+        """``msg`` with its plan and arguments, or with the error that answers it."""
         plan = self.plans.plan(msg)
         if isinstance(plan, ActivationError):
             return Accepted(msg, entry, error=plan, known_new=known_new)
-        return Accepted(msg, entry, plan=plan, known_new=known_new)
+        try:
+            args, env = prepare(msg, self.keys)
+        except ActivationError as exc:
+            return Accepted(msg, entry, plan=plan, error=exc, known_new=known_new)
+        return Accepted(msg, entry, plan=plan, known_new=known_new, args=args, init_env=env)
 
     # -- the thread ---------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:

@@ -72,6 +72,10 @@ class AgentRegistry:
     def any_alive(self) -> bool:
         return any(a.alive for a in self.agents.values())
 
+    def alive_as(self, invoker_id: int) -> bool:
+        """Whether the agent behind virtual invoker ``invoker_id`` is alive."""
+        return any(a.alive and a.invoker_id == invoker_id for a in self.agents.values())
+
     def node_states(self) -> list[NodeState]:
         return [a.heartbeat.node_state() for a in self.live()]
 

@@ -2,14 +2,13 @@
 
 Keys (``scope`` = topic prefix + controller id, so two deployments on one Redis never mix):
 
-* ``esg:{scope}:act:{activationId}`` -- hash ``state, topic, accepted_ms, raw, owner[, ack]`` (``raw``:
-  the ActivationMessage as it came; ``ack``: the ack's bytes; both stored as they are, never re-encoded).
+* ``esg:{scope}:act:{activationId}`` -- hash ``state, topic, accepted_ms, raw, owner[, ack, record]``
+  (``raw``: the ActivationMessage as it came; ``ack``: the ack's bytes; both stored as they are, never
+  re-encoded; ``record``: the WhiskActivation, until OpenWhisk's activation store has it).
   ``state`` is ``open`` (accepted, not answered), ``acking`` (the ack's bytes are stored here; it was
   produced, or is being) or ``done`` (answered; kept ``DONE_TTL_S`` with the state alone, for dedupe).
   ``owner`` is the incarnation that accepted it.
 * ``esg:{scope}:open`` -- set of the ids in state ``open`` or ``acking``: what a restart must finish.
-* ``esg:activation:{activationId}`` -- the WhiskActivation record (the embedded activation store that
-  the REST stand-in reads), with ``RECORD_TTL_S``.
 * ``esg:{prefix}:invokers`` -- hash node name -> virtual invoker id.
 
 Exactly once: an activation is inserted only if its key is absent (a redelivered message is dropped;
@@ -18,7 +17,8 @@ committed only after that. Its ack is produced, and in the same turn of the sche
 into the entry (``acking``, with the bytes), then marked ``done`` once the broker took it. After a
 crash every ``open`` or ``acking`` entry is looked up in ``completed{C}``: found means the ack went out
 (whatever the entry says); otherwise an ``acking`` entry's stored bytes are sent, and an ``open`` entry
-is run again.
+is run again. An ``acking`` entry's record is stored again (the activation store takes a record twice
+as once).
 """
 
 from __future__ import annotations
@@ -31,9 +31,6 @@ from typing import Any
 import redis
 
 DONE_TTL_S = 6 * 3600
-RECORD_TTL_S = 24 * 3600
-
-ACTIVATION_RECORD_KEY = "esg:activation:{id}"
 
 # ARGV: the open set, the owner, then per entry: id, topic, accepted_ms, raw.
 _ACCEPT = """
@@ -59,10 +56,6 @@ return out
 """
 
 
-def activation_record_key(activation_id: str) -> str:
-    return ACTIVATION_RECORD_KEY.format(id=activation_id)
-
-
 @dataclass(frozen=True)
 class LedgerEntry:
     activation_id: str
@@ -71,6 +64,7 @@ class LedgerEntry:
     accepted_ms: int
     raw: str | None
     ack: str | None = None
+    record: str | None = None
 
 
 class Ledger:
@@ -112,11 +106,11 @@ class Ledger:
             n += 1
         n += self._done(pipe, done)
         for entry, ack, record in items:
-            pipe.hset(self._key(entry.activation_id), mapping={"state": "acking", "ack": ack})
-            n += 1
+            fields: dict[str, Any] = {"state": "acking", "ack": ack}
             if record is not None:
-                pipe.set(activation_record_key(entry.activation_id), json.dumps(record), ex=RECORD_TTL_S)
-                n += 1
+                fields["record"] = json.dumps(record, separators=(",", ":"), allow_nan=False)
+            pipe.hset(self._key(entry.activation_id), mapping=fields)
+            n += 1
         return n
 
     def mark_done(self, activation_ids: Iterable[str]) -> None:
@@ -150,17 +144,13 @@ class Ledger:
                 stale.append(aid)
                 continue
             out.append(LedgerEntry(aid, d["state"], int(d.get("topic", 0)), int(d.get("accepted_ms", 0)),
-                                   d.get("raw"), d.get("ack")))
+                                   d.get("raw"), d.get("ack"), d.get("record")))
         if stale:
             self.r.srem(self._open, *stale)
         return out
 
     def open_count(self) -> int:
         return int(self.r.scard(self._open))
-
-    def record(self, activation_id: str) -> dict[str, Any] | None:
-        raw = self.r.get(activation_record_key(activation_id))
-        return None if raw is None else json.loads(raw)
 
     # -- virtual invoker ids -------------------------------------------------------------------------
     def invoker_ids(self) -> dict[str, int]:

@@ -1,8 +1,11 @@
-"""Action metadata from OpenWhisk's REST API, and the ESG annotations read from it (DESIGN §3).
+"""Action metadata from OpenWhisk's REST API, and the ESG annotations read from it (``docs/architecture.md`` §5).
 
 :class:`MetadataClient` GETs ``/api/v1/namespaces/{ns}/actions/[{pkg}/]{name}?code=false`` with Basic
-auth (uuid, key) and caches each answer by (fully qualified name, revision): an activation names the
-revision it runs, so a cached entry never goes stale. :func:`plan_for` turns an action into an
+auth as the activation's own caller (the ``user.authkey`` of its ActivationMessage, the identity the
+controller entitled to activate it; the configured key only for a caller whose key is not a uuid:key
+pair) and caches each answer by (fully qualified name, revision): an activation names the revision it
+runs, so a cached entry never goes stale. Reading as the caller gets what OpenWhisk's entitlement gives
+the caller: its own actions, and those in packages other namespaces share (bindings resolve to them). :func:`plan_for` turns an action into an
 :class:`AppPlan`: an app (``esg-slo-ms``, ``esg-dag``), a one-function app, or a plain OpenWhisk action
 with the default configuration. Anything wrong becomes an :class:`ActivationError` whose message names
 the action, annotation or function, and which the service answers as an error ack.
@@ -11,6 +14,7 @@ the action, annotation or function, and which the service answers as an error ac
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 from collections.abc import Mapping
@@ -19,21 +23,25 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import redis
 import requests
 
+from controller_plugin.online import OnlineStore
+from esg.defaults import default_profile
 from esg.errors import AppError, ProfileError
+from esg.mig import DEFAULT_GPU_MODEL
 from esg.model import App
+from esg.online import learned_profile
 from esg.policies.base import FunctionSpec
 from esg.profiles import Profile, load_profile, profile_from_dict
+from esg.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
-STATUS_APPLICATION_ERROR = 1
-STATUS_DEVELOPER_ERROR = 2
-STATUS_WHISK_ERROR = 3
+log = logging.getLogger("esg.scheduler")
+
 
 DEFAULT_LIMITS = {"timeout": 60000, "memory": 256, "logs": 10, "concurrency": 1}
 #: The planning latency of a plain action's one configuration: unknown, so a nominal figure.
 DEFAULT_LATENCY_MS = 1.0
-DEFAULT_GPU_MODEL = "A100-40GB"
 REST_TIMEOUT_S = 10.0
 
 
@@ -115,6 +123,8 @@ class FunctionPlan:
     action: ActionMeta
     profile: Profile
     spec: FunctionSpec
+    table: str = ""
+    """The name its table has (``esg-profile``, default the action's name; empty for a plain action)."""
 
 
 @dataclass(frozen=True)
@@ -148,14 +158,18 @@ class MetadataClient:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _session: requests.Session | None = field(default=None, repr=False)
 
-    def action(self, fqn: str, revision: str | None = None, *, cache: bool = True) -> ActionMeta:
+    def action(self, fqn: str, revision: str | None = None, *, cache: bool = True,
+               auth: str | None = None) -> ActionMeta:
+        """The action ``fqn``, read with ``auth`` (``uuid:key``, the caller's) or else the configured key.
+        A cached answer serves every caller: the controller entitled each one to activate the action, which
+        takes the right to read it."""
         key = (fqn, revision)
         if cache:
             with self._lock:
                 hit = self._cache.get(key)
             if hit is not None:
                 return hit
-        meta = self._fetch(fqn)
+        meta = self._fetch(fqn, auth)
         if cache:
             with self._lock:
                 if len(self._cache) > 10_000:
@@ -163,7 +177,7 @@ class MetadataClient:
                 self._cache[key] = meta
         return meta
 
-    def _fetch(self, fqn: str) -> ActionMeta:
+    def _fetch(self, fqn: str, auth: str | None = None) -> ActionMeta:
         if not self.api:
             raise ActivationError(f"cannot read action {fqn}: no OpenWhisk API configured "
                                   "(--openwhisk-api / ESG_OPENWHISK_API)", STATUS_WHISK_ERROR)
@@ -173,11 +187,11 @@ class MetadataClient:
         url = f"{self.api.rstrip('/')}/api/v1/namespaces/{quote(ns, safe='')}/actions/{entity}?code=false"
         if self._session is None:
             self._session = requests.Session()
-            if self.auth:
-                uuid, _, key = self.auth.partition(":")
-                self._session.auth = (uuid, key)
+        who = auth or self.auth
+        caller = "the caller's key" if auth else "the scheduler's key"
         try:
-            resp = self._session.get(url, timeout=self.timeout_s)
+            resp = self._session.get(url, timeout=self.timeout_s,
+                                     auth=tuple(who.split(":", 1)) if who and ":" in who else None)
         except requests.RequestException as exc:
             raise ActivationError(f"cannot read action {fqn} from the OpenWhisk API: {type(exc).__name__}",
                                   STATUS_WHISK_ERROR) from None
@@ -185,26 +199,51 @@ class MetadataClient:
             raise ActivationError(f"action {fqn} does not exist (the OpenWhisk API answered 404)",
                                   STATUS_APPLICATION_ERROR)
         if resp.status_code in (401, 403):
-            raise ActivationError(f"cannot read action {fqn}: the OpenWhisk API refused the scheduler's key "
+            raise ActivationError(f"cannot read action {fqn}: the OpenWhisk API refused {caller} "
                                   f"(HTTP {resp.status_code})", STATUS_WHISK_ERROR)
         if not resp.ok:
             raise ActivationError(f"cannot read action {fqn}: HTTP {resp.status_code}", STATUS_WHISK_ERROR)
         try:
-            doc = resp.json()
+            doc = json.loads(resp.content, parse_constant=_no_json_constant)  # NaN and Infinity are no JSON
         except (ValueError, RecursionError):
             raise ActivationError(f"cannot read action {fqn}: the OpenWhisk API answered non-JSON",
                                   STATUS_WHISK_ERROR) from None
         return ActionMeta.from_document(doc, path, name)
 
 
+def _no_json_constant(constant: str) -> Any:
+    raise ValueError(f"{constant} is no JSON value")
+
+
 # -- annotations -------------------------------------------------------------------------------------
 
 class ProfileStore:
-    """Profile tables ``<dir>/<name>.json``, read once each."""
+    """Profile tables ``<dir>/<name>.json``, read once each; with ``online``, what was learned of each
+    table in Redis is laid over it (an imported prior first, else the file)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, online: OnlineStore | None = None) -> None:
         self.directory = Path(directory)
+        self.online = online
         self._cache: dict[str, Profile] = {}
+
+    def table(self, name: str, fqn: str, spec: FunctionSpec, bound_ms: float, gpu_model: str,
+              prior: Profile | None) -> Profile:
+        """The table the scheduler plans ``fqn`` with: learned over ``prior``, else ``prior``, else the
+        default. Redis failing leaves the offline table (or the default)."""
+        if self.online is not None:
+            try:
+                imported = self.online.prior(name)
+                stats = self.online.stats(name)
+            except (redis.RedisError, ProfileError, ValueError) as exc:
+                log.warning("learned profile %s unavailable (%s); planning %s with %s", name,
+                            type(exc).__name__, fqn, "its offline table" if prior else "the default")
+            else:
+                base = imported if imported is not None else prior
+                return learned_profile(fqn, stats, None if base is None else replace(base, function=fqn), spec,
+                                       bound_ms, gpu_model)
+        if prior is None:
+            return default_profile(fqn, spec, bound_ms, gpu_model)
+        return replace(prior, function=fqn)
 
     def get(self, name: str) -> Profile | None:
         if name in self._cache:
@@ -285,31 +324,21 @@ def function_spec(meta: ActionMeta) -> FunctionSpec:
     return FunctionSpec(max_batch=max_batch, gpu=gpu)
 
 
-def default_profile(function: str) -> Profile:
+def plain_profile(function: str) -> Profile:
     """A plain action's one configuration: batch 1, 1 vCPU, CPU only."""
     return profile_from_dict({"function": function, "gpu_model": DEFAULT_GPU_MODEL,
                               "configs": [{"batch": 1, "vcpus": 1, "gpu": None,
                                            "latency_ms": DEFAULT_LATENCY_MS}]}, function)
 
 
-def function_profile(meta: ActionMeta, profiles: ProfileStore, *, required: bool) -> Profile:
-    """The action's profile (``esg-profile``, default its name), renamed to its fully qualified name."""
+def profile_name(meta: ActionMeta) -> str:
+    """The name of the action's table (``esg-profile``, default its name)."""
     explicit = meta.annotations.get("esg-profile")
     if explicit is not None and (not isinstance(explicit, str) or not explicit or "/" in explicit
                                  or "\0" in explicit or len(explicit) > 200):
         raise ActivationError(f"action {meta.fqn}: annotation esg-profile must be a profile name, "
                               f"got {json.dumps(explicit)}")
-    name = explicit or meta.name
-    try:
-        prof = profiles.get(name)
-    except ProfileError as exc:
-        raise ActivationError(f"function {meta.fqn}: profile {name!r}: {exc}") from None
-    if prof is None:
-        if required or explicit is not None:
-            raise ActivationError(f"function {meta.fqn} has no profile: no table {name}.json in "
-                                  f"{profiles.directory} (annotation esg-profile names it)")
-        return default_profile(meta.fqn)
-    return replace(prof, function=meta.fqn)
+    return explicit or meta.name
 
 
 def plan_for(meta: ActionMeta, revision: str | None, fetch, profiles: ProfileStore) -> AppPlan:
@@ -326,31 +355,48 @@ def plan_for(meta: ActionMeta, revision: str | None, fetch, profiles: ProfileSto
                 for end in (a, b):
                     if end not in fqns:
                         raise ActivationError(f"annotation esg-dag: edge [{a!r}, {b!r}] names unknown function {end!r}")
-            funcs: dict[str, FunctionPlan] = {}
+            metas: dict[str, ActionMeta] = {}
             for short, fqn in fqns.items():
                 try:
-                    fmeta = fetch(fqn)
+                    metas[short] = fetch(fqn)
                 except ActivationError as exc:
                     raise ActivationError(f"annotation esg-dag: function {short!r}: {exc}", exc.status_code) from None
-                funcs[fqn] = FunctionPlan(short, fmeta, function_profile(fmeta, profiles, required=True),
-                                          function_spec(fmeta))
+            funcs = _function_plans(metas, profiles)
             try:
                 app = App(meta.fqn, slo, tuple(fqns[n] for n in names), tuple((fqns[a], fqns[b]) for a, b in edges))
             except AppError as exc:
                 raise ActivationError(f"annotation esg-dag: {exc}") from None
         else:
-            funcs = {meta.fqn: FunctionPlan(meta.name, meta, function_profile(meta, profiles, required=True),
-                                            function_spec(meta))}
+            funcs = _function_plans({meta.name: meta}, profiles)
             app = App(meta.fqn, slo, (meta.fqn,))
         _check_models(funcs)
         return AppPlan(meta, app, funcs, plain=False, revision=revision)
     # A function action invoked on its own, or a plain OpenWhisk action: SLO = its time limit.
-    spec = function_spec(meta) if meta.has_esg_annotations() else FunctionSpec(max_batch=1, gpu=False)
-    prof = function_profile(meta, profiles, required=False) if meta.has_esg_annotations() \
-        else default_profile(meta.fqn)
     app = App(meta.fqn, float(meta.timeout_ms), (meta.fqn,))
-    return AppPlan(meta, app, {meta.fqn: FunctionPlan(meta.name, meta, prof, spec)},
-                   plain=not meta.has_esg_annotations(), revision=revision)
+    if meta.has_esg_annotations():
+        funcs = _function_plans({meta.name: meta}, profiles)
+    else:
+        funcs = {meta.fqn: FunctionPlan(meta.name, meta, plain_profile(meta.fqn), FunctionSpec(max_batch=1, gpu=False))}
+    return AppPlan(meta, app, funcs, plain=not meta.has_esg_annotations(), revision=revision)
+
+
+def _function_plans(metas: Mapping[str, ActionMeta], profiles: ProfileStore) -> dict[str, FunctionPlan]:
+    """Each function's plan; an unprofiled one's default table uses the GPU model of the others'."""
+    specs = {short: function_spec(m) for short, m in metas.items()}
+    names = {short: profile_name(m) for short, m in metas.items()}
+    found: dict[str, Profile | None] = {}
+    for short, m in metas.items():
+        try:
+            found[short] = profiles.get(names[short])
+        except ProfileError as exc:
+            raise ActivationError(f"function {m.fqn}: profile {names[short]!r}: {exc}") from None
+    models = sorted({p.gpu_model for p in found.values() if p is not None and any(e.config.gpu for e in p.entries)})
+    model = models[0] if models else DEFAULT_GPU_MODEL
+    out = {}
+    for short, m in metas.items():
+        prof = profiles.table(names[short], m.fqn, specs[short], float(m.timeout_ms), model, found[short])
+        out[m.fqn] = FunctionPlan(short, m, prof, specs[short], names[short])
+    return out
 
 
 def _check_models(funcs: Mapping[str, FunctionPlan]) -> None:

@@ -23,6 +23,10 @@ class Metrics:
         self.acks = Counter("esg_acks_total", "Acks produced by kind", ["kind"], registry=r)
         self.dead_letters = Counter("esg_dead_letters_total", "Malformed messages set aside", ["topic"],
                                     registry=r)
+        self.profile_events = Counter("esg_profile_events_total", "Learned-profile changes: a configuration "
+                                      "newly measured, or a drift", ["kind"], registry=r)
+        self.explored = Counter("esg_explored_batches_total", "Batches run in a configuration the table lacked",
+                                registry=r)
         self.agents = Gauge("esg_agents_alive", "Agents heartbeating", registry=r)
         self._queues: set[tuple[str, str]] = set()
 

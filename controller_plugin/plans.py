@@ -1,6 +1,7 @@
 """Plans of actions, cached: an activation's action metadata (REST) turned into an :class:`AppPlan`.
 
-A plan is kept ``PLAN_TTL_S`` per (action, revision): activations name the revision they run, and an
+Actions are read as the activation's caller (its ``user`` identity). A plan is kept ``PLAN_TTL_S`` per
+(action, revision): activations name the revision they run, and an
 action read without one is read again after the TTL. Anything that makes the action unrunnable is an
 :class:`~controller_plugin.metadata.ActivationError` naming it; a bug while planning is one too (a
 system error), so the activation is answered rather than lost.
@@ -14,13 +15,13 @@ import time
 
 from controller_plugin import wire
 from controller_plugin.metadata import (
-    STATUS_WHISK_ERROR,
     ActivationError,
     AppPlan,
     MetadataClient,
     ProfileStore,
     plan_for,
 )
+from esg.protocol import STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.scheduler")
 
@@ -34,6 +35,11 @@ class PlanCache:
         self._plans: dict[tuple[str, str | None], tuple[float, AppPlan]] = {}
         self._lock = threading.Lock()
 
+    def drop(self) -> None:
+        """Forget every plan (a table changed): each action is planned afresh at its next activation."""
+        with self._lock:
+            self._plans.clear()
+
     def plan(self, msg: wire.ActivationMessage) -> AppPlan | ActivationError:
         key = (msg.action.qualified, msg.revision)
         mono = time.monotonic()
@@ -41,9 +47,11 @@ class PlanCache:
             hit = self._plans.get(key)
         if hit is not None and mono - hit[0] < PLAN_TTL_S:
             return hit[1]
+        auth = msg.user.api_key if msg.user.api_key and ":" in msg.user.api_key else None
         try:
-            meta = self.metadata.action(msg.action.qualified, msg.revision, cache=msg.revision is not None)
-            plan = plan_for(meta, msg.revision, lambda fqn: self.metadata.action(fqn, None, cache=False),
+            meta = self.metadata.action(msg.action.qualified, msg.revision, cache=msg.revision is not None,
+                                        auth=auth)
+            plan = plan_for(meta, msg.revision, lambda fqn: self.metadata.action(fqn, None, cache=False, auth=auth),
                             self.profiles)
         except ActivationError as exc:
             return exc

@@ -1,7 +1,8 @@
 """One accepted activation on its way through its app's DAG: what each function returned, and where.
 
 The scheduler never holds intermediate data: an entry function's dispatch carries the activation's
-``content``; every other function's carries references to its predecessors' outputs (the agent that
+run arguments (``content`` with locked arguments unlocked and init arguments taken out,
+:mod:`controller_plugin.arguments`) and its init arguments, the environment of a worker started for it; every other function's carries references to its predecessors' outputs (the agent that
 produced each and its key in the data store: :meth:`Run.inputs_for`), which the agent running it reads
 and composes (:func:`esg.protocol.compose_input`: one predecessor's output, or an object keyed by the
 predecessors' DAG names). Only the sinks' results come back inline: the app's result is its sink's
@@ -11,18 +12,22 @@ stored outputs are deleted (:meth:`Run.data_keys`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from controller_plugin import wire
 from controller_plugin.ledger import LedgerEntry
 from controller_plugin.metadata import AppPlan
+from esg.defaults import config_annotation
+from esg.model import Config
 from esg.protocol import InputRef
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a whole activation ends (what its WhiskActivation says)."""
+    """How a whole activation ends (what its WhiskActivation says): :class:`esg.protocol.RunResult`'s
+    fields that are not about one function's run, under the same names, and what ran."""
 
     status_code: int
     result: Any
@@ -30,17 +35,21 @@ class Outcome:
     end_ms: int
     init_ms: int | None = None
     logs: tuple[str, ...] = ()
-    timed_out: bool = False
+    timeout: bool = False
+    configs: Mapping[str, Any] | None = None
+    """What ran, by DAG name: configuration and where its profile came from (annotation ``esg-config``)."""
 
 
 @dataclass(frozen=True)
 class FunctionResult(Outcome):
-    """What one function returned for one activation: inline ``result``, or its output's ``output_key``
-    (``output_bytes`` long) on ``node``."""
+    """What one function returned for one activation: an agent's :class:`esg.protocol.RunResult` (same
+    names and meaning), the ``node`` whose data store holds its output (``output_key``) and the
+    configuration it ran with."""
 
     output_key: str | None = None
     output_bytes: int = 0
     node: str = ""
+    config: Config | None = None
 
 
 @dataclass
@@ -48,6 +57,9 @@ class Run:
     msg: wire.ActivationMessage
     plan: AppPlan
     entry: LedgerEntry
+    args: Any = None
+    """The run arguments of the entry functions (None: the activation's ``content`` as it came)."""
+    init_env: dict[str, Any] = field(default_factory=dict)
     results: dict[str, FunctionResult] = field(default_factory=dict)
 
     @property
@@ -59,6 +71,8 @@ class Run:
         else references to its predecessors' outputs."""
         preds = self.plan.app.predecessors(function)
         if not preds:
+            if self.args is not None:
+                return self.args, ()
             return ({} if self.msg.content is None else self.msg.content), ()
         refs = []
         for p in preds:
@@ -86,9 +100,9 @@ class Run:
         value = r.result
         if len(self.plan.functions) > 1 and isinstance(value, dict) and "error" in value:
             value = {**value, "function": self.plan.functions[function].short}
-        return self._outcome(r.status_code, value, timed_out=r.timed_out)
+        return self._outcome(r.status_code, value, timeout=r.timeout)
 
-    def _outcome(self, status: int, value: Any, timed_out: bool = False) -> Outcome:
+    def _outcome(self, status: int, value: Any, timeout: bool = False) -> Outcome:
         rs = list(self.results.values())
         inits = [r.init_ms for r in rs if r.init_ms is not None]
         logs: list[str] = []
@@ -96,5 +110,7 @@ class Run:
         for f, r in self.results.items():
             short = self.plan.functions[f].short
             logs.extend(f"[{short}] {line}" if multi else line for line in r.logs)
+        configs = {self.plan.functions[f].short: config_annotation(r.config, self.plan.functions[f].profile)
+                   for f, r in self.results.items() if r.config is not None}
         return Outcome(status, value, min(r.start_ms for r in rs), max(r.end_ms for r in rs),
-                       sum(inits) if inits else None, tuple(logs), timed_out)
+                       sum(inits) if inits else None, tuple(logs), timeout, configs or None)

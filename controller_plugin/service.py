@@ -10,14 +10,17 @@ It wires four parts, each owning its own state, and runs the main loop:
   the Redis channel to them and the batches in flight; its reader thread delivers results and
   heartbeats to the inbox;
 * :class:`~controller_plugin.ack_pipeline.AckPipeline` -- the ledger's ``acking``/``done`` states, the
-  acks on ``completed{C}`` and recovery after a crash.
+  acks on ``completed{C}`` and recovery after a crash; its
+  :class:`~controller_plugin.record_writer.RecordWriter` (its own thread) writes every activation record
+  to OpenWhisk's activation store.
 
 **The main loop** (the caller's thread, :meth:`SchedulerService.run`) waits on the inbox and wakes at
 once for each item: accepted activations and results go into ``Workflows``; a step turns them into
 dispatches and answers. The acks are produced at once; then one Redis pipeline per turn carries the
 turn's dispatches and the ledger writes of its acks (one round trip, retried while Redis fails). Once
 a second, and whenever an agent joins, it pings ``health`` as each live agent's virtual invoker; it
-answers the controller's health test actions once any agent is alive; it expires silent agents
+answers a controller's health test action for invoker N while the agent behind N is alive (one pending
+test per invoker and controller: several controllers test the same invoker); it expires silent agents
 (their batches run again or fail) and fails what would reach the controller's deadline unanswered.
 
 Batch ids carry this incarnation's id, so results for batches of an earlier process are ignored; what
@@ -40,19 +43,25 @@ from agent_channel.connect import ChannelError, connect, redact_url
 from agent_channel.keys import Keys
 from controller_plugin import wire
 from controller_plugin.ack_pipeline import AckPipeline, Answer
+from controller_plugin.activation_store import ActivationStore, StoreError
 from controller_plugin.activations import Accepted, ActivationReader, HealthTest, Ledgered
 from controller_plugin.bus import Bus, BusError, Topics
 from controller_plugin.channel import SchedulerChannel
 from controller_plugin.deadletters import DeadLetters
+from controller_plugin.decisions import DecisionLog, decisions_key, status_key
 from controller_plugin.dispatcher import Dispatcher
 from controller_plugin.health import AgentRegistry
 from controller_plugin.ledger import Ledger
 from controller_plugin.metadata import MetadataClient, ProfileStore
 from controller_plugin.metrics import Metrics
+from controller_plugin.online import OnlineStore
 from controller_plugin.plans import PlanCache
+from controller_plugin.record_writer import RecordWriter, Stored
 from controller_plugin.settings import Settings
 from controller_plugin.workflows import Send, Workflows
 from esg import protocol
+from esg.explore import Explorer
+from esg.online import Observation
 from esg.policies import make_policy
 from esg.policies.base import PolicyContext
 from esg.scheduler import Scheduler
@@ -95,18 +104,38 @@ class SchedulerService:
         self.ledger = Ledger(self.redis, keys.scope, settings.topic_prefix)
         self.dead_letters = DeadLetters(self.bus, self.topics.dead_letter, self.metrics)
         self.registry = AgentRegistry(self.ledger.invoker_id, self.ledger.invoker_ids(), settings.agent_timeout_s)
+        self.online = OnlineStore(self.redis, settings.topic_prefix) if settings.online_profiles else None
+        self.plans = PlanCache(MetadataClient(settings.openwhisk_api, settings.openwhisk_auth),
+                               ProfileStore(settings.profiles_dir, self.online))
+        self._observed: list[tuple[Observation, float | None]] = []
         self.reader = ActivationReader(
-            self.bus, self.topics, self.ledger,
-            PlanCache(MetadataClient(settings.openwhisk_api, settings.openwhisk_auth),
-                      ProfileStore(settings.profiles_dir)),
-            self.dead_letters, self.inbox, settings.group_id, self.registry.invoker_count(), settings.incarnation)
+            self.bus, self.topics, self.ledger, self.plans,
+            self.dead_letters, self.inbox, settings.group_id, self.registry.invoker_count(), settings.incarnation,
+            settings.parameter_keys)
         self.dispatcher = Dispatcher(SchedulerChannel(self.redis, keys), self.registry, settings.incarnation,
                                      self.metrics)
         policy = make_policy(settings.policy, PolicyContext(apps={}, profiles={}))
-        core = Scheduler({}, policy, batch_ids=(f"{settings.incarnation}-{i}" for i in itertools.count()))
-        self.workflows = Workflows(core, keys.results, self.metrics, settings.deadline_margin_s)
-        self.acks = AckPipeline(self.bus, self.ledger, self.topics, self.metrics)
-        self.health_waiting: dict[int, HealthTest] = {}
+        explorer = Explorer(settings.explore_fraction) if settings.online_profiles else None
+        core = Scheduler({}, policy, batch_ids=(f"{settings.incarnation}-{i}" for i in itertools.count()),
+                         explorer=explorer)
+        self.workflows = Workflows(core, keys.results, self.metrics, settings.deadline_margin_s, settings.deadline)
+        self.records = None
+        if settings.activation_store:
+            store = ActivationStore(settings.activation_store)
+            try:
+                store.ensure()
+            except StoreError as exc:
+                self.bus.close()
+                self.redis.close()
+                raise ServiceError(str(exc)) from None
+            self.records = RecordWriter(store, self.inbox.put)
+        else:
+            log.warning("no activation store (--activation-store): the controller cannot read the records of "
+                        "non-blocking calls or of acks too large for Kafka")
+        self.acks = AckPipeline(self.bus, self.ledger, self.topics, self.metrics, self.records)
+        self.decisions = DecisionLog(decisions_key(keys.scope))
+        self.status_key = status_key(keys.scope)
+        self.health_waiting: dict[tuple[int, str], HealthTest] = {}
         self._threads: list[threading.Thread] = []
         self._last_ping = 0.0
         self._last_watchdog = 0.0
@@ -114,7 +143,8 @@ class SchedulerService:
     @property
     def stats(self) -> dict[str, int]:
         return {"acks": self.acks.count, "dispatches": self.dispatcher.count,
-                "dead_letters": self.dead_letters.count, "ignored_results": self.dispatcher.ignored}
+                "dead_letters": self.dead_letters.count, "ignored_results": self.dispatcher.ignored,
+                "stale_starts": self.dispatcher.stale_starts}
 
     # -- start and stop ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -140,6 +170,9 @@ class SchedulerService:
         self._spawn(lambda: self.reader.run(self.stop_event), "esg-activations")
         self._spawn(lambda: self.dispatcher.read_loop(self.stop_event, self.inbox.put, self.dead_letters),
                     "esg-agents")
+        if self.records is not None:
+            writer = self.records
+            self._spawn(lambda: writer.run(self.stop_event), "esg-records")
 
     def _spawn(self, fn: Callable[[], None], name: str) -> None:
         def run() -> None:
@@ -162,11 +195,20 @@ class SchedulerService:
         for t in self._threads:
             t.join(timeout=5)
         try:
+            while True:  # records stored while the loop was ending
+                item = self.inbox.get_nowait()
+                if isinstance(item, Stored):
+                    self.acks.stored(item.ids)
+        except queue.Empty:
+            pass
+        try:
             self.acks.finish()
         except Exception:  # best effort on the way out; the ledger finishes it at the next start
             log.warning("could not send the last acks; the next start finishes them")
         self.bus.close()
         self.redis.close()
+        if self.records is not None:
+            self.records.store.close()
         self.metrics.close()
 
     def run(self, duration_s: float | None = None) -> None:
@@ -175,9 +217,17 @@ class SchedulerService:
         while not self.stop_event.is_set():
             if end is not None and time.monotonic() > end:
                 break
-            self.tick()
+            self.tick(self._wait_s())
         if self.errors:
             raise ServiceError("; ".join(self.errors))
+
+    def _wait_s(self, longest: float = 0.02) -> float:
+        """How long the loop may wait for the inbox: until a held queue's timer (as the emulator wakes
+        at it), at most ``longest``."""
+        wake = self.workflows.wake_at_ms
+        if wake is None:
+            return longest
+        return min(longest, max(0.0, (wake - time.time() * 1000) / 1000))
 
     # -- the loop -------------------------------------------------------------------------------------
     def tick(self, wait_s: float = 0.02) -> None:
@@ -196,22 +246,50 @@ class SchedulerService:
                         self.s.agent_timeout_s, len(lost))
             for d in lost:
                 self._answer(self.workflows.lost(d, agent.node, t))
+            self.decisions.forget([d.batch_id for d in lost])
             self._last_ping = 0.0
         if mono - self._last_ping >= self.s.ping_interval_s:
             self._last_ping = mono
             self._ping()
-        if self.health_waiting and self.registry.any_alive():
+        if self.health_waiting:
             self._answer_health_tests()
         if mono - self._last_watchdog >= 1.0:
             self._last_watchdog = mono
             self._answer(self.workflows.overdue(t))
+            self.decisions.status(self.status_key, self.workflows.scheduler.queue_lengths(),
+                                  self.workflows.last_waiting, t)
         sends: list[Send] = []
         if self.workflows.busy():
             sends, answers = self.workflows.step(t, self.dispatcher.snapshot())
+            for o in self.workflows.last_outcomes:
+                self.decisions.outcome(o)
             self._answer(answers)
         self.acks.produce()
         self._write(sends)
         self.acks.confirm()
+        self._learn()
+
+    def _learn(self) -> None:
+        """The turn's measured batches into the learned profiles; a table that changed is planned afresh.
+        Learning is best effort: Redis failing here loses these samples, never an activation."""
+        if not self._observed or self.online is None:
+            return
+        observed, self._observed = self._observed, []
+        try:
+            learned = self.online.record(observed)
+        except redis.RedisError as exc:
+            log.warning("could not record %d measured batches (%s)", len(observed), type(exc).__name__)
+            return
+        for x in learned:
+            if x.drift_ms is not None:
+                log.warning("profile %s drifted at %s: %.1f ms in the table, %.1f ms measured; table updated",
+                            x.table, x.config.label(), x.was_ms or 0.0, x.drift_ms)
+                self.metrics.profile_events.labels("drift").inc()
+            else:
+                log.info("profile %s: %s measured", x.table, x.config.label())
+                self.metrics.profile_events.labels("measured").inc()
+        if learned:
+            self.plans.drop()
 
     def _write(self, sends: list[Send]) -> None:
         """The turn's dispatches and ledger writes, one round trip; retried (whole) while Redis fails.
@@ -219,7 +297,7 @@ class SchedulerService:
         while True:
             pipe = self.redis.pipeline(transaction=False)
             n = self.dispatcher.stage(pipe, sends)
-            if n + self.acks.stage(pipe) == 0:
+            if n + self.acks.stage(pipe) + self.decisions.stage(pipe) == 0:
                 return
             try:
                 replies = pipe.execute()
@@ -229,6 +307,8 @@ class SchedulerService:
                 if self.stop_event.wait(0.5):
                     raise
         self.dispatcher.sent(sends, replies[:n])
+        self.decisions.sent([s.dispatch for s in sends])
+        self.decisions.written()
         self.acks.written()
 
     def _take(self, item: object, mono: float, t: int) -> None:
@@ -244,14 +324,20 @@ class SchedulerService:
             for aid in self.acks.ledgered(item.new, item.known):
                 log.info("activation %s was delivered again; already answered", aid)
                 self.workflows.drop(aid)
-        elif isinstance(item, protocol.ResultMessage):
+        elif isinstance(item, protocol.BatchResult):
             d = self.dispatcher.complete(item)
             if d is not None:
+                if self.online is not None and (obs := self.workflows.observation(d, item)) is not None:
+                    self._observed.append(obs)
                 self._answer(self.workflows.record(d, item, t))
+                agent = self.registry.agents.get(d.node)
+                self.decisions.done(d, item, agent.heartbeat.gpu_model if agent else None, t)
         elif isinstance(item, protocol.Heartbeat):
             self._heartbeat(item, mono)
+        elif isinstance(item, Stored):
+            self.acks.stored(item.ids)
         elif isinstance(item, HealthTest):
-            self.health_waiting[item.topic] = item
+            self.health_waiting[(item.topic, item.msg.root_controller.as_string)] = item
 
     def _answer(self, answers: Iterable[Answer]) -> None:
         for a in answers:
@@ -273,6 +359,7 @@ class SchedulerService:
         self.metrics.agents.set(len(self.registry.live()))
 
     def _answer_health_tests(self) -> None:
-        waiting, self.health_waiting = self.health_waiting, {}
-        for ht in waiting.values():
-            self.acks.health(ht.msg, self.registry.instance(ht.topic))
+        for key, ht in list(self.health_waiting.items()):
+            if self.registry.alive_as(ht.topic):
+                del self.health_waiting[key]
+                self.acks.health(ht.msg, self.registry.instance(ht.topic))

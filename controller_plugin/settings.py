@@ -1,7 +1,7 @@
-"""The scheduler service's settings: DESIGN §5 flags, each with an environment fallback.
+"""The scheduler service's settings: the service flags of ``docs/architecture.md`` §6, each with an environment fallback.
 
-Secrets stay out of logs: :meth:`Settings.describe` shows the Redis URL without its password and the
-OpenWhisk key only as its uuid.
+Secrets stay out of logs: :meth:`Settings.describe` shows the Redis URL without its password, the
+activation store's URL without its credentials and the OpenWhisk key only as its uuid.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent_channel.connect import redact_url
+from controller_plugin.activation_store import redact
+from controller_plugin.arguments import ParameterKeys
 
 DEFAULT_GROUP = "esg-scheduler"
 DEFAULT_AGENT_TIMEOUT_S = 5.0
@@ -21,6 +23,20 @@ def shipped_profiles_dir() -> Path:
     """The profile tables shipped with the project (``profiles/tables/cpu``, else ``profiles/tables``)."""
     tables = Path(__file__).resolve().parent.parent / "profiles" / "tables"
     return tables / "cpu" if (tables / "cpu").is_dir() else tables
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When OpenWhisk's controller force-completes an activation (``CommonLoadBalancer``): after
+    max(action timeout, ``std_s``) x ``factor`` + ``addon_s`` from its transaction start; its defaults
+    (``timeout-factor = 2``, ``timeout-addon = 1m``, ``time-limit.std = 1m``)."""
+
+    factor: int = 2
+    addon_s: float = 60.0
+    std_s: float = 60.0
+
+    def at_ms(self, start_ms: int, timeout_ms: int) -> int:
+        return start_ms + int(max(timeout_ms, self.std_s * 1000) * self.factor + self.addon_s * 1000)
 
 
 @dataclass(frozen=True)
@@ -40,14 +56,26 @@ class Settings:
     ping_interval_s: float = 1.0
     #: How long before the controller's forced-completion deadline an unanswered activation is failed.
     deadline_margin_s: float = 30.0
+    #: Learn profiles from what runs, in Redis (docs/online-profiles.md); off: the offline tables only.
+    online_profiles: bool = True
+    #: The share of a function's calls that may run in configurations its table lacks.
+    explore_fraction: float = 0.05
+    #: OpenWhisk's activation store (CouchDB API), ``http://user:password@host:port[/database]``.
+    activation_store: str | None = field(default=None, repr=False)
+    deadline: Deadline = field(default_factory=Deadline)
+    #: OpenWhisk's parameter-encryption keys, to unlock locked arguments.
+    parameter_keys: ParameterKeys = field(default_factory=ParameterKeys, repr=False)
 
     def describe(self) -> str:
         """One log line of the settings with every secret removed."""
         auth = "none" if not self.openwhisk_auth else self.openwhisk_auth.partition(":")[0] + ":***"
         return (f"kafka={self.kafka} redis={redact_url(self.redis_url)} openwhisk_api={self.openwhisk_api} "
                 f"auth={auth} prefix={self.topic_prefix!r} controller={self.controller_id} "
-                f"profiles={self.profiles_dir} agent_timeout_s={self.agent_timeout_s} "
-                f"incarnation={self.incarnation}")
+                f"profiles={self.profiles_dir} online_profiles={self.online_profiles} "
+                f"explore_fraction={self.explore_fraction} agent_timeout_s={self.agent_timeout_s} "
+                f"incarnation={self.incarnation} "
+                f"activation_store={redact(self.activation_store) if self.activation_store else 'none'} "
+                f"parameter_keys={','.join(sorted(self.parameter_keys.keys)) or 'none'}")
 
 
 def env_or(value: str | None, env: str, default: str | None = None) -> str | None:

@@ -20,7 +20,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from esg.protocol import MAX_NESTING, deeper_than
+from esg.protocol import (
+    MAX_NESTING,
+    STATUS_APPLICATION_ERROR,
+    STATUS_DEVELOPER_ERROR,
+    STATUS_SUCCESS,
+    STATUS_WHISK_ERROR,
+    deeper_than,
+)
 
 #: ``max.request.size`` of OpenWhisk's activation and ack producers: 1 MiB of result + 6068 B overhead.
 MAX_MESSAGE_BYTES = 1_054_644
@@ -31,11 +38,6 @@ _MAX_RECORD_OVERHEAD_BYTES = 21
 HEALTH_TEST_NAMESPACE = "whisk.system"
 HEALTH_TEST_ACTION_PREFIX = "invokerHealthTestAction"
 HEALTH_TRANSID = "sid_invokerHealth"
-
-STATUS_SUCCESS = 0
-STATUS_APPLICATION_ERROR = 1
-STATUS_DEVELOPER_ERROR = 2
-STATUS_WHISK_ERROR = 3
 
 _ACTIVATION_ID = re.compile(r"[0-9a-f]{32}")
 _CONTROLLER_ID = re.compile(r"[a-zA-Z0-9._-]{1,128}")
@@ -60,9 +62,12 @@ def _load_object(data: bytes | str, what: str) -> dict[str, Any]:
         raise WireError(what, "empty message (no value)")
     try:
         # Kafka carries UTF-8: json.loads would also take UTF-16/32 bytes, which nothing else here reads
-        value = json.loads(data.decode("utf-8") if isinstance(data, bytes | bytearray) else data)
+        value = json.loads(data.decode("utf-8") if isinstance(data, bytes | bytearray) else data,
+                           parse_constant=_not_json)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WireError(what, f"not valid JSON ({exc})") from None
+    except _NotJson as exc:
+        raise WireError(what, f"not valid JSON ({exc} is no JSON value)") from None
     except RecursionError:
         raise WireError(what, "nested too deeply") from None
     if not isinstance(value, dict):
@@ -70,6 +75,15 @@ def _load_object(data: bytes | str, what: str) -> dict[str, Any]:
     if deeper_than(value, MAX_NESTING + 10):
         raise WireError(what, f"a value nests deeper than {MAX_NESTING} levels")
     return value
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _not_json(constant: str) -> Any:
+    """Python's json reads NaN and Infinity; JSON (and spray-json) does not."""
+    raise _NotJson(constant)
 
 
 def _json_type(value: Any) -> str:
@@ -105,6 +119,21 @@ def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
 
 def _req_str(obj: Mapping[str, Any], key: str, path: str) -> str:
     return _typed(_required(obj, key, path), str, "a string", path)
+
+
+# OpenWhisk's rule for the name of every entity and namespace (its EntityName): at most 256 characters
+# matching this expression; a real controller never sends another, and a record's document id
+# (``namespace/activationId``) is built from it.
+ENTITY_NAME_MAX_LENGTH = 256
+_ENTITY_NAME = re.compile(r"\A([\w]|[\w][\w@ .-]*[\w@.-]+)\Z", re.ASCII)
+
+
+def _entity_name(value: str, path: str) -> str:
+    if len(value) > ENTITY_NAME_MAX_LENGTH:
+        raise WireError(path, f"an entity name is at most {ENTITY_NAME_MAX_LENGTH} characters, got {len(value)}")
+    if not _ENTITY_NAME.match(value):
+        raise WireError(path, f"not an OpenWhisk entity name: {value[:80]!r}")
+    return value
 
 
 def _req_obj(obj: Mapping[str, Any], key: str, path: str) -> dict[str, Any]:
@@ -150,9 +179,14 @@ class EntityName:
             parts = value.strip("/").split("/")
             if len(parts) < 2 or not all(parts):
                 raise WireError(path, f"expected 'namespace[/package]/name', got {value!r}")
+            for part in parts:
+                _entity_name(part, path)
             return cls(path="/".join(parts[:-1]), name=parts[-1])
         obj = _typed(value, dict, "an object or a string", path)
-        return cls(path=_req_str(obj, "path", f"{path}.path"), name=_req_str(obj, "name", f"{path}.name"),
+        entity_path = _req_str(obj, "path", f"{path}.path")
+        for segment in entity_path.split("/"):
+            _entity_name(segment, f"{path}.path")
+        return cls(path=entity_path, name=_entity_name(_req_str(obj, "name", f"{path}.name"), f"{path}.name"),
                    version=_opt_str(obj, "version", f"{path}.version"),
                    binding=_opt_str(obj, "binding", f"{path}.binding"))
 
@@ -167,14 +201,17 @@ class EntityName:
 
 @dataclass(frozen=True)
 class Identity:
-    """The invoking user. ``api_key`` (``uuid:key``) is left out of ``repr`` so it never reaches a log."""
+    """The invoking user. ``authkey`` is OpenWhisk's ``GenericAuthKey``: any JSON object; ``api_key``
+    (``uuid:key``) is its ``BasicAuthenticationAuthKey`` form, None when the object is of another kind.
+    Both stay out of ``repr`` so they never reach a log."""
 
     subject: str
     namespace: str
     namespace_uuid: str
-    api_key: str = field(repr=False)
+    api_key: str | None = field(repr=False)
     rights: tuple[str, ...]
     limits: Mapping[str, Any]
+    authkey: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_json(cls, value: Any, path: str = "user") -> Identity:
@@ -185,10 +222,10 @@ class Identity:
         for i, right in enumerate(rights):
             _typed(right, str, "a string", f"{path}.rights[{i}]")
         return cls(subject=_req_str(obj, "subject", f"{path}.subject"),
-                   namespace=_req_str(ns, "name", f"{path}.namespace.name"),
+                   namespace=_entity_name(_req_str(ns, "name", f"{path}.namespace.name"), f"{path}.namespace.name"),
                    namespace_uuid=_req_str(ns, "uuid", f"{path}.namespace.uuid"),
-                   api_key=_req_str(authkey, "api_key", f"{path}.authkey.api_key"),
-                   rights=tuple(rights), limits=_req_obj(obj, "limits", f"{path}.limits"))
+                   api_key=_opt_str(authkey, "api_key", f"{path}.authkey.api_key"),
+                   rights=tuple(rights), limits=_req_obj(obj, "limits", f"{path}.limits"), authkey=authkey)
 
 
 @dataclass(frozen=True)
@@ -328,8 +365,10 @@ def whisk_activation(msg: ActivationMessage, *, start_ms: int, end_ms: int, stat
                      result: Any = None, size: int | None = None, logs: list[str] | tuple[str, ...] = (),
                      kind: str, limits: Mapping[str, Any], wait_time_ms: int,
                      init_time_ms: int | None = None, timed_out: bool = False,
-                     version: str | None = None, publish: bool = False) -> dict[str, Any]:
-    """The activation record an invoker writes for ``msg``, with the annotations it adds.
+                     version: str | None = None, publish: bool = False,
+                     extra_annotations: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The activation record an invoker writes for ``msg``, with the annotations it adds
+    (and ``extra_annotations``, e.g. the scheduler's ``esg-config``).
 
     ``namespace`` is the invoking user's namespace. ``init_time_ms`` is given only for a cold start,
     ``size`` is the byte length of the raw reply the action's container returned. ``version`` defaults
@@ -355,6 +394,7 @@ def whisk_activation(msg: ActivationMessage, *, start_ms: int, end_ms: int, stat
         annotations.append({"key": "causedBy", "value": "sequence"})
     if msg.action.binding is not None:
         annotations.append({"key": "binding", "value": msg.action.binding})
+    annotations += [{"key": k, "value": v} for k, v in (extra_annotations or {}).items()]
     record: dict[str, Any] = {
         "namespace": msg.user.namespace, "name": msg.action.name, "subject": msg.user.subject,
         "activationId": msg.activation_id, "start": start_ms, "end": end_ms, "duration": end_ms - start_ms,
@@ -522,8 +562,8 @@ def parse_ping(data: bytes | str) -> tuple[InvokerInstance, bool]:
 
 
 def encode(value: Any) -> bytes:
-    """Compact UTF-8 JSON, as OpenWhisk's producer writes it."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    """Compact UTF-8 JSON, as OpenWhisk's producer writes it; never NaN or Infinity (ValueError)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def invoker_topic(instance: int, prefix: str = "") -> str:

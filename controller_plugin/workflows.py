@@ -6,8 +6,15 @@ with its agent, time passing) and it returns what to do -- batches to dispatch (
 :class:`~esg.protocol.DispatchMessage`) and activations to answer (:class:`Answer`, for the ack
 pipeline). Events are folded into the core's ``step`` the next time the service calls :meth:`step`.
 
+Status codes are the ones OpenWhisk's invoker would give (``isSystemError`` is true for status 3 alone,
+and the controller counts system errors against the invoker's health): a function whose agent returned
+nothing for it, a lost agent and an activation the scheduler could not finish in time are developer
+errors (2), as a container that dies or times out is in OpenWhisk; a request the scheduling policy
+refuses (admission control) is an application error (1). Status 3 is left to failures of the system
+itself: reading the action (REST) and agent-side failures such as a missing MIG slice.
+
 Deadlines: OpenWhisk's controller force-completes an activation at transaction start + max(timeout,
-60 s)·2 + 1 min. An activation still running ``deadline_margin_s`` before that is failed with a
+std)·factor + addon (:class:`~controller_plugin.settings.Deadline`; by default max(timeout, 60 s)·2 + 1 min). An activation still running ``deadline_margin_s`` before that is failed with a
 system error (:meth:`overdue`); one whose agent was lost is failed at once when a re-run would not fit
 before that point (:meth:`lost`), else its batch goes back to the front of its queue.
 """
@@ -21,11 +28,15 @@ from dataclasses import dataclass
 from controller_plugin import acks, wire
 from controller_plugin.ack_pipeline import Answer
 from controller_plugin.activations import Accepted
-from controller_plugin.metadata import STATUS_WHISK_ERROR, ActivationError, AppPlan
+from controller_plugin.metadata import ActivationError, AppPlan
 from controller_plugin.metrics import Metrics
 from controller_plugin.requests_state import FunctionResult, Outcome, Run
+from controller_plugin.settings import Deadline
 from esg import protocol
 from esg.cluster import ClusterSnapshot
+from esg.defaults import is_default
+from esg.online import Observation
+from esg.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 from esg.scheduler import Arrival, BatchDone, BatchLost, Cancel, Dispatch, Request, Scheduler
 
 log = logging.getLogger("esg.scheduler")
@@ -35,12 +46,15 @@ log = logging.getLogger("esg.scheduler")
 DATA_TTL_SLACK_S = 60
 #: The queue-length gauges are refreshed at most this often (each refresh walks every queue).
 QUEUE_METRICS_EVERY_S = 0.5
+#: OpenWhisk's defaults.
+OPENWHISK_DEADLINE = Deadline()
 
 
-def controller_deadline_ms(msg: wire.ActivationMessage, timeout_ms: int, now_ms: int) -> int:
-    """When the controller force-completes the activation: transaction start + max(timeout, 60 s)·2 + 1 min."""
+def controller_deadline_ms(msg: wire.ActivationMessage, timeout_ms: int, now_ms: int,
+                           deadline: Deadline = OPENWHISK_DEADLINE) -> int:
+    """When the controller force-completes the activation, counted from its transaction start."""
     start = msg.transid[1] if isinstance(msg.transid[1], int) else now_ms
-    return start + max(timeout_ms, 60_000) * 2 + 60_000
+    return deadline.at_ms(start, timeout_ms)
 
 
 @dataclass(frozen=True)
@@ -52,8 +66,10 @@ class Send:
 
 
 class Workflows:
-    def __init__(self, scheduler: Scheduler, reply_to: str, metrics: Metrics, deadline_margin_s: float) -> None:
+    def __init__(self, scheduler: Scheduler, reply_to: str, metrics: Metrics, deadline_margin_s: float,
+                 deadline: Deadline = OPENWHISK_DEADLINE) -> None:
         self.scheduler = scheduler
+        self.deadline = deadline
         self.reply_to = reply_to
         self.metrics = metrics
         self.margin_ms = int(deadline_margin_s * 1000)
@@ -61,6 +77,12 @@ class Workflows:
         self._events: list = []
         self._registered: dict[str, AppPlan] = {}
         self._queues_shown_s = 0.0
+        self.last_outcomes: list = []
+        self.wake_at_ms: float | None = None
+        self.last_waiting: dict = {}
+        """Why each queue the last step left waiting waits (for ``esg status``)."""
+        """When a queue the core held (to fill a batch) wants to be looked at again (epoch ms)."""
+        """The requests the last :meth:`step` ended (the core's outcomes, for the decision log)."""
 
     def busy(self) -> bool:
         """Whether a step has anything to do (events to fold in, or jobs waiting)."""
@@ -75,12 +97,13 @@ class Workflows:
         if item.error is not None or item.plan is None:
             err = item.error or ActivationError("no plan", STATUS_WHISK_ERROR)
             log.info("activation %s of %s answered with an error: %s", aid, item.msg.action.qualified, err)
-            return Answer(item.msg, item.entry, None, acks.error_outcome(str(err), err.status_code, now_ms))
+            action = item.plan.action if item.plan is not None else None
+            return Answer(item.msg, item.entry, action, acks.error_outcome(str(err), err.status_code, now_ms))
         plan = item.plan
         if self._registered.get(plan.app.name) is not plan:
             self.scheduler.add_app(plan.app, plan.profiles, plan.specs)
             self._registered[plan.app.name] = plan
-        self.runs[aid] = Run(item.msg, plan, item.entry)
+        self.runs[aid] = Run(item.msg, plan, item.entry, args=item.args, init_env=item.init_env)
         self._events.append(Arrival(Request(aid, plan.app.name, float(item.entry.accepted_ms))))
         return None
 
@@ -89,9 +112,13 @@ class Workflows:
         if self.runs.pop(activation_id, None) is not None:
             self._events.append(Cancel(activation_id))
 
-    def record(self, d: Dispatch, rm: protocol.ResultMessage, now_ms: int) -> list[Answer]:
+    def record(self, d: Dispatch, rm: protocol.BatchResult, now_ms: int) -> list[Answer]:
         """Fold in a batch's result; the activations it ends (a function failed: the app fails)."""
         by_id = {r.activation_id: r for r in rm.results}
+        if self.scheduler.explorer is not None:
+            ok = rm.error is None and bool(rm.results) and all(r.status_code == 0 for r in rm.results)
+            warm = ok and rm.run_ms is not None and all(r.init_ms is None for r in rm.results)
+            self.scheduler.explorer.observed(d.function, d.config, warm)
         out = []
         for job in d.jobs:
             run = self.runs.get(job.request_id)
@@ -106,30 +133,47 @@ class Workflows:
         return out
 
     @staticmethod
-    def _function_result(run: Run, d: Dispatch, rm: protocol.ResultMessage, r: protocol.RunResult | None,
+    def _function_result(run: Run, d: Dispatch, rm: protocol.BatchResult, r: protocol.RunResult | None,
                          now_ms: int) -> FunctionResult:
         short = run.plan.functions[d.function].short
         if r is None:
             why = rm.error or f"agent {rm.node} returned no result for it"
-            return FunctionResult(STATUS_WHISK_ERROR, {"error": f"{short}: {why}"}, now_ms, now_ms, node=rm.node)
+            return FunctionResult(STATUS_DEVELOPER_ERROR, {"error": f"{short}: {why}"}, now_ms, now_ms, node=rm.node,
+                                  config=d.config)
         sink = d.function in run.plan.app.sinks
         if r.status_code == 0 and not sink and r.output_key is None:
-            return FunctionResult(STATUS_WHISK_ERROR, {"error": f"{short}: agent {rm.node} kept no output for "
+            return FunctionResult(STATUS_DEVELOPER_ERROR, {"error": f"{short}: agent {rm.node} kept no output for "
                                                                  "the successors"}, r.start_ms, r.end_ms,
-                                  node=rm.node)
+                                  node=rm.node, config=d.config)
         return FunctionResult(r.status_code, r.result, r.start_ms, r.end_ms, r.init_ms, r.logs, r.timeout,
-                              r.output_key, r.output_bytes, rm.node)
+                              output_key=r.output_key, output_bytes=r.output_bytes, node=rm.node, config=d.config)
+
+    def observation(self, d: Dispatch, rm: protocol.BatchResult) -> tuple[Observation, float | None] | None:
+        """What the batch teaches its function's table (a successful batch with a measured run time), and
+        the configuration's latency in the table the scheduler used. Call before :meth:`record`."""
+        if rm.run_ms is None or rm.error is not None or not rm.results \
+                or any(r.status_code != 0 for r in rm.results):
+            return None
+        run = next((self.runs[j.request_id] for j in d.jobs if j.request_id in self.runs), None)
+        if run is None or run.plan.plain:
+            return None
+        fp = run.plan.functions[d.function]
+        inits = [r.init_ms for r in rm.results if r.init_ms is not None]
+        table_ms = None
+        if not is_default(fp.profile) and d.config in fp.profile.configs:
+            table_ms = fp.profile.latency(d.config)
+        return Observation(fp.table, d.config, float(rm.run_ms), bool(inits), float(max(inits, default=0))), table_ms
 
     def lost(self, d: Dispatch, node: str, now_ms: int) -> list[Answer]:
         """A batch's agent died: it runs again elsewhere, unless a re-run would miss the controller's
-        deadline (then its activations fail with a system error)."""
+        deadline (then its activations fail with a developer error, as a container that died does)."""
         out = []
         for job in d.jobs:
             run = self.runs.get(job.request_id)
             if run is None:
                 continue
             timeout = run.plan.action.timeout_ms
-            if now_ms + self.margin_ms + timeout > controller_deadline_ms(run.msg, timeout, now_ms):
+            if now_ms + self.margin_ms + timeout > controller_deadline_ms(run.msg, timeout, now_ms, self.deadline):
                 short = run.plan.functions[d.function].short
                 out.append(self._fail(run, f"agent {node} was lost while running {short}", now_ms))
         self._events.append(BatchLost(d.batch_id))
@@ -140,12 +184,19 @@ class Workflows:
         return [self._fail(run, "the ESG scheduler could not finish the activation before the controller's "
                                 "deadline (no agent had room for it, or its agent was lost)", now_ms)
                 for run in list(self.runs.values())
-                if now_ms + self.margin_ms > controller_deadline_ms(run.msg, run.plan.action.timeout_ms, now_ms)]
+                if now_ms + self.margin_ms > controller_deadline_ms(run.msg, run.plan.action.timeout_ms, now_ms,
+                                                                 self.deadline)]
 
     # -- deciding -----------------------------------------------------------------------------------
     def step(self, now_ms: int, snapshot: ClusterSnapshot) -> tuple[list[Send], list[Answer]]:
         events, self._events = self._events, []
+        explored = self.scheduler.explorer.batches if self.scheduler.explorer is not None else 0
         result = self.scheduler.step(now_ms, snapshot, events)
+        if self.scheduler.explorer is not None and self.scheduler.explorer.batches > explored:
+            self.metrics.explored.inc(self.scheduler.explorer.batches - explored)
+        self.last_outcomes = [o for o in result.outcomes if o.request_id in self.runs]
+        self.wake_at_ms = result.wake_at_ms
+        self.last_waiting = result.waiting
         sends = [Send(d, self._message(d, now_ms)) for d in result.dispatches]
         answers = []
         for o in result.outcomes:
@@ -153,7 +204,8 @@ class Workflows:
             if run is None:
                 continue
             self.metrics.slo.labels("hit" if o.slo_hit else "miss").inc()
-            outcome = run.final() if o.ok else acks.error_outcome(o.error or "failed", STATUS_WHISK_ERROR, now_ms)
+            outcome = run.final() if o.ok else acks.error_outcome(o.error or "failed", STATUS_APPLICATION_ERROR,
+                                                                  now_ms)
             answers.append(self._finish(run, outcome))
         mono = time.monotonic()
         if mono - self._queues_shown_s >= QUEUE_METRICS_EVERY_S:
@@ -169,9 +221,11 @@ class Workflows:
         reqs = []
         for r in runs:
             value, inputs = r.inputs_for(d.function)
+            key = r.msg.user.api_key if r.msg.user.api_key and ":" in r.msg.user.api_key else None
             reqs.append(protocol.RunRequest(r.activation_id, str(r.msg.transid[0]), value, now_ms + meta.timeout_ms,
-                                            r.msg.user.namespace, inputs))
-        last = max(controller_deadline_ms(r.msg, r.plan.action.timeout_ms, now_ms) for r in runs)
+                                            r.msg.user.namespace, inputs, None if inputs else r.init_env or None,
+                                            key))
+        last = max(controller_deadline_ms(r.msg, r.plan.action.timeout_ms, now_ms, self.deadline) for r in runs)
         ttl = max(1, (last - now_ms) // 1000 + DATA_TTL_SLACK_S)
         return protocol.DispatchMessage(d.batch_id, d.node, d.app, d.function, action, d.config, d.fit.slice,
                                         d.fit.destroy, tuple(reqs), self.reply_to,
@@ -180,7 +234,7 @@ class Workflows:
     # -- ending -------------------------------------------------------------------------------------
     def _fail(self, run: Run, message: str, now_ms: int) -> Answer:
         self._events.append(Cancel(run.activation_id))
-        return self._finish(run, acks.error_outcome(message, STATUS_WHISK_ERROR, now_ms))
+        return self._finish(run, acks.error_outcome(message, STATUS_DEVELOPER_ERROR, now_ms))
 
     def _finish(self, run: Run, outcome: Outcome) -> Answer:
         self.runs.pop(run.activation_id, None)

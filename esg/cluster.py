@@ -110,6 +110,10 @@ class ClusterSnapshot:
     """gpu? -> (node -> its sort key, the sorted keys); a key ends with the node's name."""
     _warm: dict[str, set[str]] | None = field(default=None, repr=False, compare=False)
     _warm_of: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
+    nowhere: set[Config] = field(default_factory=set, repr=False, compare=False)
+    """Configurations found to fit on no node (a walk of every node's :meth:`fit`), until any node
+    changes: a driver that keeps the snapshot across steps does not walk them again while nothing
+    changed."""
 
     @classmethod
     def of(cls, nodes: Iterable[NodeState]) -> ClusterSnapshot:
@@ -202,7 +206,7 @@ class ClusterSnapshot:
     def reserve(self, config: Config, fit: Fit) -> None:
         node = self.nodes[fit.node]
         node.vcpus_free -= config.vcpus
-        if fit.warm_worker is not None:
+        if fit.warm_worker is not None and node.idle_workers.get(fit.warm_worker, 0) > 0:
             node.idle_workers[fit.warm_worker] -= 1
         if fit.slice is not None:
             node.slices = [s for s in node.slices if s.ref not in fit.destroy]
@@ -212,7 +216,10 @@ class ClusterSnapshot:
                     break
             else:
                 node.slices.append(Slice(fit.slice, busy=True))
-        self._changed(fit.node, workers=fit.warm_worker is not None)
+        killed = [k for k in node.idle_workers if k[1] is not None and k[1] in fit.destroy]
+        for k in killed:  # destroying a MIG instance kills its workers
+            del node.idle_workers[k]
+        self._changed(fit.node, workers=fit.warm_worker is not None or bool(killed))
 
     def release(self, config: Config, fit: Fit) -> None:
         """Undo :meth:`reserve`'s claim (the slice stays, idle; destroyed slices stay destroyed)."""
@@ -223,12 +230,24 @@ class ClusterSnapshot:
                 s.busy = False
         self._changed(fit.node, workers=False)
 
+    def finish(self, function: str, config: Config, fit: Fit) -> None:
+        """A reserved batch ended: :meth:`release`, and its worker waits idle and warm on its slice (a
+        slice the node's state did not show yet is there now)."""
+        node = self.nodes[fit.node]
+        if fit.slice is not None and all(s.ref != fit.slice for s in node.slices):
+            node.slices.append(Slice(fit.slice))
+        self.release(config, fit)
+        key = (function, fit.slice)
+        node.idle_workers[key] = node.idle_workers.get(key, 0) + 1
+        self._changed(fit.node)
+
     def _changed(self, node_name: str, workers: bool = True) -> None:
         """A node's state changed: forget what was derived from it and update the indexes
         (``workers``: its idle workers may have changed too)."""
         state = self.nodes[node_name]
         state.memo.clear()
         self._routes.clear()
+        self.nowhere.clear()
         for gpu, (keys, ordered) in self._capacity.items():
             old = keys.get(node_name)
             if old is not None:
@@ -294,3 +313,58 @@ def _overlaps(model: str, a: SliceRef, b: SliceRef) -> bool:
     geo = mig.geometry(model)
     pa, pb = geo.profile(a.profile), geo.profile(b.profile)
     return a.start < b.start + pb.memory_slices and b.start < a.start + pa.memory_slices
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A batch the scheduler placed with :meth:`ClusterSnapshot.reserve`, as a live driver remembers it
+    until its node's report shows it (``finished``: its result came back)."""
+
+    batch_id: str
+    function: str
+    config: Config
+    fit: Fit
+    finished: bool = False
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """A node's own report (its agent's heartbeat): its state, the batches it was running when it wrote
+    the report (the state shows them busy) and those it had answered (the state shows them idle again)."""
+
+    state: NodeState
+    running: frozenset[str] = frozenset()
+    done: frozenset[str] = frozenset()
+
+
+def tracked(reports: Iterable[NodeReport], claims: Iterable[Claim]) -> ClusterSnapshot:
+    """The cluster as a live driver should plan on it: each node as its last report says, with the
+    scheduler's own claims the report cannot show yet kept on top -- a batch the report does not know
+    is still reserved (and, once finished, its worker idle on its slice); one the report shows running
+    keeps its slice and vCPUs claimed (the worker it took is the report's) and, when its result came
+    since, is finished there; one the report shows answered is left alone.
+
+    vCPUs are the driver's own account: the node's total less every unanswered claim (the report's
+    free count lags the batches sent since). The reports' states become the snapshot's (and change)."""
+    nodes = {}
+    seen: dict[str, NodeReport] = {}
+    for r in reports:
+        state = r.state
+        state.memo.clear()
+        state.vcpus_free = state.vcpus_total
+        nodes[state.name] = state
+        seen[state.name] = r
+    snap = ClusterSnapshot(nodes, tracks_workers=True)
+    for c in claims:
+        report = seen.get(c.fit.node)
+        if report is None or c.batch_id in report.done:
+            continue
+        if c.batch_id not in report.running:
+            snap.reserve(c.config, c.fit)
+        else:
+            # the agent had taken it: its worker shows taken, but its slice may not be carved yet (the
+            # MIG change comes after the take), so the slice's claim stays -- it is idempotent
+            snap.reserve(c.config, Fit(c.fit.node, c.fit.slice, c.fit.create, c.fit.destroy))
+        if c.finished:
+            snap.finish(c.function, c.config, c.fit)
+    return snap

@@ -1,4 +1,4 @@
-"""The cost model (DESIGN §5): resource-time per request.
+"""The cost model (``docs/architecture.md`` §6): resource-time per request.
 
 cost(config) = (price_vcpu * vcpus + price_gpu_slice * compute_slices(gpu)) * latency_ms / batch
 

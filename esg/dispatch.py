@@ -66,8 +66,13 @@ def candidate_fits(snapshot: ClusterSnapshot, priorities: Sequence[Config], pref
     start it sooner are tried -- those in ``warm_nodes`` and, if that placement had to create its slice,
     those with an idle slice of the profile already.
     """
+    nowhere = snapshot.nowhere
     for config in priorities:
         if no_fit is not None and config in no_fit:
+            continue
+        if config in nowhere:  # no node changed since a walk found it fits nowhere
+            if no_fit is not None:
+                no_fit.add(config)
             continue
         found = False
         settled: Fit | None = None
@@ -82,5 +87,8 @@ def candidate_fits(snapshot: ClusterSnapshot, priorities: Sequence[Config], pref
             if warm_nodes is not None and settled is None and fit.warm_worker is None and not fit.destroy:
                 settled = fit
             yield config, fit
-        if not found and no_fit is not None:
-            no_fit.add(config)
+        if not found:
+            nowhere.add(config)
+            if no_fit is not None:
+                no_fit.add(config)
+

@@ -97,6 +97,10 @@ GEOMETRIES: dict[str, GpuGeometry] = {
     ]),
 }
 
+#: The GPU model assumed wherever none is given: the ESG paper's testbed GPU and the model of the shipped
+#: profile tables (``profiles/tables/a100``).
+DEFAULT_GPU_MODEL = "A100-40GB"
+
 ALIASES = {"A100": "A100-40GB", "H100": "H100-80GB", "H200-141GB": "H200", "A30-24GB": "A30"}
 
 
@@ -124,7 +128,9 @@ def place(model: str, profiles: Iterable[str],
     """Explicit placements for ``profiles`` next to the instances already ``occupied``, or None.
 
     Larger instances are placed first and each tries its starts in order, so the search is
-    deterministic; it is exhaustive (backtracking), so None means no placement exists.
+    deterministic; it is exhaustive (backtracking), so None means no placement exists. None also when
+    ``occupied`` itself is not a valid layout (a start its profile does not allow, two instances
+    overlapping, a profile above its maximum count).
     """
     geo = geometry(model)
     wanted = sorted((geo.profile(p) for p in profiles), key=lambda p: (-p.memory_slices, p.name))
@@ -147,6 +153,12 @@ def place(model: str, profiles: Iterable[str],
 
 def _mask(prof: MigProfile, start: int) -> int:
     return ((1 << prof.memory_slices) - 1) << start
+
+
+def overlaps(model: str, a: tuple[str, int], b: tuple[str, int]) -> bool:
+    """Whether instances ``a`` and ``b`` (profile, start) of ``model`` share a memory slice."""
+    geo = geometry(model)
+    return bool(_mask(geo.profile(a[0]), a[1]) & _mask(geo.profile(b[0]), b[1]))
 
 
 def _backtrack(geo, wanted, i, used, counts, me, acc):

@@ -177,7 +177,7 @@ def _topological_order(functions, succs, preds, name) -> tuple[str, ...]:
 
 
 def app_from_dict(data: Any, source: str = "app") -> App:
-    """Build an App from the DESIGN §5 app-file object; errors name ``source`` and the field."""
+    """Build an App from the app-file object (``docs/architecture.md`` §6); errors name ``source`` and the field."""
     if not isinstance(data, dict):
         raise AppError(f"{source}: an app must be a JSON object")
     for key in ("name", "slo_ms", "functions"):

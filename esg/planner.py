@@ -41,6 +41,12 @@ class PlanResult:
     paths: tuple[Path, ...]
     groups: tuple[tuple[str, ...], ...]
     stats: SearchStats = field(default_factory=SearchStats, compare=False)
+    valid_from_ms: float | None = field(default=None, compare=False)
+    """The smallest budget for which planning again gives these same paths (the planned budget is the
+    largest), or None when that is not known. Set for a search over the whole (sub-)app in one group:
+    lowering the budget only removes paths, so while every returned path still fits, the K cheapest are
+    the same; an infeasible plan stays infeasible below. A grouped plan splits the budget into shares,
+    so its result can change with any budget."""
 
     def priority_list(self, function: str) -> list[Config]:
         """Distinct configurations of ``function`` across the paths, cheapest path first."""
@@ -93,7 +99,8 @@ class Planner:
             # the search walks functions in topological order; an app file may list them in any order
             group = Group(app.topo_order, app.edges, options)
             paths = self._search(group, budget_ms, k, stats)
-            return PlanResult(bool(paths), tuple(paths), (app.topo_order,), stats)
+            valid_from = max((p.latency_ms for p in paths), default=0.0)
+            return PlanResult(bool(paths), tuple(paths), (app.topo_order,), stats, valid_from)
         shares = split_slo(app, budget_ms, self._estimate, self.max_group)
         groups = [Group(s.functions, app.sub_app(s.functions).edges, options) for s in shares]
         quickest = _quickest(options)

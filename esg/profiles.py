@@ -1,4 +1,4 @@
-"""Profile tables (DESIGN §5): per function, the measured latency of each configuration.
+"""Profile tables (``docs/architecture.md`` §6): per function, the measured latency of each configuration.
 
 A table is one JSON file ``<dir>/<function>.json``. Unknown fields are kept (``extra``) and ignored;
 a malformed file is rejected with a :class:`ProfileError` naming the file and the field.

@@ -8,10 +8,12 @@ raising :class:`ProtocolError` naming the one that is wrong.
   (``reply_to``), whether its outputs come back inline (``return_output``: the app's sinks) or stay in
   the data store, and per activation either the call's parameters (entry functions) or references to
   its predecessors' outputs (:class:`InputRef`) -- never the outputs themselves.
-* :class:`ResultMessage` (agent -> the scheduler named in ``reply_to``): per activation its status,
+* :class:`BatchResult` (agent -> the scheduler named in ``reply_to``): per activation its status,
   timings, logs, and either the result inline or the key and size of the stored output; per batch the
   function, configuration and measured run time.
-* :class:`Heartbeat` (every agent, once a second): the node's vCPUs, memory, MIG slices, warm workers.
+* :class:`Heartbeat` (every agent, once a second): the node's vCPUs, memory, MIG slices, warm workers,
+  its idle warm workers by (function, vCPUs, slice), and the batches it is running and has recently
+  answered (so the scheduler knows which of its own reservations the report already shows).
 
 **Data flow** (:func:`compose_input`): an entry function gets the call's parameters; a function with one
 predecessor gets that predecessor's output; with several, an object keyed by the predecessors' names in
@@ -21,13 +23,20 @@ the app's DAG. The app's result is its sink's result (several sinks: an object k
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from esg.cluster import NodeState, Slice, SliceRef
 from esg.errors import EsgError
 from esg.model import Config
+
+#: OpenWhisk's activation status codes (``ActivationResponse``, the WhiskActivation's ``statusCode``), shared
+#: by the OpenWhisk side and the agents: ``docs/openwhisk-protocol.md`` §3 says which failure is which.
+STATUS_SUCCESS = 0
+STATUS_APPLICATION_ERROR = 1
+STATUS_DEVELOPER_ERROR = 2
+STATUS_WHISK_ERROR = 3
 
 #: OpenWhisk's limit on an activation's result (``ActivationEntityLimit``: 1 MiB): an app's (or plain
 #: action's) result above it is a developer error, as OpenWhisk's invoker answers it.
@@ -90,7 +99,10 @@ class InputRef:
 
 @dataclass(frozen=True)
 class RunRequest:
-    """One activation inside a batch: ``value`` for an entry function, else ``inputs`` to compose."""
+    """One activation inside a batch: ``value`` for an entry function, else ``inputs`` to compose.
+    ``init_env``: the activation's init arguments (OpenWhisk's ``initArgs``), the environment a worker
+    started for it gets at ``/init``. ``api_key``: the caller's ``uuid:key``, to read the action as the
+    caller (never shown)."""
 
     activation_id: str
     transaction_id: str
@@ -98,6 +110,8 @@ class RunRequest:
     deadline_ms: int
     namespace: str
     inputs: tuple[InputRef, ...] = ()
+    init_env: Mapping[str, Any] | None = None
+    api_key: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -141,7 +155,7 @@ class RunResult:
 
 
 @dataclass(frozen=True)
-class ResultMessage:
+class BatchResult:
     """One batch answered; ``function``, ``config`` and ``run_ms`` (the batch's measured run time,
     cold start excluded) describe the run for whoever learns from it."""
 
@@ -152,10 +166,27 @@ class ResultMessage:
     function: str = ""
     config: Config | None = None
     run_ms: float | None = None
+    cold: bool | None = None
+    """Whether the batch started a new worker (None: not said)."""
+    reconfigured: int = 0
+    """MIG instances the agent created or destroyed for this batch (its slice was carved here)."""
+
+
+@dataclass(frozen=True)
+class IdleWorkers:
+    """Idle warm workers of one function on one MIG instance (None: CPU only) with ``vcpus`` vCPUs."""
+
+    function: str
+    vcpus: int
+    slice: SliceRef | None
+    count: int
 
 
 @dataclass(frozen=True)
 class SliceStatus:
+    """One MIG instance of a node as its agent reports it: where it sits, whether a batch uses it, and
+    its MIG UUID (None while it has no compute instance)."""
+
     ref: SliceRef
     busy: bool
     uuid: str | None = None
@@ -173,20 +204,29 @@ class Heartbeat:
     draining: bool = False
     seq: int = 0
     sent_ms: int = 0
+    idle: tuple[IdleWorkers, ...] = ()
+    running: tuple[str, ...] = ()
+    """Batch ids the agent has taken and not yet answered (what the slices and workers above show busy)."""
+    done: tuple[str, ...] = ()
+    """Batch ids the agent answered recently (their workers are idle above again)."""
 
     def node_state(self) -> NodeState:
+        idle: dict[tuple[str, SliceRef | None], int] = {}
+        for w in self.idle:
+            if w.count > 0:
+                idle[(w.function, w.slice)] = idle.get((w.function, w.slice), 0) + w.count
         return NodeState(self.node, self.vcpus_total, self.vcpus_free, self.gpu_model,
                          [Slice(s.ref, s.busy, s.uuid) for s in self.slices], set(self.warm),
-                         self.memory_mb)
+                         self.memory_mb, idle)
 
 
 # -- encoding --------------------------------------------------------------------------------------
 
-def encode(msg: DispatchMessage | ResultMessage | Heartbeat) -> bytes:
+def encode(msg: DispatchMessage | BatchResult | Heartbeat) -> bytes:
     return json.dumps(to_dict(msg), separators=(",", ":")).encode()
 
 
-def to_dict(msg: DispatchMessage | ResultMessage | Heartbeat) -> dict[str, Any]:
+def to_dict(msg: DispatchMessage | BatchResult | Heartbeat) -> dict[str, Any]:
     if isinstance(msg, DispatchMessage):
         a = msg.action
         return {"type": "dispatch", "batch_id": msg.batch_id, "node": msg.node, "app": msg.app,
@@ -197,15 +237,19 @@ def to_dict(msg: DispatchMessage | ResultMessage | Heartbeat) -> dict[str, Any]:
                 "destroy": [_slice(s) for s in msg.destroy], "reply_to": msg.reply_to,
                 "return_output": msg.return_output, "data_ttl_s": msg.data_ttl_s,
                 "requests": [_request(r) for r in msg.requests]}
-    if isinstance(msg, ResultMessage):
+    if isinstance(msg, BatchResult):
         return {"type": "result", "batch_id": msg.batch_id, "node": msg.node, "error": msg.error,
                 "function": msg.function, "config": None if msg.config is None else msg.config.to_dict(),
-                "run_ms": msg.run_ms, "results": [_run_result(r) for r in msg.results]}
+                "run_ms": msg.run_ms, "cold": msg.cold, "reconfigured": msg.reconfigured,
+                "results": [_run_result(r) for r in msg.results]}
     return {"type": "heartbeat", "node": msg.node, "vcpus_total": msg.vcpus_total,
             "vcpus_free": msg.vcpus_free, "memory_mb": msg.memory_mb, "gpu_model": msg.gpu_model,
             "slices": [{**_slice(s.ref), "busy": s.busy, "uuid": s.uuid} for s in msg.slices],
             "warm": [{"function": f, "config": c.to_dict()} for f, c in msg.warm],
-            "draining": msg.draining, "seq": msg.seq, "sent_ms": msg.sent_ms}
+            "draining": msg.draining, "seq": msg.seq, "sent_ms": msg.sent_ms,
+            "idle": [{"function": w.function, "vcpus": w.vcpus, "slice": _slice(w.slice), "count": w.count}
+                     for w in msg.idle],
+            "running": list(msg.running), "done": list(msg.done)}
 
 
 def _slice(ref: SliceRef | None) -> dict[str, Any] | None:
@@ -217,6 +261,10 @@ def _request(r: RunRequest) -> dict[str, Any]:
            "deadline_ms": r.deadline_ms, "namespace": r.namespace}
     if r.inputs:
         out["inputs"] = [{"name": i.name, "key": i.key, "node": i.node, "bytes": i.bytes} for i in r.inputs]
+    if r.init_env:
+        out["init_env"] = dict(r.init_env)
+    if r.api_key:
+        out["api_key"] = r.api_key
     return out
 
 
@@ -232,7 +280,7 @@ def _run_result(r: RunResult) -> dict[str, Any]:
 
 # -- decoding --------------------------------------------------------------------------------------
 
-def decode(raw: bytes | str) -> DispatchMessage | ResultMessage | Heartbeat:
+def decode(raw: bytes | str) -> DispatchMessage | BatchResult | Heartbeat:
     try:
         data = json.loads(raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -293,7 +341,8 @@ def _dispatch(d: dict) -> DispatchMessage:
     wr = w + ".requests"
     reqs = tuple(RunRequest(_need(r, "activation_id", str, wr), _need(r, "transaction_id", str, wr),
                             r.get("value"), _need(r, "deadline_ms", int, wr), _need(r, "namespace", str, wr),
-                            tuple(_input_ref(i, wr + ".inputs") for i in r.get("inputs", ())))
+                            tuple(_input_ref(i, wr + ".inputs") for i in r.get("inputs", ())),
+                            _opt_env(r.get("init_env"), wr + ".init_env"), _opt_str(r.get("api_key"), wr + ".api_key"))
                  for r in _need(d, "requests", list, w))
     if not reqs:
         raise ProtocolError("dispatch: field 'requests' is empty")
@@ -307,6 +356,18 @@ def _dispatch(d: dict) -> DispatchMessage:
                            _need(d, "reply_to", str, w), bool(d.get("return_output", True)), ttl)
 
 
+def _opt_str(v: Any, where: str) -> str | None:
+    if v is not None and not isinstance(v, str):
+        raise ProtocolError(f"{where}: must be a string")
+    return v
+
+
+def _opt_env(d: Any, where: str) -> Mapping[str, Any] | None:
+    if d is not None and not isinstance(d, dict):
+        raise ProtocolError(f"{where}: must be an object")
+    return d or None
+
+
 def _input_ref(i: Any, where: str) -> InputRef:
     if not isinstance(i, dict):
         raise ProtocolError(f"{where}: an input must be an object")
@@ -314,7 +375,7 @@ def _input_ref(i: Any, where: str) -> InputRef:
                     int(i.get("bytes", 0)))
 
 
-def _result(d: dict) -> ResultMessage:
+def _result(d: dict) -> BatchResult:
     w = "result"
     results = []
     for r in _need(d, "results", list, w):
@@ -330,9 +391,15 @@ def _result(d: dict) -> ResultMessage:
                                  key, int(r.get("output_bytes", 0)) if key is not None else 0))
     config = d.get("config")
     run_ms = d.get("run_ms")
-    return ResultMessage(_need(d, "batch_id", str, w), _need(d, "node", str, w), tuple(results), d.get("error"),
+    cold = d.get("cold")
+    reconfigured = d.get("reconfigured", 0)
+    if cold is not None and not isinstance(cold, bool):
+        raise ProtocolError(f"{w}: field 'cold' has the wrong type")
+    if isinstance(reconfigured, bool) or not isinstance(reconfigured, int) or reconfigured < 0:
+        raise ProtocolError(f"{w}: field 'reconfigured' must be a non-negative integer")
+    return BatchResult(_need(d, "batch_id", str, w), _need(d, "node", str, w), tuple(results), d.get("error"),
                          str(d.get("function") or ""), None if config is None else _config(config, w),
-                         None if run_ms is None else float(run_ms))
+                         None if run_ms is None else float(run_ms), cold, reconfigured)
 
 
 def _heartbeat(d: dict) -> Heartbeat:
@@ -340,9 +407,27 @@ def _heartbeat(d: dict) -> Heartbeat:
     slices = tuple(SliceStatus(_opt_slice(s, w), bool(s.get("busy", False)), s.get("uuid"))
                    for s in d.get("slices", []))
     warm = tuple((_need(x, "function", str, w), _config(x.get("config"), w)) for x in d.get("warm", []))
+    idle = tuple(_idle(x, w + ".idle") for x in d.get("idle", []))
     return Heartbeat(_need(d, "node", str, w), _need(d, "vcpus_total", int, w), _need(d, "vcpus_free", int, w),
                      _need(d, "memory_mb", int, w), d.get("gpu_model"), slices, warm,
-                     bool(d.get("draining", False)), int(d.get("seq", 0)), int(d.get("sent_ms", 0)))
+                     bool(d.get("draining", False)), int(d.get("seq", 0)), int(d.get("sent_ms", 0)), idle,
+                     _ids(d.get("running", []), w + ".running"), _ids(d.get("done", []), w + ".done"))
+
+
+def _idle(x: Any, where: str) -> IdleWorkers:
+    if not isinstance(x, dict):
+        raise ProtocolError(f"{where}: an entry must be an object")
+    count = _need(x, "count", int, where)
+    vcpus = _need(x, "vcpus", int, where)
+    if count < 0 or vcpus < 1:
+        raise ProtocolError(f"{where}: 'count' must be >= 0 and 'vcpus' >= 1")
+    return IdleWorkers(_need(x, "function", str, where), vcpus, _opt_slice(x.get("slice"), where), count)
+
+
+def _ids(xs: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(xs, list) or not all(isinstance(x, str) for x in xs):
+        raise ProtocolError(f"{where}: must be a list of batch ids")
+    return tuple(xs)
 
 
 # -- data flow -------------------------------------------------------------------------------------

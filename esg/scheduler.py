@@ -17,10 +17,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from esg.cluster import ClusterSnapshot, Fit
-from esg.dispatch import Placement, home_node
+from esg.defaults import default_choice, is_default
+from esg.dispatch import Placement, candidate_fits, dispatch, home_node
 from esg.errors import AppError
+from esg.explore import Explorer
 from esg.model import App, Config, Job
 from esg.queues import AfwQueue, AfwQueues, QueueKey
+from esg.slo_split import group_latency
 
 if TYPE_CHECKING:
     from esg.policies.base import FunctionSpec, Policy
@@ -134,9 +137,13 @@ class _RequestState:
 class Scheduler:
     """AFW queues, the policy, ESG_Dispatch, and per-request progress through the DAG."""
 
-    def __init__(self, apps: Mapping[str, App], policy: Policy, batch_ids: Iterable[str] | None = None):
+    def __init__(self, apps: Mapping[str, App], policy: Policy, batch_ids: Iterable[str] | None = None,
+                 explorer: Explorer | None = None):
         self.apps = dict(apps)
         self.policy = policy
+        self.explorer = explorer
+        """Tries configurations the tables lack (online profiles); None: never."""
+        self._rest: dict[tuple[str, str], float] = {}
         self.queues = AfwQueues()
         self._requests: dict[str, _RequestState] = {}
         self._in_flight: dict[str, Dispatch] = {}
@@ -174,6 +181,8 @@ class Scheduler:
             self.queues.push(self._job(request, f, now_ms, slo, None))
 
     def _job(self, request: Request, function: str, now_ms: float, slo: float, pred_node: str | None) -> Job:
+        if self.explorer is not None:
+            self.explorer.credit(function)
         return Job(job_id=f"{request.request_id}/{function}", request_id=request.request_id,
                    app=request.app, function=function, arrival_ms=request.arrival_ms,
                    deadline_ms=request.arrival_ms + slo, enqueued_ms=now_ms, pred_node=pred_node)
@@ -243,7 +252,10 @@ class Scheduler:
 
     def _place_head(self, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Dispatch | str:
         app = self.apps[queue.key[0]]
-        choice = self.policy.choose(app, queue, now_ms, snapshot)
+        probe = self._explore(app, queue, now_ms, snapshot)
+        if probe is not None:
+            return probe
+        choice = self._choose(app, queue, now_ms, snapshot)
         if not choice.priorities:
             if choice.retry_at_ms is not None:
                 self._wake = choice.retry_at_ms if self._wake is None else min(self._wake, choice.retry_at_ms)
@@ -251,10 +263,58 @@ class Scheduler:
         preferred = self.policy.node_preference(app, queue.key[1], snapshot)
         if preferred is None:
             preferred = self._preferred(app, queue.head, snapshot)
-        placed = self.policy.place(app, queue, choice, snapshot, preferred, now_ms, self._no_fit)
+        if is_default(self.policy.ctx.profiles.get(queue.key[1])):
+            # the default rule places too: its configurations in order, the first that fits
+            placed = dispatch(snapshot, choice.priorities, preferred, self._no_fit)
+        else:
+            placed = self.policy.place(app, queue, choice, snapshot, preferred, now_ms, self._no_fit)
         if isinstance(placed, str):
             return placed
         return self._commit(app, queue, placed, choice.latency_of(placed.config))
+
+    def _explore(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Dispatch | None:
+        """A batch in a configuration the function's table lacks, when the explorer has budget, the
+        configuration's latency bound keeps the head job on time, and it fits now (idle capacity)."""
+        if self.explorer is None:
+            return None
+        function = queue.key[1]
+        ctx = self.policy.ctx
+        profile = ctx.profiles.get(function)
+        if profile is None:
+            return None
+        budget = queue.head.deadline_ms - now_ms - self._rest_ms(app, function)
+        probes = self.explorer.probes(function, profile, ctx.spec(function), len(queue), budget, ctx.prices,
+                                      ctx.top_k)
+        if not probes:
+            return None
+        preferred = self._preferred(app, queue.head, snapshot)
+        for probe in probes:
+            for config, fit in candidate_fits(snapshot, (probe.config,), preferred, self._no_fit):
+                if fit.destroy:
+                    continue  # idle capacity only: never take down another function's MIG instance
+                snapshot.reserve(config, fit)
+                self.explorer.spent(function, config)
+                return self._commit(app, queue, Placement(config, fit), probe.bound_ms)
+        return None
+
+    def _rest_ms(self, app: App, function: str) -> float:
+        """The fastest the functions after ``function`` can run, by their tables."""
+        key = (app.name, function)
+        if key not in self._rest:
+            after = tuple(f for f in app.descendants(function) if f != function)
+            fastest = {f: min(e.latency_ms for e in self.policy.ctx.profiles[f].entries) for f in after}
+            self._rest[key] = group_latency(app, after, fastest) if after else 0.0
+        return self._rest[key]
+
+    def _choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot):
+        """The policy's choice; for a function with no profile table, the default rule (esg.defaults),
+        whichever policy runs."""
+        function = queue.key[1]
+        profile = self.policy.ctx.profiles.get(function)
+        if is_default(profile):
+            assert profile is not None
+            return default_choice(profile, self.policy.ctx.spec(function), len(queue))
+        return self.policy.choose(app, queue, now_ms, snapshot)
 
     def _preferred(self, app: App, head: Job, snapshot: ClusterSnapshot) -> list[str]:
         nodes = list(snapshot.nodes)
@@ -276,6 +336,7 @@ class Scheduler:
         """Register (or replace) an app at run time; the live service learns apps from action metadata."""
         self.apps[app.name] = app
         self.policy.add_app(app, profiles, specs or {})
+        self._rest = {k: v for k, v in self._rest.items() if k[0] != app.name}
 
     # -- introspection for drivers and metrics ------------------------------------------------------
     def in_flight(self) -> list[Dispatch]:

@@ -209,8 +209,10 @@ def astar_top_k(group: Group, budget_ms: float, k: int = 1,
             stats.pruned_time += 1
             j = found + 1
 
+    # Ties in f are broken by the options' indices (a prefix before its extensions), so complete paths
+    # leave the heap in (cost, indices) order whatever the budget: a lower budget that keeps every
+    # returned path feasible returns the same paths (what PlanResult.valid_from_ms relies on).
     heap: list = []
-    counter = itertools.count()
 
     def push(prefix_cost: float, finish: tuple[float, ...], choice: tuple[int, ...], j: int) -> None:
         layer = len(choice)
@@ -219,12 +221,13 @@ def astar_top_k(group: Group, budget_ms: float, k: int = 1,
             return
         j, fin = found
         g = prefix_cost + layers[layer].cost[j]
-        heapq.heappush(heap, (g + h[layer + 1], next(counter), g, prefix_cost, finish, fin, choice + (j,)))
+        node = choice + (j,)
+        heapq.heappush(heap, (g + h[layer + 1], node, g, prefix_cost, finish, fin))
 
     push(0.0, (), (), 0)
     results: list[Path] = []
     while heap and len(results) < k:
-        f, _, g, prefix_cost, parent_fin, fin, choice = heapq.heappop(heap)
+        f, choice, g, prefix_cost, parent_fin, fin = heapq.heappop(heap)
         stats.expanded += 1
         # sibling: same prefix, next option of the last layer (never cheaper: options sorted by cost)
         push(prefix_cost, parent_fin, choice[:-1], choice[-1] + 1)

@@ -7,8 +7,13 @@ d_i; functions before the first real chain node (parallel entries) form a leadin
 one after another, so the app's latency is the sum of the regions' latencies.
 
 Regions are then packed into *groups* of at most ``max_group`` functions: consecutive regions are merged
-while they fit (fewer, larger groups plan better), and a region larger than ``max_group`` is cut into
-pieces in topological order (the pieces are then treated as sequential, a conservative approximation).
+while they fit (fewer, larger groups plan better), and a region larger than ``max_group`` is cut at its
+*levels* (a function's level is the length of the longest chain of the region's functions before it):
+functions of one level have no edge between them, so a level kept in one group stays parallel in the
+estimate, and consecutive levels are merged while they fit. Only a level wider than ``max_group`` is cut
+into pieces in topological order, which are then treated as sequential (a conservative
+approximation). A fork-join region -- a head, up to ``max_group`` parallel branches -- is thus
+estimated exactly: head, then the slowest branch.
 
 The SLO is split in proportion to each group's latency estimate: the group's longest path with every
 function at its median-latency profiled configuration (the "typical" speed of a function, less skewed
@@ -77,8 +82,12 @@ def groups(app: App, max_group: int = DEFAULT_MAX_GROUP) -> tuple[tuple[str, ...
         raise ValueError("max_group must be at least 1")
     pieces: list[tuple[str, ...]] = []
     for region in regions(app):
-        for i in range(0, len(region), max_group):
-            pieces.append(region[i:i + max_group])
+        if len(region) <= max_group:
+            pieces.append(region)
+            continue
+        for level in _levels(app, region):
+            for i in range(0, len(level), max_group):
+                pieces.append(level[i:i + max_group])
     out: list[tuple[str, ...]] = []
     for piece in pieces:
         fits = out and len(out[-1]) + len(piece) <= max_group
@@ -87,6 +96,16 @@ def groups(app: App, max_group: int = DEFAULT_MAX_GROUP) -> tuple[tuple[str, ...
         else:
             out.append(piece)
     return tuple(out)
+
+
+def _levels(app: App, region: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The region's functions by level (longest chain of region functions before each), each level in
+    the region's topological order."""
+    inside = set(region)
+    level: dict[str, int] = {}
+    for f in region:  # topological order: predecessors first
+        level[f] = max((level[p] + 1 for p in app.predecessors(f) if p in inside), default=0)
+    return [tuple(f for f in region if level[f] == k) for k in range(max(level.values()) + 1)]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """``esg agent``: run an invoker agent on this node (MIG slices, warm workers, batches over Redis).
 
-Every service flag has an environment fallback (DESIGN §5). A missing or unreachable dependency --
+Every service flag has an environment fallback (``docs/architecture.md`` §6). A missing or unreachable dependency --
 Redis, OpenWhisk's API settings, NVML without ``--fake-gpu`` -- is one line naming it (exit 2).
 The OpenWhisk key and the Redis password are never printed or logged. The agent talks to the
 scheduler over Redis only; ``--kafka`` is still accepted and checked (deployments pass the same
@@ -20,7 +20,7 @@ from esg.mig import GEOMETRIES
 from esg_cli import checks
 from esg_cli.errors import CliError
 
-RUNNERS = ("process", "docker")
+RUNNERS = ("process", "docker", "twin")
 
 
 def host_memory_mb() -> int:
@@ -66,7 +66,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fake-gpu", type=checks.gpu_model, metavar="MODEL",
                    help="use the fake NVML backend with this GPU's MIG geometry (env ESG_FAKE_GPU; one of "
                         f"{', '.join(GEOMETRIES)}); without it, real NVML")
-    p.add_argument("--runner", choices=RUNNERS, help="where actions run (env ESG_RUNNER; default process)")
+    p.add_argument("--runner", choices=RUNNERS,
+                   help="where actions run (env ESG_RUNNER; default process); twin: run nothing, wait each "
+                        "batch's profiled latency with the emulator's noise and cold starts (needs --profiles)")
+    p.add_argument("--profiles", metavar="DIR",
+                   help="profile tables the twin times batches by (the scheduler's; --runner twin only)")
+    p.add_argument("--seed", type=checks.non_negative_int, default=0, metavar="N",
+                   help="seed of the twin's execution-time noise (with the node name)")
     p.add_argument("--journal", metavar="PATH",
                    help="MIG crash journal file (env ESG_AGENT_JOURNAL; default: in memory)")
     p.add_argument("--max-batches", type=checks.positive_int, default=4, metavar="N",
@@ -113,6 +119,12 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
         raise CliError("no OpenWhisk credentials: pass --openwhisk-auth UUID:KEY or set ESG_OPENWHISK_AUTH")
     if args.journal:
         checks.check_writable_file(args.journal, "--journal")
+    if args.runner == "twin" and not args.profiles:
+        raise CliError("--runner twin needs --profiles DIR (the profile tables it times batches by)")
+    if args.profiles and args.runner != "twin":
+        raise CliError("--profiles is used only with --runner twin")
+    if args.profiles:
+        checks.check_dir(args.profiles, "--profiles")
     return args
 
 
@@ -148,9 +160,17 @@ def run_agent(args: argparse.Namespace) -> int:
     except VcpuError as e:
         raise CliError(f"--vcpus: {e}") from None
 
+    twin = None
+    if args.runner == "twin":
+        from esg.emulator.config import EmulatorParams
+        from invoker_agent.twin import TwinClock, TwinError, TwinFactory, TwinProfiles
+        try:
+            twin = TwinFactory(TwinProfiles(args.profiles), TwinClock(EmulatorParams(), args.seed, args.name))
+        except TwinError as e:
+            raise CliError(str(e)) from None
     try:
         node = NodeAgent.create(args.name, vcpus=vcpus, fake_gpu=args.fake_gpu, runner=args.runner,
-                                journal=args.journal, idle_ttl_s=args.idle_ttl_s)
+                                journal=args.journal, idle_ttl_s=args.idle_ttl_s, worker_factory=twin)
     except MigOperationError as e:
         raise CliError(str(e)) from None
     except ValueError as e:
@@ -172,6 +192,9 @@ def run_agent(args: argparse.Namespace) -> int:
         raise CliError(f"Redis refused the agent's dispatch stream: {e}") from None
 
     slices = SliceManager(node)
+    if twin is not None:
+        twin.profile_of_slice = node.slice_profile
+        slices.change_delay_s = twin.clock.params.mig_reconfig_ms / 1000
     warm = WarmRegistry()
     fetcher = ActionFetcher(args.openwhisk_api, args.openwhisk_auth)
     data = DataPlane(client, keys, LocalOutputs(int(args.local_data_mb * 1024 * 1024)))

@@ -16,7 +16,7 @@ import socket
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from esg_cli.errors import CliError
 
@@ -53,6 +53,7 @@ positive_int = _in_range(int, lambda v: v >= 1, "at least 1", "positive_int")
 non_negative_int = _in_range(int, lambda v: v >= 0, "0 or more", "non_negative_int")
 positive_float = _in_range(float, lambda v: v > 0, "a positive number", "positive_float")
 non_negative_float = _in_range(float, lambda v: v >= 0, "0 or more", "non_negative_float")
+fraction = _in_range(float, lambda v: 0 <= v <= 1, "between 0 and 1", "fraction")
 port = _in_range(int, lambda v: 1 <= v <= 65535, "a TCP port (1-65535)", "port")
 port_or_zero = _in_range(int, lambda v: 0 <= v <= 65535, "a TCP port (1-65535, or 0 for a free one)", "port_or_zero")
 
@@ -77,13 +78,19 @@ def kafka_address(text: str) -> str:
     return text
 
 
-def redis_url(text: str) -> str:
-    """``redis://[:PASSWORD@]HOST:PORT[/DB]``, ``rediss://...`` or ``unix:///PATH``. The password is never shown."""
+def _split_url(text: str, message: str) -> SplitResult:
+    """``text`` split as a URL, its port read (a bad one raises); ``message`` when it is not one."""
     try:
         parts = urlsplit(text)
         parts.port  # noqa: B018 - raises ValueError on a bad port
     except ValueError:
-        raise argparse.ArgumentTypeError("not a Redis URL (expected redis://HOST:PORT/DB)") from None
+        raise argparse.ArgumentTypeError(message) from None
+    return parts
+
+
+def redis_url(text: str) -> str:
+    """``redis://[:PASSWORD@]HOST:PORT[/DB]``, ``rediss://...`` or ``unix:///PATH``. The password is never shown."""
+    parts = _split_url(text, "not a Redis URL (expected redis://HOST:PORT/DB)")
     if parts.scheme not in ("redis", "rediss", "unix"):
         raise argparse.ArgumentTypeError(f"expected a redis://, rediss:// or unix:// URL, "
                                          f"got scheme {parts.scheme or '(none)'!r}")
@@ -97,14 +104,36 @@ def redis_url(text: str) -> str:
 
 def http_url(text: str) -> str:
     """An ``http://`` or ``https://`` base URL (OpenWhisk's API host)."""
-    try:
-        parts = urlsplit(text)
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a URL: {text!r}") from None
+    parts = _split_url(text, f"not a URL: {text!r}")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {text!r}")
     return text
+
+
+def activation_store_url(text: str) -> str:
+    """``http[s]://[user:password@]host:port[/database]``: OpenWhisk's activation store (CouchDB API).
+    The credentials are never shown."""
+    from controller_plugin.activation_store import parse_url
+
+    try:
+        parse_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def parameter_key(scheme: str) -> Callable[[str], str]:
+    """An argparse type: a base64 key of OpenWhisk's parameter encryption ``scheme``; never shown."""
+    def parse(text: str) -> str:
+        from controller_plugin.arguments import key_bytes
+
+        try:
+            key_bytes(text, scheme)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+    parse.__name__ = "parameter_key"
+    return parse
 
 
 def api_key(text: str) -> str:

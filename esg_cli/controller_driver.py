@@ -1,17 +1,26 @@
-"""Plays the OpenWhisk controller's side of the Kafka protocol (reference/openwhisk.md §3, §4).
+"""Plays the OpenWhisk controller's side of the Kafka protocol (``docs/openwhisk-protocol.md``).
 
 * Consumes ``health``: the first ping of instance N registers invoker N (Unhealthy) and sends it the
   health test action at once (``whisk.system/invokerHealthTestAction{C}``, ``transid=["sid_invokerHealth",
-  <start ms>]``, ``revision: null``, ``blocking: false``, no ``content``); a Completion with that transid
-  and ``isSystemError: false`` makes it Healthy; no ping for 10 s makes it Offline.
-* :meth:`ControllerDriver.invoke` publishes an ActivationMessage (the exact JSON of §3.1: action with
+  <start ms>]``, ``revision: null``, ``blocking: false``, no ``content``); no ping for 10 s makes it
+  Offline, a ping with ``isEnabled: false`` at once.
+* Supervises each invoker as ``InvokerSupervision.scala``'s ``InvokerActor`` does: every completion
+  (health test acks and user activations alike) goes into a ring buffer of the last 10 results --
+  Success, SystemError (``isSystemError: true``) or Timeout (a forced completion: no completion within
+  max(timeout, 60 s) x 2 + 1 min of the publish, as ``CommonLoadBalancer`` forces it). More than 3
+  SystemErrors makes it Unhealthy, more than 3 Timeouts Unresponsive; a Success makes it Healthy again
+  (Unhealthy: once the test action it sends after the Success succeeds too). Unhealthy and Unresponsive
+  invokers get the test action on entering the state and every ``retest_s``.
+* :meth:`ControllerDriver.invoke` publishes an ActivationMessage (the exact JSON of ``docs/openwhisk-protocol.md`` §2: action with
   version, revision, user identity, content = the action's parameters merged with the call's) to a
   Healthy invoker (home invoker by OpenWhisk's hash, then the next ones), and for a blocking call waits
-  for the result on ``completed{C}``.
+  for the result on ``completed{C}``; when the ack carries only the id (shrunk past Kafka's limit) or no
+  result, the record is polled from the activation store (CouchDB), as ``PrimitiveActions.pollActivation``
+  does.
 * Counts every ack per activation id, so a test can assert that each one was answered exactly once.
 
 It is the controller the embedded cluster (``esg up``) and the integration tests use where a JVM
-cannot run; it does not store activations (whoever completes one does).
+cannot run; it does not store activations (whoever completes one does: the invoker).
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import string
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,12 +38,22 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from controller_plugin import wire
+from controller_plugin.activation_store import ActivationStore, StoreError
 
 GUEST = {"subject": "guest", "namespace": {"name": "guest", "uuid": "23bc46b1-71f6-4ed5-8c54-816aa4f8c502"},
          "authkey": {"api_key": "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:"
                                 "123zO3xZCLrMN6v2BKK1dXYFpXlPkccOFqm12CdAsMgRU4VrNZ9lyGVCGuMDGIwP"},
          "rights": ["READ", "PUT", "DELETE", "ACTIVATE"], "limits": {}}
 PING_TIMEOUT_S = 10.0
+#: ``InvokerActor.bufferSize`` and ``bufferErrorTolerance``.
+BUFFER_SIZE = 10
+BUFFER_ERROR_TOLERANCE = 3
+SUCCESS, SYSTEM_ERROR, TIMEOUT = "success", "system_error", "timeout"
+#: The controller's defaults: ``timeout-factor``, ``timeout-addon``, ``time-limit.std``.
+TIMEOUT_FACTOR = 2
+TIMEOUT_ADDON_S = 60.0
+STD_TIME_LIMIT_S = 60.0
+POLL_S = 0.05
 
 
 class DriverError(Exception):
@@ -44,10 +63,12 @@ class DriverError(Exception):
 @dataclass
 class Invoker:
     instance: int
-    status: str = "unhealthy"          # unhealthy | healthy | offline
+    status: str = "unhealthy"          # unhealthy | healthy | unresponsive | offline
     last_ping_s: float = 0.0
     memory_mb: int = 0
     test_sent_s: float = 0.0
+    buffer: deque = field(default_factory=lambda: deque(maxlen=BUFFER_SIZE))
+    """The last completions' results (``InvokerInfo.buffer``)."""
 
 
 @dataclass
@@ -62,7 +83,17 @@ class AckLog:
     instance: int | None = None
     first_ack_s: float | None = None
     """``time.monotonic()`` of the first ack (for latency measurements)."""
+    forced: bool = False
+    """No completion came in time: the controller forced one (a Timeout in the invoker's buffer)."""
     done: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """An activation in flight on an invoker, forced complete at ``deadline_s`` (monotonic)."""
+
+    invoker: int
+    deadline_s: float
 
 
 def java_hash(s: str) -> int:
@@ -82,13 +113,18 @@ class ControllerDriver:
     def __init__(self, kafka: str, prefix: str = "", controller_id: str = "0",
                  catalog: Callable[[str], dict[str, Any] | None] | None = None,
                  user: dict[str, Any] | None = None, retest_s: float = 60.0,
-                 record_reader: Callable[[str], dict[str, Any] | None] | None = None) -> None:
+                 activation_store: str | None = None, timeout_factor: int = TIMEOUT_FACTOR,
+                 timeout_addon_s: float = TIMEOUT_ADDON_S, std_time_limit_s: float = STD_TIME_LIMIT_S) -> None:
         self.prefix = prefix
         self.controller_id = controller_id
         self.catalog = catalog
         self.user = user or GUEST
         self.retest_s = retest_s
-        self.record_reader = record_reader
+        self.activation_store = activation_store
+        self.timeout_factor = timeout_factor
+        self.timeout_addon_s = timeout_addon_s
+        self.std_time_limit_s = std_time_limit_s
+        self.slots: dict[str, Slot] = {}
         self.started_ms = int(time.time() * 1000)
         self.health_transid = [wire.HEALTH_TRANSID, self.started_ms]
         self.invokers: dict[int, Invoker] = {}
@@ -175,9 +211,47 @@ class ControllerDriver:
             for inv in self.invokers.values():
                 if inv.status != "offline" and now - inv.last_ping_s > PING_TIMEOUT_S:
                     inv.status = "offline"
-                if inv.status == "unhealthy" and (inv.test_sent_s == 0.0 or now - inv.test_sent_s > self.retest_s):
-                    inv.test_sent_s = now
-                    self._send_health_test(inv.instance)
+                if inv.status in ("unhealthy", "unresponsive") and (
+                        inv.test_sent_s == 0.0 or now - inv.test_sent_s > self.retest_s):
+                    self._test(inv, now)
+            late = [(aid, slot) for aid, slot in self.slots.items() if now > slot.deadline_s]
+            for aid, slot in late:
+                del self.slots[aid]
+                self.acks[aid].forced = True
+                self.acks[aid].done.set()
+                self._finished(slot.invoker, TIMEOUT, now)
+
+    def _test(self, inv: Invoker, now: float) -> None:
+        inv.test_sent_s = now
+        self._send_health_test(inv.instance)
+
+    def _finished(self, n: int, result: str, now: float) -> None:
+        """``InvokerActor.handleCompletionMessage``: one completion's result into invoker ``n``'s buffer."""
+        inv = self.invokers.get(n)
+        if inv is None:
+            return
+        inv.buffer.append(result)
+        if result == SUCCESS and inv.status == "unhealthy":
+            self._test(inv, now)
+        if (inv.status == "healthy" and result == SUCCESS) or inv.status == "offline":
+            return
+        entries = list(inv.buffer)
+        if entries.count(SYSTEM_ERROR) > BUFFER_ERROR_TOLERANCE:
+            new = "unhealthy"
+        elif entries.count(TIMEOUT) > BUFFER_ERROR_TOLERANCE:
+            new = "unresponsive"
+        elif result == SUCCESS:
+            new = "healthy"
+        elif result == SYSTEM_ERROR and len(entries) <= BUFFER_ERROR_TOLERANCE:
+            new = "unhealthy"
+        elif result == TIMEOUT and len(entries) <= BUFFER_ERROR_TOLERANCE:
+            new = "unresponsive"
+        else:
+            return
+        if new != inv.status:
+            inv.status = new
+            if new in ("unhealthy", "unresponsive"):
+                self._test(inv, now)  # entering the state sends the test action
 
     def _send_health_test(self, n: int) -> None:
         msg = {"transid": self.health_transid,
@@ -198,12 +272,14 @@ class ControllerDriver:
         except wire.WireError:
             return
         obj = ack.to_json()
+        now = time.monotonic()
+        completes = isinstance(ack, wire.CompletionMessage | wire.CombinedCompletionAndResultMessage)
+        result = SYSTEM_ERROR if completes and ack.is_system_error else SUCCESS
         if ack.transid == self.health_transid:  # recognised only by the transid, as the controller does
             with self._lock:
                 self.health_acks.append(obj)
-                inv = self.invokers.get(ack.instance.instance) if hasattr(ack, "instance") else None
-                if inv is not None and inv.status != "offline" and not ack.is_system_error:
-                    inv.status = "healthy"
+                if completes:
+                    self._finished(ack.instance.instance, result, now)
             return
         if isinstance(ack, wire.CompletionMessage):
             aid = ack.activation_id
@@ -212,12 +288,15 @@ class ControllerDriver:
         with self._lock:
             log = self.acks[aid]
             if log.first_ack_s is None:
-                log.first_ack_s = time.monotonic()
+                log.first_ack_s = now
             log.acks.append(obj)
-            if isinstance(ack, wire.CompletionMessage | wire.CombinedCompletionAndResultMessage):
+            if completes:
                 log.completions += 1
                 log.is_system_error = ack.is_system_error
                 log.instance = ack.instance.instance
+                slot = self.slots.pop(aid, None)
+                if slot is not None:  # after a forced completion the ack no longer counts
+                    self._finished(slot.invoker, result, now)
             if isinstance(ack, wire.ResultMessage | wire.CombinedCompletionAndResultMessage):
                 log.results += 1
                 log.record = ack.response if isinstance(ack.response, dict) else None
@@ -242,6 +321,15 @@ class ControllerDriver:
         with self._lock:
             return {i: inv.status for i, inv in self.invokers.items()}
 
+    def buffers(self) -> dict[int, list[str]]:
+        """Each invoker's ring buffer, oldest first."""
+        with self._lock:
+            return {i: list(inv.buffer) for i, inv in self.invokers.items()}
+
+    def completion_timeout_s(self, timeout_ms: int) -> float:
+        """When the controller forces a completion: max(timeout, std) x factor + addon."""
+        return max(timeout_ms / 1000, self.std_time_limit_s) * self.timeout_factor + self.timeout_addon_s
+
     def _choose(self, fqn: str, ns: str) -> int:
         healthy = self.healthy()
         if not healthy:
@@ -255,8 +343,9 @@ class ControllerDriver:
         return healthy[0]
 
     def message(self, action: str, params: Any = None, *, blocking: bool = True, cause: str | None = None,
-                activation_id: str | None = None) -> dict[str, Any]:
-        """The ActivationMessage the controller would publish for a call of ``action`` (``ns/[pkg/]name``)."""
+                activation_id: str | None = None, binding: str | None = None) -> dict[str, Any]:
+        """The ActivationMessage the controller would publish for a call of ``action`` (``ns/[pkg/]name``);
+        ``binding``: the package binding (``ns/name``) the call named, ``action`` being the bound action."""
         fqn = action.strip("/")
         path, _, name = fqn.rpartition("/")
         doc = self.catalog(fqn) if self.catalog is not None else None
@@ -264,27 +353,39 @@ class ControllerDriver:
         if doc is not None and (doc.get("parameters") or isinstance(params, dict | type(None))):
             content = {p["key"]: p["value"] for p in doc.get("parameters") or []}
             content.update(params or {})
+        declared = [p for p in (doc or {}).get("parameters") or [] if isinstance(p, dict) and "key" in p]
+        given = set(params) if isinstance(params, dict) else set()
         msg: dict[str, Any] = {
             "transid": transaction_id(),
             "action": {"path": path, "name": name, "version": (doc or {}).get("version", "0.0.1")},
             "revision": (doc or {}).get("_rev"), "user": self.user, "activationId": activation_id or uuid.uuid4().hex,
             "rootControllerIndex": {"asString": self.controller_id, "instanceType": "controller"},
-            "blocking": blocking, "initArgs": [], "lockedArgs": {}}
+            "blocking": blocking,
+            # Parameters.initParameters and lockedParameters(the call's keys), as PrimitiveActions sends them
+            "initArgs": [p["key"] for p in declared if p.get("init")],
+            "lockedArgs": {p["key"]: p["encryption"] for p in declared
+                           if p.get("encryption") and p["key"] not in given}}
         if content is not None:
             msg["content"] = content
+        if binding is not None:
+            msg["action"]["binding"] = binding
         if cause is not None:
             msg["cause"] = cause
         return msg
 
     def publish(self, action: str, params: Any = None, *, blocking: bool = True, cause: str | None = None,
-                activation_id: str | None = None, invoker: int | None = None) -> str:
+                activation_id: str | None = None, invoker: int | None = None, binding: str | None = None) -> str:
         """Publish one ActivationMessage of ``action`` to a healthy invoker; return its activation id."""
-        msg = self.message(action, params, blocking=blocking, cause=cause, activation_id=activation_id)
+        msg = self.message(action, params, blocking=blocking, cause=cause, activation_id=activation_id,
+                           binding=binding)
         n = invoker if invoker is not None else self._choose(action.strip("/"), self.user["namespace"]["name"])
         aid = msg["activationId"]
+        doc = self.catalog(action.strip("/")) if self.catalog is not None else None
+        timeout_ms = int(((doc or {}).get("limits") or {}).get("timeout", 60_000))
         with self._lock:
             self.published[aid] = msg
             self.published_s[aid] = time.monotonic()
+            self.slots[aid] = Slot(n, time.monotonic() + self.completion_timeout_s(timeout_ms))
         self.producer.send(wire.invoker_topic(n, self.prefix), wire.encode(msg))
         return aid
 
@@ -292,31 +393,53 @@ class ControllerDriver:
         self.producer.flush(timeout=10)
 
     def invoke(self, action: str, params: Any = None, *, blocking: bool = True, timeout: float = 30.0,
-               cause: str | None = None) -> dict[str, Any] | str:
+               cause: str | None = None, binding: str | None = None) -> dict[str, Any] | str:
         """Like ``POST .../actions/{name}?blocking=...``: the WhiskActivation, or the id if not blocking."""
-        aid = self.publish(action, params, blocking=blocking, cause=cause)
+        aid = self.publish(action, params, blocking=blocking, cause=cause, binding=binding)
         self.flush()
         if not blocking:
             return aid
         return self.wait(aid, timeout)
 
     def wait(self, aid: str, timeout: float = 30.0) -> dict[str, Any]:
-        """The record of ``aid`` once answered (read from the store if the ack was shrunk)."""
+        """The record of ``aid`` once answered: from the ack, else (shrunk, or a completion alone) polled
+        from the activation store."""
         log = self.acks[aid]
         if not log.done.wait(timeout):
             raise DriverError(f"activation {aid}: no answer within {timeout:.0f} s")
+        if log.forced and not log.completions:
+            raise DriverError(f"activation {aid}: no completion in time (the controller forced one)")
+        if log.record is not None:
+            return log.record
+        if self.activation_store is None:
+            raise DriverError(f"activation {aid}: acked without a result, and no activation store to read")
+        rec = self.poll_record(aid, timeout)
+        if rec is None:
+            raise DriverError(f"activation {aid}: acked, and its record is not in the activation store "
+                              f"within {timeout:.0f} s")
+        return rec
+
+    def poll_record(self, aid: str, timeout: float, namespace: str | None = None) -> dict[str, Any] | None:
+        """The activation's record from the store (the stored document without CouchDB's fields); it is
+        stored under the invoking user's ``namespace`` (default: the one it was published with)."""
+        if namespace is None:
+            msg = self.published.get(aid)
+            namespace = (msg or {"user": self.user})["user"]["namespace"]["name"]
+        store = ActivationStore(self.activation_store or "")
         deadline = time.monotonic() + timeout
-        while log.record is None and time.monotonic() < deadline:
-            if self.record_reader is not None:
-                rec = self.record_reader(aid)
-                if rec is not None:
-                    return rec
-            if log.completions and self.record_reader is None:
-                break
-            time.sleep(0.05)
-        if log.record is None:
-            raise DriverError(f"activation {aid}: acked without a result")
-        return log.record
+        try:
+            while True:
+                try:
+                    doc = store.get(namespace, aid)
+                except StoreError:
+                    doc = None
+                if doc is not None:
+                    return {k: v for k, v in doc.items() if k not in ("_id", "_rev", "entityType", "updated")}
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(POLL_S)
+        finally:
+            store.close()
 
     def wait_acked(self, ids: list[str], timeout: float = 30.0) -> list[str]:
         """Wait until every id has a completion; return those still missing."""

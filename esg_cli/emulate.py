@@ -18,22 +18,25 @@ from pathlib import Path
 
 import numpy as np
 
+from esg.arrivals import read_arrivals, span_s, write_arrivals
 from esg.emulator import ClusterSpec, Emulation, EmulatorParams
 from esg.emulator.levels import LOAD_LEVELS, SLO_LEVELS, load_rate_rps
 from esg.emulator.workload import generate, map_trace_functions
-from esg.errors import MigError
-from esg.mig import geometry
+from esg.errors import EsgError, MigError
+from esg.mig import DEFAULT_GPU_MODEL, geometry
 from esg.model import load_app
 from esg.policies import make_policy, policy_names
 from esg.policies.base import PolicyContext
 from esg.profiles import load_profiles
-from esg_cli.checks import check_dir, check_writable_dir
+from esg_cli.checks import check_dir, check_writable_dir, check_writable_file
 from esg_cli.errors import CliError
 
 REPO = Path(__file__).resolve().parent.parent
 SUMMARY_COLUMNS = ["policy", "slo", "load", "rate_rps", "requests", "completed", "slo_hit_rate", "cost",
                    "cost_norm_esg", "p50_ms", "p99_ms", "sched_overhead_ms", "cold_starts", "mig_changes",
-                   "mean_batch"]
+                   "mean_batch", "cost_exec", "cost_idle", "cost_cold", "cost_mig"]
+"""The DESIGN contract's columns and the earlier ones first; the cost split (per request: execution,
+idle warm workers, cold starts, MIG reconfiguration; they add up to ``cost``) after them."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,7 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policies", default="esg,infless,fastgshare,orion,aquatope",
                    help="policies to compare, comma-separated")
     p.add_argument("--slo", default="strict,moderate,relaxed", help="SLO levels (0.8 L, 1.0 L, 1.2 L)")
-    p.add_argument("--load", default="light,normal,heavy", help="load levels (30/60/90%% of capacity C)")
+    p.add_argument("--load", default="light,normal,heavy", help="load levels (30/60/90%% of capacity C: every GPU compute slice busy at "
+                                                         "latency L)")
     p.add_argument("--seed", type=int, default=0, help="seed of the arrivals and the execution noise")
     p.add_argument("--duration-s", type=float, default=120.0, help="virtual seconds of arrivals per cell")
     p.add_argument("--warmup-s", type=float, default=30.0,
@@ -53,18 +57,40 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output directory (created if missing)")
     p.add_argument("--nodes", type=int, default=16, help="nodes of the emulated cluster")
     p.add_argument("--vcpus", type=int, default=16, help="vCPUs per node")
-    p.add_argument("--gpu", default="A100-40GB",
+    p.add_argument("--gpu", default=DEFAULT_GPU_MODEL,
                    help="GPU model per node ('none' for CPU-only nodes, with CPU-only profile tables)")
     p.add_argument("--profiles", default=str(REPO / "profiles" / "tables" / "a100"),
                    help="directory of profile tables <function>.json")
     p.add_argument("--apps", default=str(REPO / "apps"), help="directory of app files *.json")
-    p.add_argument("--trace", help="Azure Functions 2019 invocations_per_function CSV to replay")
+    p.add_argument("--trace", help="Azure Functions 2019 invocations_per_function CSV to replay (e.g. the "
+                                   "shipped data/traces/azure2019_sample_100_invocations.csv)")
+    p.add_argument("--trace-minute-s", type=float, default=60.0,
+                   help="seconds of the run per trace minute (60: real time; less replays more of the "
+                        "trace in a run, time-compressed)")
     p.add_argument("--mig-reconfig-ms", type=float, default=EmulatorParams.mig_reconfig_ms,
                    help="time to create or destroy one MIG instance")
+    p.add_argument("--hop-ms", type=float, default=EmulatorParams.hop_ms,
+                   help="the live path's overhead per batch (dispatch to the agent and result back; "
+                        "measured, see docs/live-vs-emulated.md)")
     p.add_argument("--cold-start-scale", type=float, default=EmulatorParams.cold_start_scale,
                    help="factor on the profiled cold starts (0: no cold starts)")
+    p.add_argument("--arrivals", metavar="FILE",
+                   help="replay this arrivals file (CSV time_s,app) instead of generating arrivals: it replaces "
+                        "--load, --duration-s and --trace (the load column names the file)")
+    p.add_argument("--write-arrivals", metavar="FILE",
+                   help="also write the generated arrivals of the (one) --load level to FILE (CSV time_s,app), "
+                        "for esg replay or a later --arrivals")
     p.add_argument("--jobs", type=int, default=2, help="cells run in parallel processes")
     p.add_argument("--no-plots", action="store_true", help="write the CSV files only")
+    p.add_argument("--profiles-online", action="store_true",
+                   help="the scheduler starts with every function unprofiled and learns its tables from the "
+                        "batches it runs, as the live service does (--profiles is then only the truth the "
+                        "emulated hardware follows; docs/online-profiles.md)")
+    p.add_argument("--prior-spread", type=float, default=None, metavar="S",
+                   help="with --profiles-online: start from the true tables, each latency off by a random "
+                        "factor up to 1+S, instead of unprofiled")
+    p.add_argument("--explore-fraction", type=float, default=0.05, metavar="F",
+                   help="with --profiles-online: the share of a function's calls that may be explored")
     p.set_defaults(func=run)
 
 
@@ -101,23 +127,66 @@ def check_args(args: argparse.Namespace) -> None:
     if args.seed < 0:
         raise CliError(f"--seed must be 0 or more, got {args.seed}")
     for flag, value in (("--duration-s", args.duration_s), ("--warmup-s", args.warmup_s),
-                        ("--mig-reconfig-ms", args.mig_reconfig_ms),
+                        ("--mig-reconfig-ms", args.mig_reconfig_ms), ("--hop-ms", args.hop_ms),
+                        ("--trace-minute-s", args.trace_minute_s),
                         ("--cold-start-scale", args.cold_start_scale)):
         if not math.isfinite(value) or value < 0:
             raise CliError(f"{flag} must be a finite number, 0 or more, got {value:g}")
-    if args.duration_s <= 0:
-        raise CliError(f"--duration-s must be positive, got {args.duration_s:g}")
+    for flag, value in (("--duration-s", args.duration_s), ("--trace-minute-s", args.trace_minute_s)):
+        if value <= 0:
+            raise CliError(f"{flag} must be positive, got {value:g}")
+    if not 0 <= args.explore_fraction <= 1:
+        raise CliError(f"--explore-fraction must be between 0 and 1, got {args.explore_fraction:g}")
+    if args.prior_spread is not None and not (math.isfinite(args.prior_spread) and args.prior_spread >= 0):
+        raise CliError(f"--prior-spread must be a finite number, 0 or more, got {args.prior_spread:g}")
+    if (args.prior_spread is not None or args.explore_fraction != 0.05) and not args.profiles_online:
+        raise CliError("--prior-spread and --explore-fraction need --profiles-online")
     if args.warmup_s >= args.duration_s:
         raise CliError(f"--warmup-s {args.warmup_s:g} is not shorter than --duration-s {args.duration_s:g}: "
                        f"no request would be measured (--warmup-s defaults to 30; pass a shorter one)")
     check_writable_dir(args.out, "--out")
     gpu = _check_gpu(args.gpu)
     apps = _check_apps(args.apps)
+    _check_arrivals_flags(args, [a.name for a in apps])
     functions = sorted({f for a in apps for f in a.functions})
     profiles = load_profiles(check_dir(args.profiles, "--profiles"), functions)
     _check_profiles_fit_gpu(profiles, gpu, args.profiles)
     if args.trace:
         _check_trace(read_trace(args.trace), args.trace)
+
+
+def _check_arrivals_flags(args: argparse.Namespace, app_names: list[str]) -> None:
+    arrivals, write = getattr(args, "arrivals", None), getattr(args, "write_arrivals", None)
+    if arrivals and write:
+        raise CliError("--write-arrivals writes generated arrivals; with --arrivals nothing is generated")
+    if arrivals:
+        if args.trace:
+            raise CliError("--arrivals replaces --trace: pass one of them")
+        try:
+            span = span_s(read_arrivals(arrivals, app_names))
+        except EsgError as exc:
+            raise CliError(f"--arrivals {exc}") from None
+        if args.warmup_s >= span:
+            raise CliError(f"--warmup-s {args.warmup_s:g} is not shorter than the arrivals in --arrivals "
+                           f"({span:g} s): no request would be measured")
+    if write:
+        if len(_split(args.load, list(LOAD_LEVELS), "load level")) != 1:
+            raise CliError("--write-arrivals writes one workload: pass one --load level")
+        check_writable_file(write, "--write-arrivals")
+
+
+def workload(args: argparse.Namespace, load_level: str, base: dict, trace=None) -> tuple[list, float]:
+    """A cell's arrivals and their mean rate: the --arrivals file's, else generated from the seed and the
+    load level (the same for every policy and SLO level)."""
+    if getattr(args, "arrivals", None):
+        requests = read_arrivals(args.arrivals, list(base))
+        return requests, len(requests) / span_s(requests)
+    gpu_arg = getattr(args, "gpu", DEFAULT_GPU_MODEL)
+    gpu = None if gpu_arg.lower() == "none" else gpu_arg
+    rate = load_rate_rps(load_level, base, args.nodes, gpu)
+    wl_rng = np.random.default_rng([args.seed, _stable(load_level)])
+    minute_s = getattr(args, "trace_minute_s", 60.0)
+    return generate(sorted(base), rate, args.duration_s, wl_rng, trace, minute_s), rate
 
 
 def _check_gpu(value: str) -> str | None:
@@ -162,9 +231,15 @@ def run(args: argparse.Namespace) -> int:
     policies = _split(args.policies, policy_names(), "policy")
     slos = _split(args.slo, list(SLO_LEVELS), "SLO level")
     loads = _split(args.load, list(LOAD_LEVELS), "load level")
+    if getattr(args, "arrivals", None):
+        loads = [Path(args.arrivals).stem]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     trace = map_trace_functions(read_trace(args.trace), _app_names(args.apps)) if args.trace else None
+    if getattr(args, "write_arrivals", None):
+        base = {a.name: a for a in (load_app(p) for p in sorted(Path(args.apps).glob("*.json")))}
+        n = write_arrivals(args.write_arrivals, workload(args, loads[0], base, trace)[0])
+        print(f"wrote {n} arrivals to {args.write_arrivals}")
     cells = [(p, s, ld) for ld in loads for s in slos for p in policies]
     jobs = [(args, cell, trace) for cell in cells]
     from tqdm import tqdm
@@ -180,8 +255,9 @@ def run(args: argparse.Namespace) -> int:
                                     "p99_ms"], [r for rs in per_app for r in rs])
     print(render(rows))
     if not args.no_plots:
-        from esg_cli.emulate_plots import plot_cdf, plot_summary
+        from esg_cli.emulate_plots import plot_cdf, plot_cost_split, plot_summary
         plot_summary(rows, out / "summary.png")
+        plot_cost_split(rows, out / "cost_split.png")
         plot_cdf(lat, out / "latency_cdf.png")
     return 0
 
@@ -203,16 +279,15 @@ def run_cell(args, cell, trace):
     profiles = load_profiles(args.profiles, sorted({f for a in apps.values() for f in a.functions}))
     gpu = None if args.gpu.lower() == "none" else args.gpu
     cluster = ClusterSpec(args.nodes, args.vcpus, gpu)
-    rate = load_rate_rps(load_level, base, args.nodes)
-    wl_rng = np.random.default_rng([args.seed, _stable(load_level)])
-    requests = generate(list(apps), rate, args.duration_s, wl_rng, trace)
+    requests, rate = workload(args, load_level, base, trace)
     params = EmulatorParams(mig_reconfig_ms=args.mig_reconfig_ms, cold_start_scale=args.cold_start_scale,
-                            warmup_ms=args.warmup_s * 1e3)
-    policy = make_policy(policy_name, PolicyContext(apps, profiles, seed=args.seed,
+                            warmup_ms=args.warmup_s * 1e3, hop_ms=args.hop_ms)
+    online = online_learning(args, apps, profiles) if getattr(args, "profiles_online", False) else None
+    policy = make_policy(policy_name, PolicyContext(apps, online.tables if online else profiles, seed=args.seed,
                                                     mig_reconfig_ms=args.mig_reconfig_ms,
                                                     cold_start_scale=args.cold_start_scale))
     rng = np.random.default_rng([args.seed, _stable(policy_name), _stable(slo_level), _stable(load_level)])
-    result = Emulation(apps, profiles, policy, requests, rng, cluster, params).run()
+    result = Emulation(apps, profiles, policy, requests, rng, cluster, params, online=online).run()
     s = result.summary
     row = {"policy": policy_name, "slo": slo_level, "load": load_level, "rate_rps": rate, **s}
     per_app, lat = [], {}
@@ -224,6 +299,17 @@ def run_cell(args, cell, trace):
                         "p99_ms": float(np.percentile(arr, 99)) if arr.size else float("nan")})
         lat[app] = arr
     return row, per_app, {"cell": cell, "latencies": lat, "slo": {a: apps[a].slo_ms for a in apps}}
+
+
+def online_learning(args, apps, profiles):
+    """What ``--profiles-online`` gives the scheduler: unprofiled functions, or perturbed priors."""
+    from esg.emulator.online import OnlineLearning, perturbed
+
+    priors = {}
+    if args.prior_spread is not None:
+        prior_rng = np.random.default_rng([args.seed, _stable("prior")])
+        priors = {f: perturbed(p, args.prior_spread, prior_rng) for f, p in sorted(profiles.items())}
+    return OnlineLearning(profiles, apps, priors=priors, explore_fraction=args.explore_fraction)
 
 
 def _stable(name: str) -> int:
@@ -253,8 +339,11 @@ def write_csv(path: Path, columns: list[str], rows) -> None:
 
 
 def render(rows) -> str:
-    lines = [f"{'policy':<11}{'slo':<10}{'load':<8}{'requests':>9}{'hit rate':>10}{'cost/ESG':>10}{'p99 ms':>11}"]
+    lines = [f"{'policy':<11}{'slo':<10}{'load':<8}{'requests':>9}{'hit rate':>10}{'cost/ESG':>10}{'p99 ms':>11}"
+             f"{'exec':>7}{'idle':>7}{'cold':>7}{'mig':>7}"]
     for r in rows:
+        total = r["cost"] or 1.0
+        split = "".join(f"{r[k] / total:>7.0%}" for k in ("cost_exec", "cost_idle", "cost_cold", "cost_mig"))
         lines.append(f"{r['policy']:<11}{r['slo']:<10}{r['load']:<8}{r['requests']:>9}"
-                     f"{r['slo_hit_rate']:>10.3f}{r['cost_norm_esg']:>10.2f}{r['p99_ms']:>11.1f}")
+                     f"{r['slo_hit_rate']:>10.3f}{r['cost_norm_esg']:>10.2f}{r['p99_ms']:>11.1f}{split}")
     return "\n".join(lines)

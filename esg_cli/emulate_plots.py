@@ -36,6 +36,37 @@ def plot_summary(rows: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+SPLIT = (("cost_exec", "execution"), ("cost_idle", "idle warm workers"), ("cost_cold", "cold starts"),
+         ("cost_mig", "MIG reconfiguration"))
+
+
+def plot_cost_split(rows: list[dict], path: Path) -> None:
+    """Stacked bars per cell: cost per request split into execution, idle warm workers, cold starts and
+    MIG reconfiguration, one panel per (SLO, load) setting."""
+    settings = list(dict.fromkeys((r["slo"], r["load"]) for r in rows))
+    policies = list(dict.fromkeys(r["policy"] for r in rows))
+    by = {(r["policy"], r["slo"], r["load"]): r for r in rows}
+    cols = min(3, len(settings))
+    nrows = -(-len(settings) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3 * nrows), squeeze=False)
+    for ax, (slo, load) in zip(axes.flat, settings):
+        x = np.arange(len(policies))
+        bottom = np.zeros(len(policies))
+        for key, label in SPLIT:
+            v = np.array([by[(p, slo, load)][key] if (p, slo, load) in by else 0.0 for p in policies])
+            ax.bar(x, v, 0.7, bottom=bottom, label=label)
+            bottom += v
+        ax.set_xticks(x, policies, fontsize=7, rotation=30)
+        ax.set_title(f"{slo} / {load}", fontsize=9)
+        ax.set_ylabel("cost per request", fontsize=8)
+    for ax in list(axes.flat)[len(settings):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_cdf(cells, path: Path) -> None:
     """End-to-end latency CDF per app (one line per policy, moderate SLO and normal load when run)."""
     pick = [c for c in cells if c["cell"][1:] == ("moderate", "normal")] or list(cells)

@@ -21,11 +21,14 @@ SUBCOMMANDS = (
     "esg_cli.plan",
     "esg_cli.mig",
     "esg_cli.profile",
+    "esg_cli.profile_tables",
     "esg_cli.agent",
     "esg_cli.scheduler",
     "esg_cli.up",
     "esg_cli.bench",
     "esg_cli.emulate",
+    "esg_cli.replay",
+    "esg_cli.status",
 )
 
 
@@ -39,9 +42,11 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from esg_cli.profile_tables import rewrite
+
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(rewrite(list(sys.argv[1:] if argv is None else argv)))
     except UsageError:  # already reported on one line
         return 2
     try:

@@ -19,11 +19,18 @@ and ``actions/deploy.py`` make:
   Every answer carries the ``x-openwhisk-activation-id`` header.
 * ``GET /api/v1/namespaces/{ns}/activations[?limit=&skip=&name=&docs=true]`` -- summaries (or whole
   records), newest first; ``GET .../activations/{id}`` the record, ``.../{id}/result`` its response,
-  ``.../{id}/logs`` ``{"logs": [...]}``; records come from the Redis activation store. An id that is
-  not 32 hex digits is 400.
+  ``.../{id}/logs`` ``{"logs": [...]}``; records come from OpenWhisk's activation store (CouchDB's API,
+  documents ``{namespace}/{activationId}``, as the scheduler writes them). An id that is not 32 hex
+  digits is 400.
 * Records and results are shown as OpenWhisk shows them to users: the ``response`` has ``status``
   (``success``, ``application error``, ``action developer error``, ``whisk internal error``) and
   ``success`` instead of ``statusCode``.
+* Entitlement as OpenWhisk's (``Entitlement.scala``, ``PackageCollection``): a key acts in its own
+  namespace; in another one it may only read (``GET``) and invoke (``POST``) an action in a package that
+  namespace shares (``publish: true``); anything else there is 403 ``The supplied authentication is not
+  authorized to access '<ns>/<entity>'.``. An action read or invoked through a package binding
+  (``ns/binding/name``) is the bound package's action, under the same rule. Packages are made with
+  :meth:`OpenWhiskStandIn.put_package` (no REST route for them).
 * Basic auth with ``uuid:key``: none is 401 ``The resource requires authentication, which was not
   supplied with the request``, a wrong key 401 ``The supplied authentication is invalid.``; a missing
   entity is 404 ``The requested resource does not exist.``. Every error body is
@@ -46,7 +53,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from controller_plugin.ledger import activation_record_key
+from controller_plugin.activation_store import ActivationStore, StoreError
 from esg_cli import openwhisk_views as views
 
 BLOCKING_WAIT_S = 60.0
@@ -122,6 +129,11 @@ def _bump(version: str) -> str:
     return ".".join(parts)
 
 
+def _record(doc: dict[str, Any]) -> dict[str, Any]:
+    """A stored activation document as the record it holds (CouchDB's and OpenWhisk's fields removed)."""
+    return {k: v for k, v in doc.items() if k not in ("_id", "_rev", "entityType", "updated")}
+
+
 def _code() -> str:
     return uuid.uuid4().hex
 
@@ -141,11 +153,12 @@ controller (the embedded cluster plugs its controller driver in here)."""
 class OpenWhiskStandIn:
     """The HTTP server in a daemon thread; ``url`` is its API host. Use as a context manager."""
 
-    def __init__(self, keys: dict[str, str] | None = None, redis_client=None, host: str = "127.0.0.1",
-                 port: int = 0, invoker: Invoker | None = None) -> None:
+    def __init__(self, keys: dict[str, str] | None = None, activation_store: str | None = None,
+                 host: str = "127.0.0.1", port: int = 0, invoker: Invoker | None = None) -> None:
         self.keys = dict(keys or {GUEST_KEY: "guest", SYSTEM_KEY: "whisk.system"})
         self.store = ActionStore()
-        self.redis = redis_client
+        self.packages: dict[tuple[str, str], dict[str, Any]] = {}
+        self.activation_store = activation_store
         self.invoker = invoker
         self.requests: list[tuple[str, str, int]] = []
         handler = type("Handler", (_Handler,), {"standin": self})
@@ -172,6 +185,28 @@ class OpenWhiskStandIn:
         if status != 200:
             raise ValueError(f"cannot put {fqn}: {doc['error']}")
         return doc
+
+    def put_package(self, fqn: str, publish: bool = False, binding: str | None = None) -> None:
+        """Create package ``ns/name``: shared when ``publish``; a binding to package ``binding`` (``ns/name``)."""
+        ns, _, name = fqn.strip("/").partition("/")
+        self.packages[(ns, name)] = {"publish": publish, "binding": binding.strip("/") if binding else None}
+
+    def resolve(self, ns: str, entity: str) -> tuple[str, str]:
+        """``(ns, entity)`` of the action ``ns/entity`` names, through a package binding if it is one."""
+        pkg, _, name = entity.rpartition("/")
+        bound = self.packages.get((ns, pkg), {}).get("binding") if pkg else None
+        if bound:
+            bns, _, bpkg = bound.partition("/")
+            return bns, f"{bpkg}/{name}"
+        return ns, entity
+
+    def entitled(self, caller: str, ns: str, entity: str, method: str) -> bool:
+        """OpenWhisk's rule: all rights in one's own namespace; elsewhere READ and ACTIVATE of an action in
+        a shared package."""
+        if caller == ns:
+            return True
+        pkg = entity.rpartition("/")[0]
+        return method in ("GET", "POST") and bool(pkg) and self.packages.get((ns, pkg), {}).get("publish", False)
 
     def close(self) -> None:
         self.server.shutdown()
@@ -227,7 +262,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(401, BAD_AUTH if header else NO_AUTH)
             return None
         ns = caller if segs[3] == "_" else segs[3]
-        return ns, segs[4], "/".join(segs[5:]), parse_qs(parts.query)
+        entity = "/".join(segs[5:])
+        if segs[4] == "actions" and entity:
+            ns, entity = self.standin.resolve(ns, entity)
+        if not self.standin.entitled(caller, ns, entity if segs[4] == "actions" else "", self.command):
+            self._error(403, f"The supplied authentication is not authorized to access '{ns}/{entity or segs[4]}'.")
+            return None
+        return ns, segs[4], entity, parse_qs(parts.query)
 
     def _body(self) -> Any:
         """The request's JSON; ValueError when it is not JSON (or nested beyond what a parser takes)."""
@@ -321,21 +362,22 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(views.HTTP_STATUS[code], body, activation_id=answer.get("activationId"))
 
     # -- activations ---------------------------------------------------------------------------------
+    def _store(self) -> ActivationStore | None:
+        url = self.standin.activation_store
+        return None if url is None else ActivationStore(url)
+
     def _records(self, ns: str) -> list[dict[str, Any]]:
         """The activation records of namespace ``ns`` in the store, newest first."""
-        r = self.standin.redis
-        if r is None:
+        store = self._store()
+        if store is None:
             return []
-        out = []
-        for key in r.scan_iter(match=activation_record_key("*"), count=1000):
-            raw = r.get(key)
-            try:
-                record = json.loads(raw) if raw is not None else None
-            except ValueError:
-                continue
-            if isinstance(record, dict) and str(record.get("namespace", "")).split("/")[0] == ns:
-                out.append(record)
-        return sorted(out, key=lambda rec: rec.get("start", 0), reverse=True)
+        try:
+            docs = store.in_namespace(ns)
+        except StoreError:
+            docs = []
+        finally:
+            store.close()
+        return sorted((_record(d) for d in docs), key=lambda rec: rec.get("start", 0), reverse=True)
 
     def _list_activations(self, ns: str, _entity: str, query: dict[str, list[str]]) -> None:
         paging = views.page(query, "activations")
@@ -354,8 +396,16 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(400, BAD_ACTIVATION_ID)
         if part not in ("", "result", "logs"):
             return self._error(404, NOT_FOUND)
-        raw = self.standin.redis.get(activation_record_key(aid)) if self.standin.redis is not None else None
-        record = json.loads(raw) if raw is not None else None
+        store = self._store()
+        record = None
+        if store is not None:
+            try:
+                doc = store.get(ns, aid)
+            except StoreError:
+                doc = None
+            finally:
+                store.close()
+            record = None if doc is None else _record(doc)
         if not isinstance(record, dict) or str(record.get("namespace", "")).split("/")[0] != ns:
             return self._error(404, NOT_FOUND)
         if part == "result":

@@ -16,8 +16,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-STATUS_TEXT = {0: "success", 1: "application error", 2: "action developer error", 3: "whisk internal error"}
-HTTP_STATUS = {0: 200, 1: 502, 2: 502, 3: 500}
+from esg.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_SUCCESS, STATUS_WHISK_ERROR
+
+STATUS_TEXT = {STATUS_SUCCESS: "success", STATUS_APPLICATION_ERROR: "application error",
+               STATUS_DEVELOPER_ERROR: "action developer error", STATUS_WHISK_ERROR: "whisk internal error"}
+HTTP_STATUS = {STATUS_SUCCESS: 200, STATUS_APPLICATION_ERROR: 502, STATUS_DEVELOPER_ERROR: 502,
+               STATUS_WHISK_ERROR: 500}
 DEFAULT_LIMIT = 30
 MAX_LIMIT = 200
 _ACTIVATION_ID = re.compile(r"[0-9a-f]{32}")
@@ -28,15 +32,15 @@ def valid_activation_id(text: str) -> bool:
 
 
 def status_code(record: dict[str, Any]) -> int:
-    code = (record.get("response") or {}).get("statusCode", 3)
-    return code if code in STATUS_TEXT else 3
+    code = (record.get("response") or {}).get("statusCode", STATUS_WHISK_ERROR)
+    return code if code in STATUS_TEXT else STATUS_WHISK_ERROR
 
 
 def extended_response(response: dict[str, Any]) -> dict[str, Any]:
     """``ActivationResponse.toExtendedJson``: ``statusCode`` becomes ``status`` and ``success``."""
-    code = response.get("statusCode", 3)
+    code = response.get("statusCode", STATUS_WHISK_ERROR)
     out = {k: v for k, v in response.items() if k != "statusCode"}
-    out.update(status=STATUS_TEXT.get(code, STATUS_TEXT[3]), success=code == 0)
+    out.update(status=STATUS_TEXT.get(code, STATUS_TEXT[STATUS_WHISK_ERROR]), success=code == STATUS_SUCCESS)
     return out
 
 

@@ -1,4 +1,4 @@
-"""``esg plan``: show ESG_1Q's plan for an app (DESIGN §5)."""
+"""``esg plan``: show ESG_1Q's plan for an app (``docs/architecture.md`` §6)."""
 
 from __future__ import annotations
 

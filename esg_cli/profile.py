@@ -1,4 +1,4 @@
-"""``esg profile``: measure actions over a configuration grid and write profile tables (DESIGN §5).
+"""``esg profile``: measure actions over a configuration grid and write profile tables (``docs/architecture.md`` §6).
 
 The logic lives in :mod:`profiles`; this module parses and checks the arguments and reports.
 """
@@ -11,11 +11,9 @@ import sys
 from pathlib import Path
 
 from esg.errors import MigError
-from esg.mig import geometry
+from esg.mig import DEFAULT_GPU_MODEL, geometry
 from esg_cli.checks import check_writable_dir, positive_int
 from esg_cli.errors import CliError
-
-DEFAULT_GPU_MODEL = "A100-40GB"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "profile", help="profile actions over a configuration grid and write profile tables",
         description="Measure a function (or every function of an app) over batch sizes x vCPUs x GPU "
                     "(CPU only or a MIG profile) through the invoker agent's process runner, and write "
-                    "OUT/<function>.json. An interrupted run resumes where it stopped when run again.")
+                    "OUT/<function>.json. An interrupted run resumes where it stopped when run again. "
+                    "'esg profile export --redis URL --out DIR' writes the tables the schedulers learned "
+                    "online; 'esg profile import --redis URL DIR' seeds them with offline tables.")
     p.add_argument("targets", nargs="+", metavar="ACTION_OR_APP",
                    help="a function of actions/ (resnet50), an app name (image-classification), an app "
                         "file (apps/x.json) or a Python action file (my_action.py, profiled as my-action); "

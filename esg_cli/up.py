@@ -1,7 +1,8 @@
-"""``esg up``: the embedded local cluster -- everything real except OpenWhisk's JVM and CouchDB.
+"""``esg up``: the embedded local cluster -- everything real except OpenWhisk's JVM.
 
-It starts a Kafka-protocol broker (Tansu) and ``redis-server`` on free loopback ports, the OpenWhisk REST
-stand-in (actions, activation records, and invokes routed to the controller driver), deploys the apps in
+It starts a Kafka-protocol broker (Tansu), ``redis-server`` and ``pouchdb-server`` (CouchDB's API: the
+activation store) on free loopback ports, the OpenWhisk REST stand-in (actions, activation records read
+from the store, and invokes routed to the controller driver), deploys the apps in
 ``apps/`` with ``actions/deploy.py``'s requests (function actions with ``esg-`` annotations, one app
 action per app), runs ``esg scheduler`` and ``--nodes`` x ``esg agent --fake-gpu MODEL`` as processes,
 and plays the controller on Kafka. With ``--requests N`` it calls every app N times (blocking, one call every
@@ -28,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from esg.emulator.levels import SLO_LEVELS
+from esg.mig import DEFAULT_GPU_MODEL
 from esg.model import App, load_app
 from esg.planner import Planner
 from esg.profiles import load_profiles
@@ -37,6 +40,8 @@ from invoker_agent.lifetime import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE = "guest"
+#: OpenWhisk's activations database with its default prefix (``whisk_local_``).
+ACTIVATIONS_DB = "whisk_local_activations"
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -47,13 +52,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nodes", type=checks.positive_int, default=2, help="invoker agents to start")
     p.add_argument("--vcpus", type=checks.positive_int, default=None,
                    help="vCPUs each agent advertises (default: the CPUs here)")
-    p.add_argument("--fake-gpu", type=checks.gpu_model, default="A100-40GB", metavar="MODEL",
+    p.add_argument("--fake-gpu", type=checks.gpu_model, default=DEFAULT_GPU_MODEL, metavar="MODEL",
                    help="GPU model of the agents' fake NVML backend")
     p.add_argument("--apps", type=Path, default=ROOT / "apps", help="directory of app files (default apps/)")
-    p.add_argument("--profiles", type=Path, default=ROOT / "profiles" / "tables" / "cpu",
-                   help="profile tables the scheduler plans with (default profiles/tables/cpu, the measured CPU tables)")
-    p.add_argument("--slo-factor", type=checks.positive_float, default=3.0,
-                   help="each app's SLO = this x its fastest path under --profiles")
+    p.add_argument("--profiles", type=Path, default=None,
+                   help="profile tables the scheduler plans with (default profiles/tables/cpu, the measured CPU "
+                        "tables; with --runner twin profiles/tables/a100)")
+    p.add_argument("--runner", choices=("process", "twin"), default="process",
+                   help="how the agents run actions: process (the real code, on this CPU) or twin (run nothing: "
+                        "wait each batch's profiled latency under --profiles, the emulator's timing model)")
+    p.add_argument("--slo-factor", type=checks.positive_float, default=None,
+                   help="each app's SLO = this x its fastest path under --profiles (default 3)")
+    p.add_argument("--slo", choices=tuple(SLO_LEVELS), default=None,
+                   help="instead: each app's SLO = its file's slo_ms x the level (0.8, 1.0, 1.2), as esg emulate "
+                        "--slo sets them (for replaying the emulator's workloads on a twin cluster)")
     p.add_argument("--requests", type=checks.non_negative_int, default=3,
                    help="blocking calls per app before stopping")
     p.add_argument("--no-warmup", action="store_true",
@@ -79,8 +91,14 @@ class Deployed:
 def check_args(args: argparse.Namespace) -> list[Deployed]:
     """Every flag and file, checked before anything starts; the apps with their SLOs."""
     checks.check_dir(args.apps, "--apps")
+    if args.profiles is None:
+        args.profiles = ROOT / "profiles" / "tables" / ("a100" if args.runner == "twin" else "cpu")
     checks.check_dir(args.profiles, "--profiles")
-    apps = _apps(args.apps, args.profiles, args.slo_factor)
+    if args.slo is not None and args.slo_factor is not None:
+        raise CliError("--slo and --slo-factor both set each app's SLO: pass one of them")
+    apps = _apps(args.apps, args.profiles, args.slo_factor or 3.0, args.slo)
+    if args.runner == "twin":
+        _check_twin_profiles(args.apps, args.profiles, args.fake_gpu)
     checks.check_port_free(args.port, "--port")
     if args.logs is not None:
         checks.check_writable_dir(args.logs, "--logs")
@@ -130,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"logs kept in {logs}", file=sys.stderr)
 
 
-def _apps(directory: Path, profiles_dir: Path, factor: float) -> list[Deployed]:
+def _apps(directory: Path, profiles_dir: Path, factor: float, level: str | None = None) -> list[Deployed]:
     files = sorted(directory.glob("*.json"))
     if not files:
         raise CliError(f"{directory}: no app files (*.json)")
@@ -138,9 +156,21 @@ def _apps(directory: Path, profiles_dir: Path, factor: float) -> list[Deployed]:
     for f in files:
         app = load_app(f)
         profiles = load_profiles(profiles_dir, app.functions)
+        if level is not None:
+            out.append(Deployed(app, round(app.slo_ms * SLO_LEVELS[level], 3)))
+            continue
         fastest = Planner(app, profiles).fastest_latency()
         out.append(Deployed(app, round(factor * fastest, 1)))
     return out
+
+
+def _check_twin_profiles(apps_dir: Path, profiles_dir: Path, gpu: str) -> None:
+    """A twin times batches by the profiles of the GPU it pretends to have: they must be that GPU's."""
+    for f in sorted(apps_dir.glob("*.json")):
+        for prof in load_profiles(profiles_dir, load_app(f).functions).values():
+            if prof.gpu_model != gpu:
+                raise CliError(f"--profiles {profiles_dir}: profile {prof.function!r} is for {prof.gpu_model}, "
+                               f"but the twin agents pretend to be {gpu} (--fake-gpu)")
 
 
 @dataclass
@@ -152,19 +182,17 @@ class Cluster:
 
 
 def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], logs: Path) -> Cluster:
-    import redis
-
     from actions import deploy
     from esg_cli.controller_driver import ControllerDriver
     from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn
-    from esg_cli.servers import start_broker, start_redis
+    from esg_cli.servers import start_broker, start_couchdb, start_redis
 
     broker = stack.enter_context(start_broker())
     rserver = stack.enter_context(start_redis())
-    rclient = redis.Redis.from_url(rserver.url)
-    stack.callback(rclient.close)
+    couch = stack.enter_context(start_couchdb())
+    store = f"{couch.url}/{ACTIVATIONS_DB}"
     try:
-        standin = stack.enter_context(OpenWhiskStandIn(redis_client=rclient, port=args.port))
+        standin = stack.enter_context(OpenWhiskStandIn(activation_store=store, port=args.port))
     except OSError as exc:  # the port was taken after the check
         raise CliError(f"--port {args.port}: {exc.strerror or exc}") from None
     requests_ = deploy.plan([dict(d.app.to_dict(), slo_ms=d.slo_ms) for d in apps], image=None, max_batch=8,
@@ -174,7 +202,7 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
     print(f"deployed {len(requests_)} actions: " + ", ".join(f"{d.app.name} (SLO {d.slo_ms:g} ms)" for d in apps))
 
     env = dict(os.environ, ESG_KAFKA=broker.address, ESG_REDIS=rserver.url, ESG_OPENWHISK_API=standin.url,
-               ESG_OPENWHISK_AUTH=GUEST_KEY, PYTHONPATH=str(ROOT))
+               ESG_OPENWHISK_AUTH=GUEST_KEY, ESG_ACTIVATION_STORE=store, PYTHONPATH=str(ROOT))
     procs: dict[str, subprocess.Popen] = {}
     stack.callback(_stop_all, procs)
     procs["scheduler"] = _spawn(["scheduler", "--profiles", str(args.profiles)], env, logs / "scheduler.log")
@@ -182,11 +210,15 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
         cmd = ["agent", "--name", f"node{i}", "--fake-gpu", args.fake_gpu, "--journal", str(logs / f"node{i}.journal")]
         if args.vcpus:
             cmd += ["--vcpus", str(args.vcpus)]
+        if args.runner == "twin":
+            # a twin's batches only wait: as many at once as the node has vCPUs (each batch holds one or
+            # more), so the node's vCPUs and slices bound them, as in the emulator
+            cmd += ["--runner", "twin", "--profiles", str(args.profiles), "--seed", str(i),
+                    "--max-batches", str(args.vcpus or len(os.sched_getaffinity(0)))]
         procs[f"node{i}"] = _spawn(cmd, env, logs / f"node{i}.log")
 
-    driver = stack.enter_context(ControllerDriver(
-        broker.address, catalog=standin.store.lookup,
-        record_reader=lambda aid: _record(rclient, aid)))
+    driver = stack.enter_context(ControllerDriver(broker.address, catalog=standin.store.lookup,
+                                                  activation_store=store))
     standin.invoker = lambda fqn, params, blocking, timeout: driver.invoke(
         fqn, params, blocking=blocking, timeout=timeout)
     try:
@@ -195,14 +227,15 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
         dead = [f"{n} (exit {p.poll()}, see {logs / (n + '.log')})" for n, p in procs.items() if p.poll() is not None]
         raise CliError(f"the cluster did not come up: {exc}" + (f"; stopped: {', '.join(dead)}" if dead else "")) from None
     print(f"{args.nodes} invoker agent(s) healthy")
-    _print_started(broker, rserver, standin.url, procs, logs)
+    _print_started(broker, rserver, couch, standin.url, procs, logs)
     return Cluster(broker.address, standin.url, driver, procs)
 
 
-def _print_started(broker, rserver, api: str, procs: dict[str, subprocess.Popen], logs: Path) -> None:
+def _print_started(broker, rserver, couch, api: str, procs: dict[str, subprocess.Popen], logs: Path) -> None:
     """What this command started, so a user knows what runs (and can check that nothing outlives it)."""
     rows = [("Kafka-protocol broker (Tansu)", broker.process.pid, broker.address),
             ("redis-server", rserver.process.pid, rserver.url),
+            ("pouchdb-server (activations)", couch.process.pid, f"http://{couch.address}/{ACTIVATIONS_DB}"),
             ("OpenWhisk REST stand-in", os.getpid(), f"{api} (a thread of this process)")]
     rows += [(f"esg {'scheduler' if n == 'scheduler' else 'agent ' + n}", p.pid, str(logs / f"{n}.log"))
              for n, p in procs.items()]
@@ -210,13 +243,6 @@ def _print_started(broker, rserver, api: str, procs: dict[str, subprocess.Popen]
           "action workers die with their agent):")
     for what, pid, where in rows:
         print(f"  {what:<30} pid {pid:<8} {where}")
-
-
-def _record(rclient: Any, aid: str) -> dict[str, Any] | None:
-    from controller_plugin.ledger import activation_record_key
-
-    raw = rclient.get(activation_record_key(aid))
-    return None if raw is None else json.loads(raw)
 
 
 def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:

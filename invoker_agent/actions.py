@@ -60,7 +60,9 @@ def parse_fqn(fqn: str, default_namespace: str = "_") -> tuple[str, str]:
 
 
 class ActionFetcher:
-    """Reads actions from OpenWhisk's REST API; ``get`` is cached by (fqn, revision)."""
+    """Reads actions from OpenWhisk's REST API, as the activation's caller when ``get`` is given its key
+    (else with the agent's own); ``get`` is cached by (fqn, revision): every caller whose activation
+    reached the agent was entitled to it."""
 
     def __init__(self, api_url: str, auth: str, timeout_s: float = 10.0,
                  session: requests.Session | None = None) -> None:
@@ -77,7 +79,7 @@ class ActionFetcher:
     def __repr__(self) -> str:
         return f"ActionFetcher({self.api_url!r}, auth='{self._auth[0]}:***')"
 
-    def get(self, fqn: str, revision: str | None = None) -> ActionCode:
+    def get(self, fqn: str, revision: str | None = None, auth: str | None = None) -> ActionCode:
         """The action ``fqn``; with a ``revision`` a cached copy of that revision is used if present."""
         if revision is not None:
             with self._lock:
@@ -87,7 +89,8 @@ class ActionFetcher:
         ns, name = parse_fqn(fqn)
         url = f"{self.api_url}/api/v1/namespaces/{quote(ns)}/actions/{quote(name)}"
         try:
-            r = self.session.get(url, params={"code": "true"}, auth=self._auth, timeout=self.timeout_s)
+            who = tuple(auth.split(":", 1)) if auth and ":" in auth else self._auth
+            r = self.session.get(url, params={"code": "true"}, auth=who, timeout=self.timeout_s)
         except requests.RequestException as e:
             raise ActionFetchError(f"cannot reach OpenWhisk at {self.api_url} to read action {fqn}: "
                                    f"{type(e).__name__}") from None

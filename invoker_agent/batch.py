@@ -15,7 +15,15 @@ import logging
 import time
 from collections.abc import Sequence
 
-from esg.protocol import MAX_NESTING, DispatchMessage, ResultMessage, RunResult, deeper_than
+from esg.protocol import (
+    MAX_NESTING,
+    STATUS_DEVELOPER_ERROR,
+    STATUS_WHISK_ERROR,
+    BatchResult,
+    DispatchMessage,
+    RunResult,
+    deeper_than,
+)
 from invoker_agent import runtime_client as rt
 from invoker_agent.actions import ActionFetcher, ActionFetchError, ActionNotFound
 from invoker_agent.data import DataPlane, MissingInput, Write
@@ -38,64 +46,69 @@ class BatchRunner:
         self.warm = warm
         self.data = data
 
-    def run(self, msg: DispatchMessage) -> tuple[ResultMessage, list[Write]]:
+    def run(self, msg: DispatchMessage) -> tuple[BatchResult, list[Write]]:
         """The batch's result message and the outputs to store with it."""
         try:
             result, raws = self._run(msg)
             results, writes = self.data.outputs(msg, result.results, raws)
-            return ResultMessage(result.batch_id, result.node, tuple(results), result.error, msg.function,
-                                 msg.config, result.run_ms), writes
+            return BatchResult(result.batch_id, result.node, tuple(results), result.error, msg.function,
+                                 msg.config, result.run_ms, result.cold, result.reconfigured), writes
         except Exception as e:  # noqa: BLE001 - an agent bug answers the batch, never kills the agent
             log.exception("batch %s failed inside the agent", msg.batch_id)
-            return failed(msg, self.node.name, rt.WHISK_ERROR, f"agent error: {type(e).__name__}: {e}"), []
+            return failed(msg, self.node.name, STATUS_WHISK_ERROR, f"agent error: {type(e).__name__}: {e}"), []
 
-    def _run(self, msg: DispatchMessage) -> tuple[ResultMessage, dict[str, bytes]]:
+    def _run(self, msg: DispatchMessage) -> tuple[BatchResult, dict[str, bytes]]:
         """The batch's results, and the outputs' bytes as the action's runtime wrote them (when it did)."""
         name = self.node.name
         values = self.data.inputs(msg)
         missing = {r.activation_id: v.error for r, v in zip(msg.requests, values) if isinstance(v, MissingInput)}
         if missing:
             runnable = [(r, v) for r, v in zip(msg.requests, values) if r.activation_id not in missing]
-            ran, raws = self._run_values(msg, runnable) if runnable else (ResultMessage(msg.batch_id, name, ()), {})
+            ran, raws = self._run_values(msg, runnable) if runnable else (BatchResult(msg.batch_id, name, ()), {})
             now = int(time.time() * 1000)
-            lost = tuple(RunResult(a, rt.WHISK_ERROR, {"error": why}, now, now) for a, why in missing.items())
-            return ResultMessage(msg.batch_id, name, ran.results + lost, ran.error, run_ms=ran.run_ms), raws
+            lost = tuple(RunResult(a, STATUS_WHISK_ERROR, {"error": why}, now, now) for a, why in missing.items())
+            return BatchResult(msg.batch_id, name, ran.results + lost, ran.error, run_ms=ran.run_ms, cold=ran.cold,
+                                 reconfigured=ran.reconfigured), raws
         return self._run_values(msg, list(zip(msg.requests, values)))
 
-    def _run_values(self, msg: DispatchMessage, runnable: list) -> tuple[ResultMessage, dict[str, bytes]]:
+    def _run_values(self, msg: DispatchMessage, runnable: list) -> tuple[BatchResult, dict[str, bytes]]:
         """Run the requests of ``runnable`` (``(request, input)`` pairs) as one batch."""
         name = self.node.name
 
-        def fail(code: int, error: str) -> tuple[ResultMessage, dict[str, bytes]]:
+        def fail(code: int, error: str) -> tuple[BatchResult, dict[str, bytes]]:
             return failed_ids(msg.batch_id, name, [r.activation_id for r, _ in runnable], code, error,
                               msg.function), {}
 
         fqn = f"/{msg.action.namespace}/{msg.action.name}"
         try:
-            action = self.fetcher.get(fqn, msg.action.revision)
+            # read as the caller (the first request's key; the agent's own key for another kind of key)
+            action = self.fetcher.get(fqn, msg.action.revision,
+                                      auth=next((r.api_key for r, _ in runnable if r.api_key), None))
         except ActionNotFound as e:
-            return fail(rt.DEVELOPER_ERROR, str(e))
+            return fail(STATUS_DEVELOPER_ERROR, str(e))
         except ActionFetchError as e:
-            return fail(rt.WHISK_ERROR, str(e))
-        uuid = None
+            return fail(STATUS_WHISK_ERROR, str(e))
+        uuid, changes = None, 0
         if msg.slice is not None:
             try:
-                uuid = self.slices.ensure(msg.slice, msg.destroy)
+                uuid, changes = self.slices.carve(msg.slice, msg.destroy)
             except SliceError as e:
-                return fail(rt.WHISK_ERROR, str(e))
+                return fail(STATUS_WHISK_ERROR, str(e))
         try:
             try:
                 ids = self.vcpus.acquire(msg.config.vcpus)
             except VcpuError as e:
-                return fail(rt.WHISK_ERROR, str(e))
+                return fail(STATUS_WHISK_ERROR, str(e))
             assert ids is not None
             try:
-                # a warm worker serves any batch size: only its vCPUs and slice define it
-                key = WorkerKey(action.fqn, action.revision, f"{msg.config.vcpus}c/{msg.config.gpu or 'cpu'}", uuid)
-                spec = WorkerSpec(self.vcpus.host_ids(ids), uuid, msg.action.memory_mb)
+                # a warm worker serves any batch size on any vCPU count (it is re-pinned in place): only
+                # its slice defines it, as in the emulator's node model
+                key = WorkerKey(action.fqn, action.revision, msg.config.gpu or "cpu", uuid)
+                spec = WorkerSpec(self.vcpus.host_ids(ids), uuid, msg.action.memory_mb, msg.config)
                 self.warm.note(key, msg.function, msg.config)
                 reqs = [rt.RunRequest(v if isinstance(v, dict) else {"value": v},
-                                      r.activation_id, r.transaction_id, r.deadline_ms) for r, v in runnable]
+                                      r.activation_id, r.transaction_id, r.deadline_ms,
+                                      dict(r.init_env) if r.init_env else None) for r, v in runnable]
                 log.info("batch %s: %s x%d on vCPUs %s%s", msg.batch_id, action.fqn, len(reqs), list(ids),
                          f", MIG {uuid}" if uuid else "")
                 t0 = time.perf_counter()
@@ -106,26 +119,27 @@ class BatchRunner:
         finally:
             self.slices.release(uuid)
         init_ms = max((r.init_ms or 0.0 for r in out), default=0.0)
-        return (ResultMessage(msg.batch_id, name, tuple(_result(r) for r in out),
-                              run_ms=round(max(0.0, elapsed_ms - init_ms), 3)),
+        return (BatchResult(msg.batch_id, name, tuple(_result(r) for r in out),
+                              run_ms=round(max(0.0, elapsed_ms - init_ms), 3),
+                              cold=any(r.init_ms is not None for r in out), reconfigured=changes),
                 {r.activation_id: r.raw for r in out if r.raw is not None})
 
 
-def _result(r: rt.RunResult) -> RunResult:
+def _result(r: rt.RuntimeResult) -> RunResult:
     start = r.started_ms if r.started_ms is not None else time.time() * 1000 - r.duration_ms
     code, result = r.status_code, r.result
     if deeper_than(result):    # it could not be written into the result message: the action's error
-        code, result = rt.DEVELOPER_ERROR, {"error": f"The action's result nests deeper than {MAX_NESTING} levels."}
+        code, result = STATUS_DEVELOPER_ERROR, {"error": f"The action's result nests deeper than {MAX_NESTING} levels."}
     return RunResult(r.activation_id, code, result, int(start), int(start + r.duration_ms),
                      None if r.init_ms is None else int(round(r.init_ms)), tuple(r.logs), r.timeout)
 
 
-def failed(msg: DispatchMessage, node: str, code: int, error: str) -> ResultMessage:
+def failed(msg: DispatchMessage, node: str, code: int, error: str) -> BatchResult:
     return failed_ids(msg.batch_id, node, [r.activation_id for r in msg.requests], code, error, msg.function)
 
 
 def failed_ids(batch_id: str, node: str, activation_ids: Sequence[str], code: int, error: str,
-               function: str = "") -> ResultMessage:
+               function: str = "") -> BatchResult:
     now = int(time.time() * 1000)
-    return ResultMessage(batch_id, node, tuple(RunResult(a, code, {"error": error}, now, now)
+    return BatchResult(batch_id, node, tuple(RunResult(a, code, {"error": error}, now, now)
                                                for a in activation_ids), error, function)

@@ -5,7 +5,7 @@
   it is answered, so an agent killed while running batches finds them again at its next start
   (:meth:`AgentChannel.pending`) and runs them then; nothing it took is lost.
 * **Answering** a batch is one ``MULTI``: the outputs its successors need (:mod:`invoker_agent.data`),
-  the :class:`~esg.protocol.ResultMessage` added to the dispatch's ``reply_to`` stream, and ``XACK`` +
+  the :class:`~esg.protocol.BatchResult` added to the dispatch's ``reply_to`` stream, and ``XACK`` +
   ``XDEL`` of the dispatch -- the result is published exactly when the dispatch stops being pending.
 * **Heartbeats** go to ``esg:{prefix}:heartbeats`` (capped).
 
@@ -21,7 +21,7 @@ import redis
 
 from agent_channel.keys import AGENT_GROUP, HEARTBEAT_MAXLEN, RESULTS_MAXLEN, Keys
 from agent_channel.streams import Entry, ensure_group, entries, fields
-from esg.protocol import Heartbeat, ResultMessage, encode
+from esg.protocol import BatchResult, Heartbeat, encode
 from invoker_agent.data import Write
 
 
@@ -49,13 +49,13 @@ class AgentChannel:
         return entries(self.r.xreadgroup(AGENT_GROUP, self.node, {self.stream: ">"}, count=count,
                                          block=block_ms))
 
-    def answer(self, entry_id: str, reply_to: str, result: ResultMessage, writes: Sequence[Write] = ()) -> None:
+    def answer(self, entry_id: str, reply_to: str, result: BatchResult, writes: Sequence[Write] = ()) -> None:
         """Store the outputs, publish the result, and retire the dispatch: all or nothing."""
         pipe = self.r.pipeline(transaction=True)
         self.stage_answer(pipe, entry_id, reply_to, result, writes)
         pipe.execute()
 
-    def stage_answer(self, pipe, entry_id: str, reply_to: str, result: ResultMessage,
+    def stage_answer(self, pipe, entry_id: str, reply_to: str, result: BatchResult,
                      writes: Sequence[Write] = ()) -> None:
         """:meth:`answer`'s commands, added to ``pipe`` (a transaction: several answers can share one)."""
         for w in writes:

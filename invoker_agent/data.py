@@ -36,11 +36,16 @@ from typing import Any
 import redis
 
 from agent_channel.keys import Keys
-from esg.protocol import MAX_DATA_BYTES, MAX_RESULT_BYTES, DispatchMessage, RunResult, compose_input
+from esg.protocol import (
+    MAX_DATA_BYTES,
+    MAX_RESULT_BYTES,
+    STATUS_DEVELOPER_ERROR,
+    DispatchMessage,
+    RunResult,
+    compose_input,
+)
 
 log = logging.getLogger("esg.agent")
-
-DEVELOPER_ERROR = 2
 
 
 @dataclass(frozen=True)
@@ -160,7 +165,7 @@ class DataPlane:
             else:
                 blob = raws.get(r.activation_id) or json.dumps(r.result, separators=(",", ":")).encode()
                 if len(blob) > MAX_DATA_BYTES:
-                    out.append(replace(r, status_code=DEVELOPER_ERROR, result={
+                    out.append(replace(r, status_code=STATUS_DEVELOPER_ERROR, result={
                         "error": f"The output of {msg.function} is {len(blob)} bytes, above the limit of "
                                  f"{MAX_DATA_BYTES} bytes for data passed to its successors."}))
                     continue
@@ -175,6 +180,6 @@ def _inline(r: RunResult, raw: bytes | None) -> RunResult:
     size = len(raw) if raw is not None else len(json.dumps(r.result, separators=(",", ":")).encode())
     if size <= MAX_RESULT_BYTES:
         return r
-    return replace(r, status_code=DEVELOPER_ERROR, result={
+    return replace(r, status_code=STATUS_DEVELOPER_ERROR, result={
         "error": f"The action produced a response that exceeded the allowed length: {size} > "
                  f"{MAX_RESULT_BYTES} bytes."})

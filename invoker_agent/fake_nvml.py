@@ -7,7 +7,7 @@ takes pointers, and raises pynvml's own ``NVMLError`` subclasses. The GPU state 
 :class:`FakeHost`, which outlives a ``FakeNvml`` (one per agent process), so an agent "restart" is a new
 ``FakeNvml`` on the same host. Geometry comes from :func:`esg.mig.geometry`.
 
-Rules enforced (reference/mig.md §5): init required; stale handles are INVALID_ARGUMENT; MIG calls with
+Rules enforced (``docs/mig.md``, "The fake backend"): init required; stale handles are INVALID_ARGUMENT; MIG calls with
 MIG off are NOT_SUPPORTED; mode changes need root, are pending until reset on Ampere and immediate on
 Hopper when idle; create/destroy/list need root or the mig/config capability; profile indexes out of
 range are INVALID_ARGUMENT and unsupported ones NOT_SUPPORTED; placements not in the profile's list are

@@ -1,12 +1,22 @@
-"""The node report sent to the heartbeat stream every second (:class:`esg.protocol.Heartbeat`)."""
+"""The node report sent to the heartbeat stream every second (:class:`esg.protocol.Heartbeat`).
+
+Besides the node's vCPUs and MIG slices it names the idle warm workers by (function, vCPUs, slice)
+and the batches running and recently answered, which the scheduler needs to tell what the report
+already shows from what it reserved since. The batches are read before the workers and slices: a
+batch that starts in between shows as a worker taken that the scheduler still reserves (its view is
+one worker short, never one too many), and one that ends in between shows running with its worker
+idle for at most one heartbeat.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 
+from esg.cluster import SliceRef
 from esg.model import Config
-from esg.protocol import Heartbeat, SliceStatus
+from esg.protocol import Heartbeat, IdleWorkers
 from invoker_agent.runner import WorkerKey, WorkerPool
 from invoker_agent.slices import SliceManager
 from invoker_agent.vcpus import VcpuAllocator
@@ -28,6 +38,12 @@ class WarmRegistry:
         with self._lock:
             self._keys[key] = (function, config, time.monotonic())
 
+    def of(self, key: WorkerKey) -> tuple[str, Config] | None:
+        """The (function, config) ``key`` last served."""
+        with self._lock:
+            got = self._keys.get(key)
+        return None if got is None else (got[0], got[1])
+
     def warm(self, pool: WorkerPool) -> tuple[tuple[str, Config], ...]:
         with self._lock:
             items = list(self._keys.items())
@@ -42,10 +58,33 @@ class WarmRegistry:
         return tuple(sorted(out, key=lambda fc: (fc[0], fc[1].label())))
 
 
+class BatchTrack:
+    """The batches taken and not yet answered, and the last ``keep`` answered."""
+
+    def __init__(self, keep: int = 256) -> None:
+        self._lock = threading.Lock()
+        self._running: set[str] = set()
+        self._done: deque[str] = deque(maxlen=keep)
+
+    def taken(self, batch_id: str) -> None:
+        with self._lock:
+            self._running.add(batch_id)
+
+    def answered(self, batch_id: str) -> None:
+        with self._lock:
+            self._running.discard(batch_id)
+            self._done.append(batch_id)
+
+    def view(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        with self._lock:
+            return tuple(sorted(self._running)), tuple(self._done)
+
+
 class HeartbeatBuilder:
     def __init__(self, node: str, memory_mb: int, vcpus: VcpuAllocator, slices: SliceManager,
-                 pool: WorkerPool, warm: WarmRegistry) -> None:
+                 pool: WorkerPool, warm: WarmRegistry, batches: BatchTrack | None = None) -> None:
         self.node = node
+        self.batches = batches or BatchTrack()
         self.memory_mb = memory_mb
         self.vcpus = vcpus
         self.slices = slices
@@ -58,6 +97,23 @@ class HeartbeatBuilder:
         with self._lock:
             self._seq += 1
             seq = self._seq
-        slices = tuple(SliceStatus(s.ref, s.busy, s.uuid) for s in self.slices.status())
+        running, done = self.batches.view()
+        status = self.slices.status()
         return Heartbeat(self.node, self.vcpus.total, self.vcpus.free, self.memory_mb, self.slices.gpu_model,
-                         slices, self.warm.warm(self.pool), draining, seq, int(time.time() * 1000))
+                         status, self.warm.warm(self.pool), draining, seq, int(time.time() * 1000),
+                         self.idle(status), running, done)
+
+    def idle(self, status) -> tuple[IdleWorkers, ...]:
+        """Idle warm workers by (function, vCPUs, slice); a worker on a slice no longer listed is left out."""
+        refs = {s.uuid: s.ref for s in status if s.uuid}
+        out: dict[tuple, int] = {}
+        for key, n in self.pool.idle_counts().items():
+            served = self.warm.of(key)
+            if served is None or (key.slice_uuid is not None and key.slice_uuid not in refs):
+                continue
+            function, config = served
+            ref = refs.get(key.slice_uuid) if key.slice_uuid else None
+            k = (function, config.vcpus, ref)
+            out[k] = out.get(k, 0) + n
+        return tuple(IdleWorkers(f, v, r, n) for (f, v, r), n in
+                     sorted(out.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or SliceRef("", -1))))

@@ -19,8 +19,8 @@ from invoker_agent.actions import ActionCode
 from invoker_agent.mig_backend import MigBackend, MigOperationError
 from invoker_agent.nvml_backend import open_backend
 from invoker_agent.reconcile import DesiredLayout, GpuReport, Reconciler
-from invoker_agent.runner import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
-from invoker_agent.runtime_client import RunRequest, RunResult
+from invoker_agent.runner import ProcessWorker, WorkerFactory, WorkerKey, WorkerPool, WorkerSpec
+from invoker_agent.runtime_client import RunRequest, RuntimeResult
 
 
 class NodeAgent:
@@ -36,17 +36,23 @@ class NodeAgent:
 
     @classmethod
     def create(cls, name: str, vcpus: int | None = None, fake_gpu: str | None = None, fake_gpu_count: int = 1,
-               runner: str = "process", journal: str | None = None, idle_ttl_s: float = 600.0) -> NodeAgent:
-        """Build a node agent; raises :class:`MigOperationError` / ``ValueError`` with a clear message."""
+               runner: str = "process", journal: str | None = None, idle_ttl_s: float = 600.0,
+               worker_factory: WorkerFactory | None = None) -> NodeAgent:
+        """Build a node agent; raises :class:`MigOperationError` / ``ValueError`` with a clear message.
+        ``runner="twin"`` takes its ``worker_factory`` (:class:`invoker_agent.twin.TwinFactory`)."""
         backend = open_backend(fake_gpu, fake_gpu_count)
-        if runner == "process":
+        if runner == "twin":
+            if worker_factory is None:
+                raise ValueError("--runner twin needs its profiles (--profiles DIR)")
+            factory = worker_factory
+        elif runner == "process":
             factory = ProcessWorker
         elif runner == "docker":
             from invoker_agent.docker_runner import DockerWorkerFactory, docker_client
             docker_client()                       # fail at start-up, by name, if no engine answers
             factory = DockerWorkerFactory()
         else:
-            raise ValueError(f"unknown runner {runner!r} (process or docker)")
+            raise ValueError(f"unknown runner {runner!r} (process, docker or twin)")
         slice_exists = _slice_checker(backend)
         pool = WorkerPool(factory=factory, idle_ttl_s=idle_ttl_s, slice_exists=slice_exists)
         reconciler = Reconciler(backend, journal=journal, busy_slices=pool.busy_slices)
@@ -70,7 +76,7 @@ class NodeAgent:
         return self.reconciler.reconcile(desired)
 
     def run_batch(self, key: WorkerKey, spec: WorkerSpec, action: ActionCode, requests: Sequence[RunRequest],
-                  time_limit_ms: int | None = None) -> list[RunResult]:
+                  time_limit_ms: int | None = None) -> list[RuntimeResult]:
         return self.pool.run(key, spec, action, requests, time_limit_ms)
 
     def heartbeat(self) -> dict[str, Any]:
@@ -91,6 +97,18 @@ class NodeAgent:
             gpus.append(entry)
         return {"node": self.name, "vcpus": self.vcpus, "gpus": gpus, "warm_workers": self.pool.warm_count(),
                 "busy_slices": sorted(self.pool.busy_slices()), "ts": time.time()}
+
+    def slice_profile(self, mig_uuid: str) -> str | None:
+        """The MIG profile of the instance ``mig_uuid`` on this node (None: not there)."""
+        try:
+            for g in self.backend.gpus():
+                if g.mig_enabled and g.model:
+                    for s in self.reconciler.read_state(g.index):
+                        if s.mig_uuid == mig_uuid:
+                            return s.profile
+        except MigOperationError:
+            return None
+        return None
 
     def close(self) -> None:
         self.pool.shutdown()

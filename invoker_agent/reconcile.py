@@ -122,16 +122,13 @@ class Reconciler:
         """Raise :class:`MigError` naming the problem if ``desired`` cannot exist on ``model``."""
         geo = mig.geometry(model)
         if desired.placements is not None:
-            used = 0
-            for name, start in desired.placements:
+            for i, (name, start) in enumerate(desired.placements):
                 prof = geo.profile(name)
                 if start not in prof.starts:
                     raise MigError(f"{name} cannot start at memory slice {start} on {model} "
                                    f"(allowed starts: {list(prof.starts)})")
-                mask = ((1 << prof.memory_slices) - 1) << start
-                if used & mask:
+                if any(mig.overlaps(model, (name, start), other) for other in desired.placements[:i]):
                     raise MigError(f"{name} at {start} overlaps another instance of the desired layout")
-                used |= mask
             if mig.place(model, [], occupied=desired.placements) is None:
                 raise MigError(f"desired layout {list(desired.placements)} exceeds a profile limit on {model}")
             return
@@ -147,7 +144,7 @@ class Reconciler:
         if desired.placements is not None:
             target = list(desired.placements)
             extra = [b for b in busy if b not in target]
-            if mig.place(model, [], occupied=target + extra) is None or _overlaps(model, target + extra):
+            if mig.place(model, [], occupied=target + extra) is None:  # None also when they overlap
                 return [], f"busy instance(s) {extra} overlap the desired layout"
             return target + extra, ""
         wanted = Counter(desired.profiles)
@@ -292,15 +289,3 @@ class Reconciler:
             self.backend.destroy_compute_instance(gpu, s.gi_id, s.ci_id)
         self.backend.destroy_gpu_instance(gpu, s.gi_id)
         return f"GPU {gpu}: interrupted {what}: finished"
-
-
-def _overlaps(model: str, layout: list[tuple[str, int]]) -> bool:
-    geo = mig.geometry(model)
-    used = 0
-    for name, start in layout:
-        p = geo.profile(name)
-        mask = ((1 << p.memory_slices) - 1) << start
-        if used & mask:
-            return True
-        used |= mask
-    return False

@@ -10,7 +10,7 @@ in it, and its CPU affinity is set with ``os.sched_setaffinity`` to the assigned
 for another entry point), a batch is ONE ``/run`` whose value is ``{"__esg_batch__": [args, ...]}``
 and whose result is ``{"__esg_batch__": [results, ...]}``, under one time limit for the whole batch.
 Otherwise the batch runs as one ``/run`` per request on the same warm worker, each with the action's
-time limit. Each request gets its own :class:`RunResult` (codes in :mod:`invoker_agent.runtime_client`).
+time limit. Each request gets its own :class:`RuntimeResult` (OpenWhisk's status codes, :mod:`esg.protocol`).
 
 **Failures never kill the agent.** A time limit exceeded kills the worker (result 2, ``timeout``); a
 worker that dies or replies garbage gives result 3 and is replaced on the next request; an /init failure
@@ -37,17 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from esg.model import Config
+from esg.protocol import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 from invoker_agent.actions import ActionCode
 from invoker_agent.lifetime import die_with_parent
 from invoker_agent.runtime_client import (
     BATCH_KEY,
-    DEVELOPER_ERROR,
     SENTINEL,
-    WHISK_ERROR,
     RunRequest,
-    RunResult,
     RuntimeClient,
     RuntimeCrashed,
+    RuntimeResult,
     RuntimeTimeout,
     Worker,
     WorkerStartError,
@@ -77,6 +77,8 @@ class WorkerSpec:
     vcpus: tuple[int, ...]
     mig_uuid: str | None = None
     memory_mb: int = 256
+    config: Config | None = None
+    """The configuration the batch was dispatched with (a timing twin runs by it)."""
 
 
 def worker_env(spec: WorkerSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -259,6 +261,13 @@ class WorkerPool:
             keys = [key] if key is not None else list(self._workers)
             return sum(len(self._workers[k].entries) for k in keys if k in self._workers)
 
+    def idle_counts(self) -> dict[WorkerKey, int]:
+        """Idle (not running a batch) live workers by key."""
+        with self._lock:
+            counts = {k: sum(1 for e in s.entries if not e.busy and e.worker.alive())
+                      for k, s in self._workers.items()}
+        return {k: n for k, n in counts.items() if n}
+
     def evict_idle(self) -> int:
         """Kill workers idle longer than the TTL; returns how many went."""
         now = self.clock()
@@ -325,13 +334,13 @@ class WorkerPool:
                     del self._workers[key]
 
     def run(self, key: WorkerKey, spec: WorkerSpec, action: ActionCode, requests: Sequence[RunRequest],
-            time_limit_ms: int | None = None) -> list[RunResult]:
+            time_limit_ms: int | None = None) -> list[RuntimeResult]:
         """Run ``requests`` as one batch of ``action`` on a warm (or new) worker; one result each."""
         if not requests:
             return []
         limit_ms = int(time_limit_ms or action.timeout_ms)
         if key.slice_uuid is not None and self.slice_exists is not None and not self.slice_exists(key.slice_uuid):
-            return [_fail(r, WHISK_ERROR, {"error": f"MIG slice {key.slice_uuid} does not exist on this node"},
+            return [_fail(r, STATUS_WHISK_ERROR, {"error": f"MIG slice {key.slice_uuid} does not exist on this node"},
                           len(requests)) for r in requests]
         with self._lock:
             if key.slice_uuid:
@@ -345,11 +354,11 @@ class WorkerPool:
                     if self._busy[key.slice_uuid] <= 0:
                         del self._busy[key.slice_uuid]
 
-    def _run(self, key, spec, action, requests, limit_ms) -> list[RunResult]:
-        results: list[RunResult] = []
+    def _run(self, key, spec, action, requests, limit_ms) -> list[RuntimeResult]:
+        results: list[RuntimeResult] = []
         pending = list(requests)
         while pending:
-            entry, init_ms, failure = self._ready_worker(key, spec, action, limit_ms)
+            entry, init_ms, failure = self._ready_worker(key, spec, action, limit_ms, pending[0].init_env)
             if failure is not None:
                 code, body, timed_out = failure
                 results += [_fail(r, code, body, len(requests), timeout=timed_out, init_ms=init_ms)
@@ -362,20 +371,24 @@ class WorkerPool:
             else:
                 req = pending.pop(0)
                 results.append(self._run_one(worker, action, req, limit_ms, init_ms, len(requests)))
-            alive = worker.alive() and not results[-1].timeout and results[-1].status_code != WHISK_ERROR
+            alive = worker.alive() and not results[-1].timeout  # a crashed worker was killed
             if not alive:
                 worker.kill()
             self._checkin(key, entry, keep=alive)
         return results
 
-    def _ready_worker(self, key, spec, action, limit_ms):
-        """A warm worker, or a new one started and /init-ed (with its cold start time), or a failure."""
+    def _ready_worker(self, key, spec, action, limit_ms, init_env=None):
+        """A warm worker, or a new one started and /init-ed (with its cold start time), or a failure.
+        A new worker's environment is ``init_env`` (the activation's init arguments) and OpenWhisk's
+        ``__OW_*`` values, which win (``ContainerProxy``: ``env ++ owEnv``); a warm one keeps its own."""
         entry = self._checkout(key)
         if entry is not None:
             try:
                 entry.worker.pin(spec.vcpus)
             except (OSError, WorkerStartError):
                 pass
+            if spec.config is not None and hasattr(entry.worker, "config"):
+                entry.worker.config = spec.config     # a twin worker times the batch by it
             return entry, None, None
         t0 = time.perf_counter()
         worker = None
@@ -384,28 +397,28 @@ class WorkerPool:
             worker.start()
         except WorkerStartError as e:
             _discard(worker)
-            return None, None, (WHISK_ERROR, {"error": f"could not start a worker: {e}"}, False)
+            return None, None, (STATUS_WHISK_ERROR, {"error": f"could not start a worker: {e}"}, False)
         except Exception as e:  # noqa: BLE001 - never let a runner bug kill the agent
             _discard(worker)
-            return None, None, (WHISK_ERROR, {"error": f"could not start a worker: {type(e).__name__}: {e}"},
+            return None, None, (STATUS_WHISK_ERROR, {"error": f"could not start a worker: {type(e).__name__}: {e}"},
                                 False)
         self.cold_starts += 1
         payload = {"value": {"name": action.name, "main": action.main, "binary": action.binary,
-                             "code": action.code, "env": _init_env(action)}}
+                             "code": action.code, "env": {**(init_env or {}), **_init_env(action)}}}
         try:
             status, body = worker.init(payload, limit_ms / 1000)
         except RuntimeTimeout:
             worker.kill()
-            return None, None, (DEVELOPER_ERROR, timeout_result(limit_ms), True)
+            return None, None, (STATUS_DEVELOPER_ERROR, timeout_result(limit_ms), True)
         except RuntimeCrashed as e:
             detail = worker.exit_detail()
             worker.kill()
-            return None, None, (WHISK_ERROR, crash_result(f"during init: {e}, {detail}"), False)
+            return None, None, (STATUS_DEVELOPER_ERROR, crash_result(f"during init: {e}, {detail}"), False)
         init_ms = (time.perf_counter() - t0) * 1000
         if status != 200:
             worker.kill()
             msg = body.get("error") if isinstance(body, dict) else None
-            return None, init_ms, (DEVELOPER_ERROR, {"error": msg or f"Initialization failed (HTTP {status})."},
+            return None, init_ms, (STATUS_DEVELOPER_ERROR, {"error": msg or f"Initialization failed (HTTP {status})."},
                                    False)
         worker.init_ms = init_ms
         entry = _Entry(worker, self.clock(), busy=True)
@@ -413,23 +426,23 @@ class WorkerPool:
             self._workers.setdefault(key, _Slots()).entries.append(entry)
         return entry, init_ms, None
 
-    def _run_one(self, worker, action, req, limit_ms, init_ms, batch_size) -> RunResult:
+    def _run_one(self, worker, action, req, limit_ms, init_ms, batch_size) -> RuntimeResult:
         t0 = time.perf_counter()
         try:
             status, body = worker.run(_run_body(action, req, req.value), limit_ms / 1000)
         except RuntimeTimeout:
             worker.kill()
-            return _fail(req, DEVELOPER_ERROR, timeout_result(limit_ms), batch_size, True, init_ms, t0)
+            return _fail(req, STATUS_DEVELOPER_ERROR, timeout_result(limit_ms), batch_size, True, init_ms, t0)
         except RuntimeCrashed as e:
             detail = worker.exit_detail()
             worker.kill()
-            return _fail(req, WHISK_ERROR, crash_result(f"{e}, {detail}"), batch_size, False, init_ms, t0)
+            return _fail(req, STATUS_DEVELOPER_ERROR, crash_result(f"{e}, {detail}"), batch_size, False, init_ms, t0)
         code, result = classify(status, body)
         raw = worker.last_body if code == 0 and result is body else None   # the result's JSON, as sent
-        return RunResult(req.activation_id, code, result, _ms(t0), init_ms, False, batch_size,
+        return RuntimeResult(req.activation_id, code, result, _ms(t0), init_ms, False, batch_size,
                          started_ms=_epoch_ms(t0), logs=_take_logs(worker), raw=raw)
 
-    def _run_batch(self, worker, action, batch, limit_ms, init_ms) -> list[RunResult]:
+    def _run_batch(self, worker, action, batch, limit_ms, init_ms) -> list[RuntimeResult]:
         t0 = time.perf_counter()
         n = len(batch)
         body = _run_body(action, batch[0], {BATCH_KEY: [r.value for r in batch]})
@@ -438,24 +451,24 @@ class WorkerPool:
             status, reply = worker.run(body, limit_ms / 1000)
         except RuntimeTimeout:
             worker.kill()
-            return [_fail(r, DEVELOPER_ERROR, timeout_result(limit_ms), n, True, init_ms, t0) for r in batch]
+            return [_fail(r, STATUS_DEVELOPER_ERROR, timeout_result(limit_ms), n, True, init_ms, t0) for r in batch]
         except RuntimeCrashed as e:
             detail = worker.exit_detail()
             worker.kill()
-            return [_fail(r, WHISK_ERROR, crash_result(f"{e}, {detail}"), n, False, init_ms, t0) for r in batch]
+            return [_fail(r, STATUS_DEVELOPER_ERROR, crash_result(f"{e}, {detail}"), n, False, init_ms, t0) for r in batch]
         items = reply.get(BATCH_KEY) if status == 200 and isinstance(reply, dict) else None
         if not isinstance(items, list) or len(items) != n:
             code, result = classify(status, reply) if status != 200 else (
-                DEVELOPER_ERROR, {"error": "The batch entry point did not return one result per request."})
+                STATUS_DEVELOPER_ERROR, {"error": "The batch entry point did not return one result per request."})
             if code == 0:
-                code, result = DEVELOPER_ERROR, {"error": "The batch reply is malformed."}
+                code, result = STATUS_DEVELOPER_ERROR, {"error": "The batch reply is malformed."}
             return [_fail(r, code, result, n, False, init_ms, t0) for r in batch]
         out = []
         logs = _take_logs(worker)                 # one /run for the whole batch: each result gets its logs
         for r, item in zip(batch, items, strict=True):
             code, result = classify(200, item) if isinstance(item, dict) else (
-                DEVELOPER_ERROR, {"error": "The action did not return a dictionary."})
-            out.append(RunResult(r.activation_id, code, result, _ms(t0), init_ms, False, n,
+                STATUS_DEVELOPER_ERROR, {"error": "The action did not return a dictionary."})
+            out.append(RuntimeResult(r.activation_id, code, result, _ms(t0), init_ms, False, n,
                                  started_ms=_epoch_ms(t0), logs=logs))
         return out
 
@@ -479,8 +492,8 @@ def _take_logs(worker: Worker) -> list[str]:
 
 
 def _fail(req: RunRequest, code: int, body: dict, batch_size: int, timeout: bool = False,
-          init_ms: float | None = None, t0: float | None = None) -> RunResult:
-    return RunResult(req.activation_id, code, body, _ms(t0) if t0 else 0.0, init_ms, timeout, batch_size,
+          init_ms: float | None = None, t0: float | None = None) -> RuntimeResult:
+    return RuntimeResult(req.activation_id, code, body, _ms(t0) if t0 else 0.0, init_ms, timeout, batch_size,
                      {"timeout": True} if timeout else {}, started_ms=_epoch_ms(t0))
 
 

@@ -1,6 +1,6 @@
 """The parent side of OpenWhisk's action runtime protocol (/init + /run), shared by both runners.
 
-Result codes follow OpenWhisk's ``ActivationResponse`` (reference/openwhisk.md §6): 200 with a JSON
+Result codes follow OpenWhisk's ``ActivationResponse`` (``docs/openwhisk-protocol.md`` §6): 200 with a JSON
 object → 0 success; 200 with ``{"error": ...}`` → 1 application error; non-200 → 2 developer error;
 time limit exceeded → 2 with the timeout flag; abnormal failure (the worker died, no valid reply) →
 3 whisk error. An init failure is a developer error carrying the runtime's message.
@@ -15,10 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-SUCCESS = 0
-APPLICATION_ERROR = 1
-DEVELOPER_ERROR = 2
-WHISK_ERROR = 3
+from esg.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_SUCCESS
 
 BATCH_KEY = "__esg_batch__"
 SENTINEL = "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX"     # printed by runtimes after each activation
@@ -44,10 +41,14 @@ class RunRequest:
     activation_id: str
     transaction_id: str = ""
     deadline_ms: int | None = None          # epoch ms; sent as a string, as OpenWhisk does
+    init_env: dict[str, Any] | None = None  # the init arguments: environment of a worker started for it
 
 
 @dataclass
-class RunResult:
+class RuntimeResult:
+    """What the runtime answered for one activation, as the agent measured it; the agent's data plane
+    turns it into the :class:`esg.protocol.RunResult` the scheduler gets (result inline or stored)."""
+
     activation_id: str
     status_code: int                        # 0 success, 1 application, 2 developer, 3 whisk error
     result: dict[str, Any]
@@ -62,20 +63,20 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        return self.status_code == SUCCESS
+        return self.status_code == STATUS_SUCCESS
 
 
 def classify(status: int, body: Any) -> tuple[int, dict[str, Any]]:
     """(result code, result object) of a /run reply, by OpenWhisk's rules."""
     if status == 200 and isinstance(body, dict):
-        return (APPLICATION_ERROR if "error" in body else SUCCESS), body
+        return (STATUS_APPLICATION_ERROR if "error" in body else STATUS_SUCCESS), body
     if status == 200 and isinstance(body, list):
-        return SUCCESS, {"result": body}
+        return STATUS_SUCCESS, {"result": body}
     if status == 200:
-        return DEVELOPER_ERROR, {"error": "The action did not produce a valid JSON response."}
+        return STATUS_DEVELOPER_ERROR, {"error": "The action did not produce a valid JSON response."}
     if isinstance(body, dict) and "error" in body:
-        return DEVELOPER_ERROR, {"error": body["error"]}
-    return DEVELOPER_ERROR, {"error": f"The action did not produce a valid response (HTTP {status})."}
+        return STATUS_DEVELOPER_ERROR, {"error": body["error"]}
+    return STATUS_DEVELOPER_ERROR, {"error": f"The action did not produce a valid response (HTTP {status})."}
 
 
 def timeout_result(limit_ms: int) -> dict[str, Any]:

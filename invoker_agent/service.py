@@ -36,8 +36,7 @@ from typing import Any
 import redis
 
 from agent_channel.streams import Entry
-from esg.protocol import DispatchMessage, ProtocolError, ResultMessage, decode
-from invoker_agent import runtime_client as rt
+from esg.protocol import STATUS_WHISK_ERROR, BatchResult, DispatchMessage, ProtocolError, decode
 from invoker_agent.batch import BatchRunner, failed_ids
 from invoker_agent.channel import AgentChannel
 from invoker_agent.data import Write
@@ -171,6 +170,7 @@ class AgentService:
             log.warning("batch %s delivered again (entry %s): already taken, not run twice", msg.batch_id, entry.id)
             self._answer_safely(entry.id, "", None)
             return
+        self.heartbeats.batches.taken(msg.batch_id)
         if msg.node != self.settings.node:
             log.warning("batch %s is addressed to node %r but arrived on %s; running it here",
                         msg.batch_id, msg.node, entry.stream)
@@ -179,16 +179,17 @@ class AgentService:
         log.info("batch %s answered: codes %s%s", result.batch_id, codes,
                  f" ({result.error})" if result.error else "")
         self._answer_safely(entry.id, msg.reply_to, result, writes)
+        self.heartbeats.batches.answered(msg.batch_id)
 
     def _malformed(self, entry: Entry, e: ProtocolError) -> None:
         log.warning("skipping malformed dispatch %s: %s", entry.id, e)
         batch_id, ids, reply_to = salvage(entry.raw)
         result = None
         if batch_id is not None and reply_to:
-            result = failed_ids(batch_id, self.settings.node, ids, rt.WHISK_ERROR, f"malformed dispatch: {e}")
+            result = failed_ids(batch_id, self.settings.node, ids, STATUS_WHISK_ERROR, f"malformed dispatch: {e}")
         self._answer_safely(entry.id, reply_to or "", result)
 
-    def _answer_safely(self, entry_id: str, reply_to: str, result: ResultMessage | None,
+    def _answer_safely(self, entry_id: str, reply_to: str, result: BatchResult | None,
                        writes: list[Write] | tuple = ()) -> None:
         """Answer (or, without a result, retire) a dispatch; retried while Redis is unreachable. If it
         never gets through, the dispatch stays pending and the next incarnation runs it again."""

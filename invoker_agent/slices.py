@@ -12,12 +12,13 @@ Idle slices are otherwise kept: the scheduler decides when they go.
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
-from dataclasses import dataclass
 
 from esg import mig
 from esg.cluster import SliceRef
 from esg.errors import MigError
+from esg.protocol import SliceStatus
 from invoker_agent.mig_backend import MigOperationError
 from invoker_agent.node import NodeAgent
 from invoker_agent.reconcile import DesiredLayout, MigSlice
@@ -25,13 +26,6 @@ from invoker_agent.reconcile import DesiredLayout, MigSlice
 
 class SliceError(RuntimeError):
     """The dispatch's slice cannot exist here (unknown profile, impossible layout, busy slice in the way)."""
-
-
-@dataclass(frozen=True)
-class SliceInfo:
-    ref: SliceRef
-    busy: bool
-    uuid: str | None
 
 
 class SliceManager:
@@ -51,7 +45,9 @@ class SliceManager:
         self._mig_lock = threading.Lock()            # one MIG change (or read) at a time
         self._res_lock = threading.Lock()
         self._reserved: Counter[str] = Counter()
-        self._last: tuple[SliceInfo, ...] = ()
+        self._last: tuple[SliceStatus, ...] = ()
+        self.change_delay_s = 0.0
+        """Extra time each MIG instance created or destroyed takes (0: as long as the backend takes)."""
         node.reconciler.busy_slices = self.busy_uuids
 
     def busy_uuids(self) -> set[str]:
@@ -61,6 +57,11 @@ class SliceManager:
 
     def ensure(self, target: SliceRef, destroy: tuple[SliceRef, ...] = ()) -> str:
         """The MIG UUID of ``target``, created if needed, and reserved: call :meth:`release` after."""
+        return self.carve(target, destroy)[0]
+
+    def carve(self, target: SliceRef, destroy: tuple[SliceRef, ...] = ()) -> tuple[str, int]:
+        """:meth:`ensure`, also saying how many MIG instances were created or destroyed for it. With
+        ``change_delay_s`` (a timing twin on the fake backend) each change takes that long."""
         if self.gpu_model is None or self.gpu is None:
             raise SliceError(f"this node has no MIG-capable GPU; cannot run on MIG slice "
                              f"{target.profile}@{target.start}")
@@ -81,6 +82,7 @@ class SliceManager:
                         if s.busy or ((s.profile, s.start) not in drop and not _overlaps(model, s, want))]
                 desired = sorted(set(keep) | {want})
                 uuid = _uuid_of(state, want)
+                changes = 0
                 if uuid is None or desired != sorted((s.profile, s.start) for s in state):
                     for s in state:
                         if (s.profile, s.start) not in desired and s.mig_uuid and not s.busy:
@@ -90,11 +92,16 @@ class SliceManager:
                     if uuid is None:
                         raise SliceError(f"cannot create MIG slice {target.profile}@{target.start} on {model}: "
                                          f"{report.reason or report.status}")
+                    changes = len(report.created) + len(report.destroyed)
             except MigOperationError as e:
                 raise SliceError(f"MIG operation failed for slice {target.profile}@{target.start}: {e}") from None
             with self._res_lock:
                 self._reserved[uuid] += 1
-            return uuid
+        if changes and self.change_delay_s:
+            # outside the MIG lock: each batch pays its own changes, as the emulator charges them (its
+            # slice is reserved meanwhile, so nothing destroys it)
+            time.sleep(changes * self.change_delay_s)
+        return uuid, changes
 
     def release(self, uuid: str | None) -> None:
         if uuid is None:
@@ -104,7 +111,7 @@ class SliceManager:
             if self._reserved[uuid] <= 0:
                 del self._reserved[uuid]
 
-    def status(self) -> tuple[SliceInfo, ...]:
+    def status(self) -> tuple[SliceStatus, ...]:
         """Every slice with busy/idle and MIG UUID (the last known list if a MIG change is under way)."""
         if self.gpu is None:
             return ()
@@ -116,7 +123,7 @@ class SliceManager:
             return self._last
         finally:
             self._mig_lock.release()
-        self._last = tuple(SliceInfo(SliceRef(s.profile, s.start), s.busy, s.mig_uuid)
+        self._last = tuple(SliceStatus(SliceRef(s.profile, s.start), s.busy, s.mig_uuid)
                            for s in sorted(state, key=lambda s: s.start))
         return self._last
 
@@ -126,8 +133,5 @@ def _uuid_of(state: list[MigSlice], want: tuple[str, int]) -> str | None:
 
 
 def _overlaps(model: str, s: MigSlice, want: tuple[str, int]) -> bool:
-    if (s.profile, s.start) == want:
-        return False
-    geo = mig.geometry(model)
-    a, b = geo.profile(s.profile), geo.profile(want[0])
-    return s.start < want[1] + b.memory_slices and want[1] < s.start + a.memory_slices
+    """Whether ``s`` is in the way of ``want`` (``want`` itself is not)."""
+    return (s.profile, s.start) != want and mig.overlaps(model, (s.profile, s.start), want)

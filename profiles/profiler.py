@@ -32,7 +32,7 @@ from esg.model import Config
 from esg.profiles import profile_from_dict
 from invoker_agent.actions import ActionCode
 from invoker_agent.runner import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
-from invoker_agent.runtime_client import RunRequest, RunResult
+from invoker_agent.runtime_client import RunRequest, RuntimeResult
 from profiles.grid import Grid
 from profiles.host import Host
 from profiles.store import PartialStore, group_label, write_json_atomic
@@ -70,7 +70,7 @@ def partial_path(out: Path, function: str) -> Path:
     return out / f".{function}.partial.json"
 
 
-def _error(results: list[RunResult]) -> str | None:
+def _error(results: list[RuntimeResult]) -> str | None:
     for r in results:
         if r.status_code != 0:
             msg = r.result.get("error") if isinstance(r.result, dict) else None
@@ -116,7 +116,7 @@ class Profiler:
         return WorkerKey(self.target.action.fqn, self.target.action.revision,
                          f"c{config.vcpus}-{config.gpu or 'cpu'}", spec.mig_uuid)
 
-    def _run(self, config: Config, batch: int, tag: str) -> tuple[float, list[RunResult]]:
+    def _run(self, config: Config, batch: int, tag: str) -> tuple[float, list[RuntimeResult]]:
         reqs = [RunRequest(self.target.args, f"profile-{self.target.function}-{tag}-{i}") for i in range(batch)]
         t0 = time.perf_counter()
         results = self._pool.run(self._key(config), self._spec(config), self.target.action, reqs)

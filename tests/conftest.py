@@ -1,4 +1,5 @@
-"""Shared fixtures: real local servers (Tansu for Kafka, redis-server) on free loopback ports.
+"""Shared fixtures: real local servers (Tansu for Kafka, redis-server, pouchdb-server for CouchDB's API)
+on free loopback ports.
 
 The servers start once per test session and stop at its end. A missing binary or a server that never
 answers fails the test with a message naming it; nothing waits longer than the start timeout.
@@ -19,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from esg_cli.servers import ServerError, start_broker, start_redis
+from esg_cli.servers import ServerError, start_broker, start_couchdb, start_redis
 from tests.leaks import Watch
 
-SERVER_FIXTURES = {"kafka_bootstrap", "redis_url", "redis_auth"}
+SERVER_FIXTURES = {"kafka_bootstrap", "redis_url", "redis_auth", "couch_url"}
 
 REDIS_TEST_PASSWORD = "esg-test-pass"
 
@@ -109,3 +110,15 @@ def redis_auth() -> Iterator[tuple[str, str]]:
         pytest.fail(f"cannot start redis-server: {exc}", pytrace=False)
     with server:
         yield server.url, REDIS_TEST_PASSWORD
+
+
+@pytest.fixture(scope="session")
+def couch_url() -> Iterator[str]:
+    """``http://admin:password@127.0.0.1:PORT`` of a pouchdb-server (CouchDB's API, in memory), shared by
+    the session: OpenWhisk's activation store."""
+    try:
+        server = start_couchdb()
+    except ServerError as exc:
+        pytest.fail(f"cannot start pouchdb-server: {exc}", pytrace=False)
+    with server:
+        yield server.url

@@ -30,7 +30,9 @@ from esg_cli.main import main as esg_main
 ROOT = Path(__file__).resolve().parent.parent
 CLASSES = ("missing", "malformed", "out of range", "wrong type", "conflicting flags", "port in use",
            "unwritable output")
-COMMANDS = ("plan", "emulate", "profile", "scheduler", "agent", "mig", "up", "bench", "deploy")
+COMMANDS = ("plan", "emulate", "profile", "profile-export", "profile-import", "scheduler", "agent", "mig", "up", "bench", "replay", "status",
+            "deploy")
+REPLAY = ["--api", "http://127.0.0.1:1", "--auth", "u:k"]
 SERVICE = ["--kafka", "127.0.0.1:1", "--redis", "redis://127.0.0.1:1/0"]
 AGENT = ["--redis", "redis://127.0.0.1:1/0", "--openwhisk-api", "http://127.0.0.1:1", "--openwhisk-auth", "u:k",
          "--fake-gpu", "A30"]
@@ -84,6 +86,30 @@ TABLE: dict[str, dict[str, Case | NA]] = {
         "port in use": NA("opens no port (its workers bind free loopback ports)"),
         "unwritable output": case("profile", "vote", "--out", "{file}/tables", needle="--out"),
     },
+    "profile-export": {
+        "missing": case("profile", "export", "--out", "{tmp}/out", needle="--redis"),
+        "malformed": case("profile", "export", "--redis", "http://127.0.0.1:1", "--out", "{tmp}/out",
+                          needle="--redis"),
+        "out of range": case("profile", "export", "--redis", "redis://127.0.0.1:1/0", "--out", "{tmp}/out",
+                             "--gpu-model", "T4", needle="T4"),
+        "wrong type": case("profile", "export", "--redis", "redis://127.0.0.1:1/x", "--out", "{tmp}/out",
+                           needle="--redis"),
+        "conflicting flags": NA("its flags combine freely"),
+        "port in use": NA("opens no port (it connects to Redis)"),
+        "unwritable output": case("profile", "export", "--redis", "redis://127.0.0.1:1/0", "--out",
+                                  "{file}/tables", needle="--out"),
+    },
+    "profile-import": {
+        "missing": case("profile", "import", "--redis", "redis://127.0.0.1:1/0", "{tmp}/none", needle="none"),
+        "malformed": case("profile", "import", "--redis", "redis://127.0.0.1:1/0", "{bad_profiles}",
+                          needle="pre.json"),
+        "out of range": case("profile", "import", "--redis", "redis://127.0.0.1:1/0", "{empty_dir}",
+                             needle="no *.json"),
+        "wrong type": case("profile", "import", "--redis", "redis://127.0.0.1:1/0", "{file}", needle="DIR"),
+        "conflicting flags": NA("its flags combine freely"),
+        "port in use": NA("opens no port"),
+        "unwritable output": NA("writes to Redis only"),
+    },
     "scheduler": {
         "missing": case("scheduler", "--redis", "redis://127.0.0.1:1/0", needle="Kafka"),
         "malformed": case("scheduler", *SERVICE, "--profiles", "{bad_profiles}", needle="pre.json"),
@@ -98,7 +124,7 @@ TABLE: dict[str, dict[str, Case | NA]] = {
         "malformed": case("agent", *AGENT, "--openwhisk-auth", "nocolon", needle="--openwhisk-auth"),
         "out of range": case("agent", *AGENT, "--vcpus", "0", needle="--vcpus"),
         "wrong type": case("agent", *AGENT, "--heartbeat-s", "often", needle="--heartbeat-s"),
-        "conflicting flags": NA("no two of its flags constrain each other"),
+        "conflicting flags": case("agent", *AGENT, "--runner", "twin", needle="--profiles"),
         "port in use": NA("listens on no port (its workers bind free loopback ports)"),
         "unwritable output": case("agent", *AGENT, "--journal", "{file}/journal", needle="--journal"),
     },
@@ -129,6 +155,29 @@ TABLE: dict[str, dict[str, Case | NA]] = {
         "port in use": NA("opens no port"),
         "unwritable output": NA("writes to stdout only"),
     },
+    "replay": {
+        "missing": case("replay", *REPLAY, "--arrivals", "{tmp}/none.csv", "--out", "{tmp}/out", needle="--arrivals"),
+        "malformed": case("replay", *REPLAY, "--arrivals", "{bad_trace}", "--out", "{tmp}/out", needle="line 1"),
+        "out of range": case("replay", *REPLAY, "--arrivals", "{arrivals}", "--concurrency", "0", "--out",
+                             "{tmp}/out", needle="--concurrency"),
+        "wrong type": case("replay", *REPLAY, "--arrivals", "{arrivals}", "--warmup-s", "x", "--out", "{tmp}/out",
+                           needle="--warmup-s"),
+        "conflicting flags": case("replay", *REPLAY, "--arrivals", "{arrivals}", "--warmup-s", "5", "--out",
+                                  "{tmp}/out", needle="--warmup-s"),
+        "port in use": NA("opens no port"),
+        "unwritable output": case("replay", *REPLAY, "--arrivals", "{arrivals}", "--warmup-s", "0", "--out",
+                                  "{file}/out", needle="--out"),
+    },
+    "status": {
+        "missing": case("status", needle="Redis"),
+        "malformed": case("status", "--redis", "http://x", needle="--redis"),
+        "out of range": case("status", "--redis", "redis://127.0.0.1:1/0", "--controller-id", "a b",
+                             needle="--controller-id"),
+        "wrong type": NA("its flags are URLs and names, checked as malformed or out of range"),
+        "conflicting flags": NA("its flags combine freely"),
+        "port in use": NA("opens no port"),
+        "unwritable output": NA("writes to stdout only"),
+    },
     "deploy": {
         "missing": case("{tmp}/none.json", "--dry-run", needle="none.json"),
         "malformed": case("{negative_slo_app}", "--dry-run", needle="slo_ms"),
@@ -140,7 +189,45 @@ TABLE: dict[str, dict[str, Case | NA]] = {
     },
 }
 
-CASES = [(cmd, cls, c) for cmd, row in TABLE.items() for cls, c in row.items() if isinstance(c, Case)]
+#: More cases for flags added after a command's row was written (same checks, same classes).
+EXTRA: list[tuple[str, str, Case]] = [
+    ("scheduler", "malformed", case("scheduler", *SERVICE, "--activation-store", "ftp://u:pw@db:5984/x",
+                                    needle="--activation-store")),
+    ("scheduler", "malformed", case("scheduler", *SERVICE, "--activation-store", "http://db:5984/Not_A_DB",
+                                    needle="--activation-store")),
+    ("scheduler", "out of range", case("scheduler", *SERVICE, "--timeout-factor", "0", needle="--timeout-factor")),
+    ("scheduler", "wrong type", case("scheduler", *SERVICE, "--timeout-addon-s", "soon",
+                                     needle="--timeout-addon-s")),
+    ("scheduler", "out of range", case("scheduler", *SERVICE, "--std-time-limit-s", "-60",
+                                       needle="--std-time-limit-s")),
+    ("scheduler", "malformed", case("scheduler", *SERVICE, "--parameter-storage-aes128", "not*base64",
+                                    needle="--parameter-storage-aes128")),
+    ("scheduler", "out of range", case("scheduler", *SERVICE, "--parameter-storage-aes256", "AAAAAAAAAAAAAAAAAAAAAA==",
+                                       needle="--parameter-storage-aes256")),
+    ("scheduler", "out of range", case("scheduler", *SERVICE, "--explore-fraction", "1.5",
+                                       needle="--explore-fraction")),
+    ("scheduler", "wrong type", case("scheduler", *SERVICE, "--explore-fraction", "some",
+                                     needle="--explore-fraction")),
+    ("agent", "missing", case("agent", *AGENT, "--runner", "twin", "--profiles", "{tmp}/none",
+                              needle="--profiles")),
+    ("agent", "malformed", case("agent", *AGENT, "--runner", "twin", "--profiles", "{bad_profiles}",
+                                needle="pre.json")),
+    ("agent", "conflicting flags", case("agent", *AGENT, "--profiles", A100, needle="--runner twin")),
+    ("agent", "out of range", case("agent", *AGENT, "--runner", "fast", needle="--runner")),
+    ("agent", "wrong type", case("agent", *AGENT, "--runner", "twin", "--profiles", A100, "--seed", "x",
+                                 needle="--seed")),
+    ("emulate", "missing", case("emulate", "--arrivals", "{tmp}/none.csv", "--out", "{tmp}/out",
+                                needle="--arrivals")),
+    ("emulate", "malformed", case("emulate", "--arrivals", "{bad_trace}", "--out", "{tmp}/out", needle="line 1")),
+    ("emulate", "conflicting flags", case("emulate", "--write-arrivals", "{tmp}/arr.csv", "--out", "{tmp}/out",
+                                          needle="--load")),
+    ("emulate", "unwritable output", case("emulate", "--load", "light", "--write-arrivals", "{file}/arr.csv",
+                                          "--out", "{tmp}/out", needle="--write-arrivals")),
+    ("up", "conflicting flags", case("up", "--runner", "twin", "--fake-gpu", "A30", needle="--fake-gpu")),
+    ("up", "out of range", case("up", "--runner", "fast", needle="--runner")),
+    ("up", "conflicting flags", case("up", "--slo", "moderate", "--slo-factor", "2", needle="--slo")),
+]
+CASES = [(cmd, cls, c) for cmd, row in TABLE.items() for cls, c in row.items() if isinstance(c, Case)] + EXTRA
 FIRST = {cmd: next(c for c in row.values() if isinstance(c, Case)) for cmd, row in TABLE.items()}
 
 
@@ -155,13 +242,15 @@ def _files(tmp: Path, busy: int) -> dict[str, str]:
     profiles = tmp / "profiles"
     profiles.mkdir()
     (profiles / "pre.json").write_text('{"function": "pre", "gpu_model": "A100-40GB", "configs": [')
+    (tmp / "arrivals.csv").write_text("time_s,app\n0.5,image-classification\n2,image-classification\n")
     (tmp / "empty").mkdir()
     (tmp / "cyclic-apps").mkdir()
     (tmp / "cyclic-apps" / "cyclic.json").write_text(json.dumps(cyclic))
     return {"tmp": str(tmp), "file": str(tmp / "not-a-dir.txt"), "busy": str(busy),
             "cyclic_app": str(tmp / "cyclic.json"), "negative_slo_app": str(tmp / "negative-slo.json"),
             "bad_trace": str(tmp / "trace.csv"), "bad_profiles": str(profiles),
-            "empty_dir": str(tmp / "empty"), "cyclic_dir": str(tmp / "cyclic-apps")}
+            "empty_dir": str(tmp / "empty"), "cyclic_dir": str(tmp / "cyclic-apps"),
+            "arrivals": str(tmp / "arrivals.csv")}
 
 
 def _tree(root: Path) -> dict[str, int]:
@@ -198,7 +287,8 @@ def _check(cmd: str, cls: str, c: Case, rc: int, out: str, err: str, before: dic
     assert after == before, f"{where}: wrote {sorted(set(after) - set(before))}"
 
 
-@pytest.mark.parametrize("cmd,cls,c", CASES, ids=[f"{cmd}-{cls.replace(' ', '_')}" for cmd, cls, _ in CASES])
+@pytest.mark.parametrize("cmd,cls,c", CASES, ids=[f"{cmd}-{cls.replace(' ', '_')}-{i}" for i, (cmd, cls, _)
+                                                    in enumerate(CASES)])
 def test_bad_input_is_one_line_and_exit_2(cmd, cls, c, tmp_path, busy_port, clean_env, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     values = _files(tmp_path, busy_port)
@@ -229,3 +319,14 @@ def test_the_table_covers_every_command_and_class():
     assert set(TABLE) == set(sub.choices) | {"deploy"}, "a subcommand without bad-input cases"
     for cmd, row in TABLE.items():
         assert tuple(row) == CLASSES, f"{cmd}: every class needs a case or a reason it cannot occur"
+
+
+EXTRA = [("emulate", "trace minute 0", case("emulate", "--trace-minute-s", "0", "--out", "{tmp}/out",
+                                             needle="--trace-minute-s")),
+         ("emulate", "trace minute nan", case("emulate", "--trace-minute-s", "nan", "--out", "{tmp}/out",
+                                               needle="--trace-minute-s"))]
+
+
+@pytest.mark.parametrize("cmd,cls,c", EXTRA, ids=[f"{cmd}-{cls.replace(' ', '_')}" for cmd, cls, _ in EXTRA])
+def test_more_bad_flags_are_one_line_and_exit_2(cmd, cls, c, tmp_path, busy_port, clean_env, capsys, monkeypatch):
+    test_bad_input_is_one_line_and_exit_2(cmd, cls, c, tmp_path, busy_port, clean_env, capsys, monkeypatch)

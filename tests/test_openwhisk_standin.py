@@ -7,14 +7,12 @@ activation records, a real Redis.
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
-import redis
 import requests
 
-from controller_plugin.ledger import activation_record_key
+from controller_plugin.activation_store import ActivationStore
 from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn
 
 AUTH = tuple(GUEST_KEY.split(":"))
@@ -116,15 +114,17 @@ def test_non_blocking_and_late_invokes_answer_202_with_the_id(api):
     _is_error(api.call("POST", "_/actions/hello", json=[1, 2]), 400, "The request content was malformed.")
 
 
-def test_activation_get_list_result_logs(redis_url):
-    client = redis.Redis.from_url(redis_url)
-    ns = f"ns-{uuid.uuid4().hex[:8]}"                   # the session's Redis holds other tests' records
+def test_activation_get_list_result_logs(couch_url):
+    ns = f"ns-{uuid.uuid4().hex[:8]}"
+    url = f"{couch_url}/{ns}activations"                # a database of its own in the session's server
     ids = [uuid.uuid4().hex for _ in range(3)]
+    store = ActivationStore(url)
     try:
-        client.set(activation_record_key(ids[0]), json.dumps(record(ids[0], 0, {"ok": 1}, 1000, ns=ns)))
-        client.set(activation_record_key(ids[1]), json.dumps(record(ids[1], 1, {"error": "no"}, 2000, "other", ns)))
-        client.set(activation_record_key(ids[2]), json.dumps(record(ids[2], 0, {}, 3000, ns="someone-else")))
-        with OpenWhiskStandIn(keys={GUEST_KEY: ns}, redis_client=client) as s:
+        store.ensure()
+        assert store.put_many([record(ids[0], 0, {"ok": 1}, 1000, ns=ns),
+                               record(ids[1], 1, {"error": "no"}, 2000, "other", ns),
+                               record(ids[2], 0, {}, 3000, ns="someone-else")]) == []
+        with OpenWhiskStandIn(keys={GUEST_KEY: ns}, activation_store=url) as s:
             api = Api(s)
             got = api.call("GET", f"_/activations/{ids[1]}").json()
             assert got["response"] == {"result": {"error": "no"}, "status": "application error", "success": False}
@@ -140,5 +140,4 @@ def test_activation_get_list_result_logs(redis_url):
             _is_error(api.call("DELETE", f"_/activations/{ids[0]}"), 405,
                       "HTTP method not allowed, supported methods: GET")
     finally:
-        client.delete(*(activation_record_key(i) for i in ids))
-        client.close()
+        store.close()

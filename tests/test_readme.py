@@ -42,6 +42,7 @@ import pytest
 from controller_plugin.metadata import AppPlan, MetadataClient, ProfileStore, plan_for
 from esg_cli.main import build_parser
 from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn
+from esg_cli.profile_tables import rewrite
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -57,6 +58,8 @@ RULES: list[tuple[str, str]] = [           # (regular expression on the command,
     (r"^scripts/test .+", "pytest"),
     (r"^esg (plan|mig) .*\[", "synopsis"),
     (r"^esg scheduler .*\[", "synopsis"),
+    (r"^esg profile (export|import) ", "synopsis"),
+    (r"^esg (replay|status) .*\[", "synopsis"),
     (r"^esg (plan|mig layouts) ", "run"),
     (r"^esg (bench search|emulate --|profile )", "small"),
     (r"^(scripts/)?esg (up|agent --redis)", "checked"),
@@ -151,7 +154,7 @@ def test_parsed(command):
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if rule(c) == "synopsis"])
 def test_synopsis_flags_exist(command):
-    sub = shlex.split(command)[1]
+    sub = rewrite(shlex.split(command)[1:])[0]
     named = set(re.findall(r"--[a-z][a-z0-9-]*", command))
     assert named and named <= set(_options(sub)), f"{command}: {sorted(named - set(_options(sub)))} not in esg {sub}"
 
@@ -183,7 +186,8 @@ def test_every_subcommand_help(command, capsys):
     for sub in action.choices:
         with pytest.raises(SystemExit) as done:
             _parse([sub, "--help"])
-        assert done.value.code == 0 and f"usage: esg {sub}" in capsys.readouterr().out
+        shown = sub.replace("profile-", "profile ")   # esg profile export|import
+        assert done.value.code == 0 and f"usage: esg {shown}" in capsys.readouterr().out
 
 
 def _wsk_annotations(words: list[str]) -> list[dict]:

@@ -114,6 +114,14 @@ def test_action_name_in_plain_string_form_and_with_package():
     assert msg.action.namespace == "guest"
 
 
+def test_any_auth_key_object_is_accepted_as_openwhisks_generic_auth_key():
+    iam = {"api_key": None, "token": "t0ken", "refresh_token": "r"}
+    msg = parsed(user={**json.loads(ACTIVATION)["user"], "authkey": {"token": "t0ken", "refresh_token": "r"}})
+    assert msg.user.api_key is None and msg.user.authkey == {"token": "t0ken", "refresh_token": "r"}
+    assert "t0ken" not in repr(msg)
+    assert parsed(user={**json.loads(ACTIVATION)["user"], "authkey": iam}).user.api_key is None
+
+
 def test_api_key_never_appears_in_repr():
     msg = wire.parse_activation(ACTIVATION)
     assert "123zO3xZ" not in repr(msg)
@@ -161,7 +169,8 @@ MALFORMED = [
     (_without("action", "path"), "action.path"),
     (_without("user", "subject"), "user.subject"),
     (_without("user", "namespace", "uuid"), "user.namespace.uuid"),
-    (_without("user", "authkey", "api_key"), "user.authkey.api_key"),
+    (_with(("user", "authkey"), "uuid:key"), "user.authkey"),
+    (_with(("user", "authkey", "api_key"), 7), "user.authkey.api_key"),
     (_without("user", "rights"), "user.rights"),
     (_without("user", "limits"), "user.limits"),
     (_without("rootControllerIndex", "asString"), "rootControllerIndex.asString"),
@@ -410,3 +419,11 @@ def test_producer_refuses_exactly_what_encode_ack_shrinks(kafka_bootstrap, compl
     ack = wire.parse_ack(values[1])
     assert isinstance(ack, wire.CombinedCompletionAndResultMessage)
     assert ack.response == json.loads(ACTIVATION)["activationId"]
+
+
+def test_nan_and_infinity_are_no_json_in_and_never_written_out():
+    for constant in ("NaN", "Infinity", "-Infinity"):
+        with pytest.raises(wire.WireError, match="not valid JSON"):
+            wire.parse_activation(ACTIVATION.replace('"content":', f'"x":{constant},"content":'))
+    with pytest.raises(ValueError):
+        wire.encode({"x": float("nan")})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from esg.mig import DEFAULT_GPU_MODEL
+
 
 @dataclass(frozen=True)
 class ClusterSpec:
@@ -11,7 +13,7 @@ class ClusterSpec:
 
     nodes: int = 16
     vcpus: int = 16
-    gpu_model: str | None = "A100-40GB"
+    gpu_model: str | None = DEFAULT_GPU_MODEL
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.vcpus < 1:
@@ -43,10 +45,17 @@ class EmulatorParams:
     store_read_mb_s: float = 600.0
     """See ``store_read_ms``."""
     mig_reconfig_ms: float = 2000.0
-    """Time per MIG GPU instance destroyed or created (reference/mig.md §3: GI destroy "may take O(1 s)"
+    """Time per MIG GPU instance destroyed or created (``docs/mig.md``: GI destroy "may take O(1 s)"
     and a full re-partition several seconds; 2 s per changed instance covers GI + CI create/destroy)."""
     cold_start_scale: float = 1.0
     """Multiplier on each profile's ``cold_start_ms`` (0 disables cold starts)."""
+    hop_ms: float = 2.5
+    """The live path's overhead per batch, beyond the decision itself: the dispatch's way to its agent
+    (the main loop's pipeline, the agent's blocking read waking) and the result's way back to the next
+    step (the reader thread, the main loop waking). From the traces of single activations in
+    docs/live-path.md (development machine, 2 shared cores, medians): dispatch pipeline 0.8-1.3 ms,
+    agent round trip 0.9 ms, result hand-off 0.5 ms; docs/live-vs-emulated.md measures it again on a
+    twin cluster (sent to answered, less the twin's run, warm batches without MIG change)."""
     sched_ms_per_step: float = 0.05
     """Modelled fixed decision time per scheduler step that dispatches (queue walk + ESG_Dispatch)."""
     sched_ms_per_unit: float = 0.1

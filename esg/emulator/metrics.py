@@ -22,8 +22,16 @@ class Metrics:
     completed: int = 0
     failed: int = 0
     hits: int = 0
-    cost: float = 0.0
-    """Σ over batches of (price of the resources held) × (time held, from dispatch to completion)."""
+    cost_exec: float = 0.0
+    """Σ over measured batches of (price of the resources held) × (time held from dispatch to completion,
+    less the start-up below): decision time, input reads, execution, output writes."""
+    cost_cold: float = 0.0
+    """... × the cold starts those batches waited for."""
+    cost_mig: float = 0.0
+    """... × the MIG reconfiguration those batches waited for."""
+    cost_idle: float = 0.0
+    """Σ over MIG instances of their price × the time within the measured window they held an idle warm
+    worker and ran no batch (CPU workers hold no vCPU while idle: nothing)."""
     batches: int = 0
     jobs: int = 0
     cold_starts: int = 0
@@ -49,17 +57,27 @@ class Metrics:
             stats.hits += 1
 
     @property
+    def cost(self) -> float:
+        """Everything paid: execution, cold starts, MIG reconfiguration and idle warm workers."""
+        return self.cost_exec + self.cost_cold + self.cost_mig + self.cost_idle
+
+    @property
     def missed(self) -> int:
         """Requests that did not meet their SLO: late, failed or never finished."""
         return self.requests - self.hits
 
     def summary(self) -> dict[str, float | int]:
         lat = np.array([x for s in self.per_app.values() for x in s.latencies_ms])
+        n = self.requests
         return {
             "requests": self.requests,
             "completed": self.completed,
             "slo_hit_rate": self.hits / self.requests if self.requests else 0.0,
-            "cost": self.cost / self.requests if self.requests else 0.0,
+            "cost": self.cost / n if n else 0.0,
+            "cost_exec": self.cost_exec / n if n else 0.0,
+            "cost_idle": self.cost_idle / n if n else 0.0,
+            "cost_cold": self.cost_cold / n if n else 0.0,
+            "cost_mig": self.cost_mig / n if n else 0.0,
             "p50_ms": float(np.percentile(lat, 50)) if lat.size else float("nan"),
             "p99_ms": float(np.percentile(lat, 99)) if lat.size else float("nan"),
             "sched_overhead_ms": self.sched_ms / self.decisions if self.decisions else 0.0,

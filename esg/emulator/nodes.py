@@ -40,6 +40,13 @@ class NodeModel:
     """Existing MIG instances -> busy."""
     idle_workers: dict[WorkerKey, list[float]] = field(default_factory=dict)
     """Idle warm workers by kind -> the times they expire."""
+    keep_alive_ms: float = 0.0
+    """How long a worker stays idle before it expires (set by :meth:`finish`)."""
+    idle_spans: list[tuple[float, float, SliceRef]] = field(default_factory=list)
+    """(from, to, MIG instance) of every idle period of a GPU warm worker that has ended: taken by a
+    batch, expired, or killed with its instance (what idle warm workers cost is computed from these)."""
+    busy_spans: list[tuple[float, float, SliceRef]] = field(default_factory=list)
+    """(from, to, MIG instance) of every batch that ran on an instance and finished."""
 
     def __post_init__(self) -> None:
         if self.vcpus_free < 0:
@@ -50,6 +57,7 @@ class NodeModel:
         self._expiry_known = True
         self._refs: list[SliceRef] | None = None
         """The MIG instances in order (None: recomputed after a create or destroy)."""
+        self._busy_since: dict[SliceRef, float] = {}
 
     def snapshot(self, now_ms: float) -> NodeState:
         """The node as the scheduler sees it.
@@ -104,7 +112,7 @@ class NodeModel:
             for victim in fit.destroy:
                 if self.slices.pop(victim, None) is not False:
                     raise AssertionError(f"{self.name}: MIG instance {victim} destroyed while busy or absent")
-                self._kill_workers(victim)
+                self._kill_workers(victim, now_ms)
                 self._refs = None
                 changed += 1
             if fit.create:
@@ -117,6 +125,8 @@ class NodeModel:
                 raise AssertionError(f"{self.name}: MIG instance {fit.slice} is busy or absent")
             else:
                 self.slices[fit.slice] = True
+        if fit.slice is not None:
+            self._busy_since[fit.slice] = now_ms
         taken, exact = self._take_worker((d.function, fit.slice), now_ms)
         if not (reserved and exact and not fit.destroy and taken == (fit.warm_worker is not None)):
             self._state = None
@@ -125,8 +135,10 @@ class NodeModel:
     def finish(self, d: Dispatch, now_ms: float, keep_alive_ms: float) -> None:
         """Give the batch's resources back; its worker becomes idle until the keep-alive expires."""
         self.vcpus_free += d.config.vcpus
+        self.keep_alive_ms = keep_alive_ms
         if d.fit.slice is not None:
             self.slices[d.fit.slice] = False
+            self.busy_spans.append((self._busy_since.pop(d.fit.slice), now_ms, d.fit.slice))
         key = (d.function, d.fit.slice)
         expiry = now_ms + keep_alive_ms
         self.idle_workers.setdefault(key, []).append(expiry)
@@ -146,6 +158,8 @@ class NodeModel:
         empty."""
         for key, ts in list(self.idle_workers.items()):
             gone = bisect.bisect_left(ts, now_ms)
+            if gone:
+                self._idle_ended(key, ts[:gone], None)
             if gone == len(ts):
                 del self.idle_workers[key]
             elif gone:
@@ -160,22 +174,82 @@ class NodeModel:
             return False, True
         gone = bisect.bisect_left(pool, now_ms)
         if gone:
+            self._idle_ended(key, pool[:gone], None)
             del pool[:gone]
             self._expiry_known = False
         taken = bool(pool)
         if taken:
-            pool.pop()  # the most recently idle worker: the others keep their expiry order
+            self._idle_ended(key, [pool.pop()], now_ms)  # the most recently idle worker: the others keep their expiry order
         if not pool:
             del self.idle_workers[key]
             self._expiry_known = False
         return taken, not gone
 
-    def _kill_workers(self, ref: SliceRef) -> None:
+    def _kill_workers(self, ref: SliceRef, now_ms: float) -> None:
         for key in [k for k in self.idle_workers if k[1] == ref]:
+            self._idle_ended(key, self.idle_workers[key], now_ms)
             del self.idle_workers[key]
         self._expiry_known = False
+
+    def _idle_ended(self, key: WorkerKey, expiries: list[float], now_ms: float | None) -> None:
+        """Record the idle periods of GPU workers leaving the pool (``now_ms`` None: they expired)."""
+        ref = key[1]
+        if ref is None:
+            return
+        for expiry in expiries:
+            end = expiry if now_ms is None else min(now_ms, expiry)
+            self.idle_spans.append((expiry - self.keep_alive_ms, end, ref))
+
+    def idle_instance_ms(self, start_ms: float, end_ms: float, now_ms: float) -> dict[str, float]:
+        """Per MIG profile, the time within [``start_ms``, ``end_ms``] that an instance was kept for an
+        idle warm worker: the union of its workers' idle periods, less the time the instance ran a batch
+        (then it is paid as execution). Periods still running count up to ``now_ms``."""
+        idle: dict[SliceRef, list[tuple[float, float]]] = {}
+        for a, b, ref in self.idle_spans:
+            idle.setdefault(ref, []).append((a, b))
+        for (_, ref), ts in self.idle_workers.items():
+            if ref is not None:
+                idle.setdefault(ref, []).extend((e - self.keep_alive_ms, min(now_ms, e)) for e in ts)
+        busy: dict[SliceRef, list[tuple[float, float]]] = {}
+        for a, b, ref in self.busy_spans:
+            busy.setdefault(ref, []).append((a, b))
+        for ref, since in self._busy_since.items():
+            busy.setdefault(ref, []).append((since, now_ms))
+        out: dict[str, float] = {}
+        for ref, spans in idle.items():
+            kept = _subtract(_union(spans, start_ms, end_ms), _union(busy.get(ref, []), start_ms, end_ms))
+            if kept > 0:
+                out[ref.profile] = out.get(ref.profile, 0.0) + kept
+        return out
 
     def layout_valid(self) -> bool:
         if self.gpu_model is None:
             return not self.slices
         return mig.place(self.gpu_model, [], [(r.profile, r.start) for r in self.slices]) is not None
+
+
+def _union(spans: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
+    """The union of ``spans`` clipped to [lo, hi], as sorted disjoint intervals."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted((max(a, lo), min(b, hi)) for a, b in spans):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _subtract(kept: list[tuple[float, float]], busy: list[tuple[float, float]]) -> float:
+    """Total length of the disjoint sorted intervals ``kept`` outside the disjoint sorted ``busy``."""
+    total = sum(b - a for a, b in kept)
+    i = 0
+    for a, b in kept:
+        while i < len(busy) and busy[i][1] <= a:
+            i += 1
+        j = i
+        while j < len(busy) and busy[j][0] < b:
+            total -= min(b, busy[j][1]) - max(a, busy[j][0])
+            j += 1
+    return total

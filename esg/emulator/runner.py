@@ -5,7 +5,8 @@ runner builds a :class:`~esg.cluster.ClusterSnapshot` from its node models and c
 ``Scheduler.step`` with those events -- the same call the live service makes. Each dispatch then pays,
 before it runs: the modelled decision time of that step, the read of its inputs from the data store
 when they were produced on other nodes (in parallel with) the MIG changes its placement needs followed
-by a cold start when no idle worker of its kind is on the node. Its execution time is the profiled
+by a cold start when no idle worker of its kind is on the node, and the live path's hop to its agent
+and back (``EmulatorParams.hop_ms``). Its execution time is the profiled
 latency times log-normal noise; a batch whose outputs go to successors completes after writing them
 to the store. Same node: the successor reads the producer's kept copy, free (as the live agents do).
 """
@@ -25,10 +26,13 @@ from esg.emulator.clock import DONE, TIMER, EventHeap
 from esg.emulator.config import ClusterSpec, EmulatorParams
 from esg.emulator.metrics import Metrics
 from esg.emulator.nodes import NodeModel
+from esg.emulator.online import OnlineLearning
+from esg.mig import DEFAULT_GPU_MODEL, compute_slices
 from esg.model import App, Config
 from esg.policies.base import Policy
 from esg.profiles import Profile
 from esg.scheduler import Arrival, BatchDone, Dispatch, Request, Scheduler
+from esg.timing import cold_start_ms, lognormal_params
 
 InvariantHook = Callable[[float, Mapping[str, NodeModel], Scheduler], None]
 
@@ -45,7 +49,8 @@ class Emulation:
     def __init__(self, apps: Mapping[str, App], profiles: Mapping[str, Profile], policy: Policy,
                  requests: Sequence[Request], rng: np.random.Generator,
                  cluster: ClusterSpec | None = None, params: EmulatorParams | None = None,
-                 prices: Prices | None = None, invariant_hook: InvariantHook | None = None):
+                 prices: Prices | None = None, invariant_hook: InvariantHook | None = None,
+                 online: OnlineLearning | None = None):
         cluster = cluster or ClusterSpec()
         params = params or EmulatorParams()
         prices = prices or Prices()
@@ -53,7 +58,10 @@ class Emulation:
         self.requests = requests
         self.rng, self.cluster, self.params, self.prices = rng, cluster, params, prices
         self.hook = invariant_hook
-        self.scheduler = Scheduler(apps, policy)
+        self.online = online
+        """Online profiles (``esg emulate --profiles-online``): the scheduler learns its tables."""
+        self._runs: dict[str, tuple[float, bool, float]] = {}
+        self.scheduler = Scheduler(apps, policy, explorer=online.explorer if online is not None else None)
         self.nodes = {n: NodeModel(n, cluster.vcpus, cluster.gpu_model) for n in cluster.node_names()}
         self._snapshot = ClusterSnapshot({n: m.snapshot(0.0) for n, m in self.nodes.items()}, tracks_workers=True)
         self._changed: set[str] = set()
@@ -69,8 +77,7 @@ class Emulation:
         self._flight: dict[str, tuple[Dispatch, float]] = {}
         self._timers: set[float] = set()
         self._measured: set[str] = set()
-        sigma = math.sqrt(math.log1p(params.noise_cv ** 2))
-        self._noise = (-sigma * sigma / 2, sigma)
+        self._noise = lognormal_params(params.noise_cv)
         self._noise_buf: list[float] = []
 
     def run(self) -> RunResult:
@@ -100,6 +107,7 @@ class Emulation:
                     self._timers.discard(now)
             self._step(now, events)
         unfinished = self.scheduler.pending_requests()
+        self._charge_idle(self.params.warmup_ms, last, now)
         summary = self.metrics.summary()
         return RunResult(self.metrics, now, unfinished, summary)
 
@@ -153,9 +161,11 @@ class Emulation:
         cost = node.start(d, now, self.params.mig_reconfig_ms, reserved=True)
         if node.snapshot_stale:
             self._changed.add(d.node)
-        cold_ms = self.profiles[d.function].cold_start_ms * self.params.cold_start_scale if cost.cold else 0.0
-        wait = decision_ms + max(self._transfer_ms(d), cost.reconfig_ms + cold_ms)
-        run_ms = self._latency[(d.function, d.config)] * self._next_noise()
+        cold_ms = cold_start_ms(self.profiles[d.function], self.params.cold_start_scale) if cost.cold else 0.0
+        wait = decision_ms + self.params.hop_ms + max(self._transfer_ms(d), cost.reconfig_ms + cold_ms)
+        run_ms = self._true_latency(d) * self._next_noise()
+        if self.online is not None:
+            self._runs[d.batch_id] = (run_ms, cost.cold, cold_ms)
         done = now + wait + run_ms + self._write_ms(d)
         self._flight[d.batch_id] = (d, now)
         self.heap.push(done, DONE, d.batch_id)
@@ -166,8 +176,31 @@ class Emulation:
         m.jobs += len(d.jobs)
         m.cold_starts += cost.cold
         m.reconfigured_instances += cost.reconfigured
-        gpu_model = self.cluster.gpu_model or "A100-40GB"
-        m.cost += self.prices.rate(gpu_model, d.config) * (done - now)
+        gpu_model = self.cluster.gpu_model or DEFAULT_GPU_MODEL
+        rate = self.prices.rate(gpu_model, d.config)
+        m.cost_mig += rate * cost.reconfig_ms
+        m.cost_cold += rate * cold_ms
+        m.cost_exec += rate * (done - now - cost.reconfig_ms - cold_ms)
+
+    def _charge_idle(self, start_ms: float, end_ms: float, now: float) -> None:
+        """Idle warm workers cost the price of the MIG instance they keep, for the time inside the
+        measured window [``start_ms``, ``end_ms``] (the last arrival) that the instance held an idle
+        worker and ran no batch (an instance is paid once however many idle workers it holds; CPU
+        workers hold no vCPU while idle)."""
+        gpu_model = self.cluster.gpu_model
+        if gpu_model is None:
+            return
+        for node in self.nodes.values():
+            for profile, ms in node.idle_instance_ms(start_ms, end_ms, now).items():
+                self.metrics.cost_idle += self.prices.gpu_slice * compute_slices(gpu_model, profile) * ms
+
+    def _true_latency(self, d: Dispatch) -> float:
+        latency = self._latency.get((d.function, d.config))
+        if latency is None and self.online is not None:
+            latency = self.online.latency(d.function, d.config)
+        if latency is None:
+            raise KeyError(f"{d.function} has no configuration {d.config.label()}")
+        return latency
 
     def _next_noise(self) -> float:
         """The next execution-time factor. Drawn in blocks: the same numbers, in the same order, as
@@ -204,4 +237,10 @@ class Emulation:
         d, _ = self._flight.pop(batch_id)
         self._changed.add(d.node)
         self.nodes[d.node].finish(d, now, self.params.keep_alive_ms)
+        if self.online is not None:
+            run_ms, cold, init_ms = self._runs.pop(batch_id)
+            changed = self.online.observe(d, run_ms, cold, init_ms)
+            for app in self.online.apps_using(changed):
+                self.scheduler.add_app(app, {f: self.online.tables[f] for f in app.functions},
+                                       {f: self.online.spec(f) for f in app.functions})
         return BatchDone(batch_id)

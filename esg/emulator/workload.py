@@ -54,24 +54,30 @@ def map_trace_functions(rows: Sequence[tuple[str, Sequence[float]]], apps: Seque
 
 
 def generate(apps: Sequence[str], rate_rps: float, duration_s: float, rng: np.random.Generator,
-             minute_counts: Mapping[str, Sequence[float]] | None = None) -> list[Request]:
+             minute_counts: Mapping[str, Sequence[float]] | None = None, minute_s: float = 60.0) -> list[Request]:
     """Arrivals of ``apps`` at a mean total of ``rate_rps`` over ``duration_s``, sorted by time.
 
-    With ``minute_counts`` (per app, per minute) the trace's shape is replayed, scaled so the mean total
-    rate is ``rate_rps`` (minutes repeat if the run is longer than the trace); without, each app gets an
-    equal share of the rate modulated by :func:`minute_factors`.
+    With ``minute_counts`` (per app, per minute) each app's series is replayed with its own shape,
+    scaled so its mean over the whole trace is an equal share of ``rate_rps`` (minutes repeat if the
+    run is longer than the trace); one trace minute lasts ``minute_s`` seconds of the run (60: real
+    time; less replays more of the trace in a short run, time-compressed). Without, each app gets an
+    equal share of the rate modulated by :func:`minute_factors` (``minute_s`` is then 60).
     """
     if rate_rps < 0 or duration_s <= 0:
         raise ValueError("rate must be non-negative and duration positive")
+    if not minute_s > 0:
+        raise ValueError("a trace minute must last a positive time")
+    if minute_counts is None:
+        minute_s = 60.0
     apps = sorted(apps)
-    n_min = int(np.ceil(duration_s / 60.0))
+    n_min = int(np.ceil(duration_s / minute_s))
     rates = _per_minute_rates(apps, rate_rps, n_min, rng, minute_counts)
     times: list[np.ndarray] = []
     labels: list[np.ndarray] = []
     for i, app in enumerate(apps):
         for m in range(n_min):
-            start = m * 60.0
-            span = min(60.0, duration_s - start)
+            start = m * minute_s
+            span = min(minute_s, duration_s - start)
             n = rng.poisson(rates[app][m] * span)
             times.append(np.sort(start + rng.uniform(0.0, span, n)) * 1e3)
             labels.append(np.full(n, i))
@@ -89,9 +95,9 @@ def _per_minute_rates(apps, rate_rps, n_min, rng, minute_counts) -> dict[str, np
     width = max(len(s) for s in series.values())
     if width == 0:
         raise ValueError("the trace has no minute columns")
-    total = sum(np.pad(s, (0, width - len(s))) for s in series.values())
-    if total.mean() <= 0:
+    padded = {a: np.pad(s, (0, width - len(s))) for a, s in series.items()}
+    if sum(s.sum() for s in padded.values()) <= 0:
         raise ValueError("the trace has no invocations")
-    scale = rate_rps / (total.mean() / 60.0)
+    share = rate_rps / len(apps)
     idx = np.arange(n_min) % width
-    return {a: np.pad(s, (0, width - len(s)))[idx] / 60.0 * scale for a, s in series.items()}
+    return {a: (s[idx] / s.mean() * share if s.mean() > 0 else np.zeros(n_min)) for a, s in padded.items()}

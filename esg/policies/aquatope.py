@@ -1,6 +1,6 @@
 """Aquatope (ASPLOS'23) resource configuration: constrained Bayesian optimisation, pre-planned.
 
-Aquatope (reference/esg.md §3.4) searches per-stage resource configurations with constrained BO: the
+Aquatope (``docs/baselines.md``, Aquatope) searches per-stage resource configurations with constrained BO: the
 objective is cost, the constraint "end-to-end latency - QoS <= 0", starting from random points and then
 model-guided rounds. Here the black box is the profile-based latency model (each stage's profiled
 latency times the P95 of the execution noise, longest path through the DAG) and the cost model; the
@@ -11,7 +11,7 @@ for every request; when no trial is feasible, the one with the smallest violatio
 
 from __future__ import annotations
 
-import logging
+import functools
 import warnings
 
 import optuna
@@ -29,8 +29,20 @@ N_TRIALS = 70
 """10 random initial points then 60 guided ones (Aquatope: 10 random + 20 rounds of 3)."""
 NOISE_CV = 0.05
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-logging.getLogger("optuna").setLevel(logging.WARNING)
+
+def _quiet_optuna(fn):
+    """Run ``fn`` with optuna's per-trial INFO logging off, restoring the caller's verbosity after."""
+
+    @functools.wraps(fn)
+    def quiet(*args, **kwargs):
+        verbosity = optuna.logging.get_verbosity()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            optuna.logging.set_verbosity(verbosity)
+
+    return quiet
 
 
 @register("aquatope")
@@ -60,6 +72,7 @@ class AquatopePolicy(Policy):
                    for f, c in configs.items())
         return cost, app_latency(app, {f: v * self.p95 for f, v in lat.items()})
 
+    @_quiet_optuna
     def optimise(self, app: App) -> dict[str, Config]:
         options = {f: self._options(f) for f in app.functions}
 

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from esg import placement
 from esg.cluster import ClusterSnapshot
 from esg.cost import Prices
-from esg.dispatch import Placement, dispatch
+from esg.dispatch import Placement
 from esg.model import App, Config
 from esg.profiles import Profile
 from esg.queues import AfwQueue
+from esg.slo_split import group_latency
 
 if TYPE_CHECKING:
     from esg.scheduler import Dispatch, Request
@@ -43,7 +46,7 @@ class PolicyContext:
     max_group: int = 3
     seed: int = 0
     mig_reconfig_ms: float = 2000.0
-    """What one MIG instance created or destroyed costs (the driver's figure; reference/mig.md §3)."""
+    """What one MIG instance created or destroyed costs (the driver's figure; ``docs/mig.md``)."""
     cold_start_scale: float = 1.0
     """Multiplies the profiles' ``cold_start_ms`` (as the driver does)."""
 
@@ -66,16 +69,26 @@ class Choice:
 
 
 class Policy(ABC):
+    """A policy chooses configurations (:meth:`choose`) and the nodes to try first
+    (:meth:`node_preference`); where a batch runs is decided by the machinery every policy shares
+    (:mod:`esg.placement`)."""
+
     name: str = "policy"
 
     def __init__(self, ctx: PolicyContext):
         self.ctx = ctx
+        self.running: Counter[tuple[str, str]] = Counter()
+        """Batches in flight per AFW queue (the scale-out rule looks at them)."""
+        self._rest_ms: dict[tuple[str, str], float] = {}
+        self._fastest: dict[str, tuple[Config, ...]] = {}
 
     def add_app(self, app: App, profiles: Mapping[str, Profile], specs: Mapping[str, FunctionSpec]) -> None:
         """Learn (or replace) an app at run time; subclasses with per-app state override
         :meth:`on_app_added`."""
         self.ctx = replace(self.ctx, apps={**self.ctx.apps, app.name: app},
                            profiles={**self.ctx.profiles, **profiles}, specs={**self.ctx.specs, **specs})
+        self._rest_ms = {k: v for k, v in self._rest_ms.items() if k[0] != app.name}
+        self._fastest = {}
         self.on_app_added(app)
 
     def on_app_added(self, app: App) -> None:
@@ -87,21 +100,61 @@ class Policy(ABC):
         return None
 
     def on_dispatch(self, dispatch: Dispatch) -> None:
-        """A batch was placed."""
-        return None
+        """A batch was placed (subclasses that override this call it)."""
+        self.running[(dispatch.app, dispatch.function)] += 1
 
     def on_done(self, dispatch: Dispatch) -> None:
-        """A placed batch finished (or was lost)."""
-        return None
+        """A placed batch finished or was lost (subclasses that override this call it)."""
+        self.running[(dispatch.app, dispatch.function)] -= 1
 
     def place(self, app: App, queue: AfwQueue, choice: Choice, snapshot: ClusterSnapshot,
               preferred: Sequence[str], now_ms: float, no_fit: set[Config]) -> Placement | str:
-        """Where the head batch runs: by default the first configuration and node that fit."""
-        return dispatch(snapshot, choice.priorities, preferred, no_fit)
+        """Where the head batch runs: the shared machinery of :mod:`esg.placement` (whole batches,
+        warm workers first, start-up against the budget, the scale-out rule), then a fallback to the
+        function's fastest configurations when none of the policy's own fits on any node."""
+        function = queue.key[1]
+        profile = self.ctx.profiles[function]
+        queued = len(queue)
+        own = placement.cap_batches(choice.priorities, queued, profile)
+        if not own:
+            return choice.reason or "no configuration meets the remaining budget"
+        startup = placement.StartupCosts(self.ctx.mig_reconfig_ms, profile.cold_start_ms * self.ctx.cold_start_scale)
+        budget = queue.head.deadline_ms - now_ms - self.rest_ms(app, function)
+        latency_of = placement.latency_lookup(choice.latencies, profile)
+        running = self.running[queue.key]
+        head = placement.HeadBatch(function, own, latency_of, preferred, budget, startup,
+                                   placement.may_scale_out(running, queued, own))
+        placed = placement.place(snapshot, head, no_fit)
+        if not isinstance(placed, str) or not all(c in no_fit for c in own):
+            return placed
+        spare = placement.fallback(self._fastest_first(function), queued, set(own))
+        if not spare:
+            return placed
+        head = replace(head, priorities=spare, may_scale_out=placement.may_scale_out(running, queued, spare))
+        return placement.place(snapshot, head, no_fit)
+
+    def _fastest_first(self, function: str) -> tuple[Config, ...]:
+        """The function's allowed configurations, fastest first (remembered until an app is added)."""
+        found = self._fastest.get(function)
+        if found is None:
+            found = self._fastest[function] = placement.fastest_first(
+                self.ctx.profiles[function], self.ctx.spec(function).allows)
+        return found
+
+    def rest_ms(self, app: App, function: str) -> float:
+        """The fastest the functions after ``function`` can run (what the head must leave them)."""
+        key = (app.name, function)
+        if key not in self._rest_ms:
+            after = tuple(f for f in app.descendants(function) if f != function)
+            fastest = {f: min(e.latency_ms for e in self.ctx.profiles[f].entries
+                              if self.ctx.spec(f).allows(e.config)) for f in after}
+            self._rest_ms[key] = group_latency(app, after, fastest) if after else 0.0
+        return self._rest_ms[key]
 
     def node_preference(self, app: App, function: str, snapshot: ClusterSnapshot) -> list[str] | None:
-        """Nodes to try first for a batch (None: ESG_Dispatch's locality order, home or predecessor)."""
-        return None
+        """Nodes to try first for a batch: by default none (every node by free capacity, as a
+        load-balancing platform does); None: ESG_Dispatch's locality order, home or predecessor."""
+        return []
 
     def work_units(self) -> int:
         """Search work done so far (e.g. A* nodes expanded); drivers model decision time from it."""

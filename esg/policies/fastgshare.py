@@ -1,6 +1,6 @@
 """FaST-GShare (ICPP'23) adapted to MIG slices: per function, not DAG-aware, no batching.
 
-FaST-Scheduler's rule (reference/esg.md §3.2): among the configurations that meet the function's
+FaST-Scheduler's rule (``docs/baselines.md``, FaST-GShare): among the configurations that meet the function's
 latency target, take the one with the **highest throughput per resource** (requests/s per weighted
 resource, ties to the cheaper), and place it to **pack GPU nodes** (fullest node that fits first). The
 original design does not batch, so every configuration has batch 1. The function's latency target is

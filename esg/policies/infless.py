@@ -1,6 +1,6 @@
 """INFless (ASPLOS'22) adapted to MIG slices: per function, not DAG-aware, with batching.
 
-Faithful to INFless's estimator and scheduler (reference/esg.md §3.1, ``gpu/controller/estimator.go``
+Faithful to INFless's estimator and scheduler (``docs/baselines.md``, INFless; ``gpu/controller/estimator.go``
 and ``scheduler.go``):
 
 * each function gets a share S of the app SLO (proportional to its fastest latency);

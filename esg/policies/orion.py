@@ -1,6 +1,6 @@
 """Orion (OSDI'22) right-sizing adapted to (batch, vCPU, MIG slice) configurations.
 
-Orion's best-first search (reference/esg.md §3.3, ``DAG_Modeler/Program.cs``): start **every stage at
+Orion's best-first search (``docs/baselines.md``, Orion; ``DAG_Modeler/Program.cs``): start **every stage at
 its cheapest configuration**; at each step try the one-step increment of every stage separately (the
 next rung of the stage's ladder: configurations by cost, each faster than all cheaper ones, like one
 more 64 MB of Lambda memory) and keep **the single increment that lowers the app's end-to-end P95
@@ -79,6 +79,7 @@ class OrionPolicy(Policy):
         return Choice((c,), latencies={c: self.ctx.profiles[queue.key[1]].latency(c)})
 
     def on_dispatch(self, dispatch) -> None:
+        super().on_dispatch(dispatch)
         app = self.ctx.apps[dispatch.app]
         if dispatch.function in app.sinks and len(app.sinks) == 1:
             for job in dispatch.jobs:

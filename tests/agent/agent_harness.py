@@ -19,9 +19,9 @@ from esg.cluster import SliceRef
 from esg.model import Config
 from esg.protocol import (
     ActionRef,
+    BatchResult,
     DispatchMessage,
     Heartbeat,
-    ResultMessage,
     RunRequest,
     decode,
     encode,
@@ -115,14 +115,14 @@ class SchedulerSide:
         self.keys = Keys(prefix, f"test{uuid.uuid4().hex[:6]}")
         self.r = redis.Redis.from_url(redis_url)
         self._from = {self.keys.results: "0-0", self.keys.heartbeats: "0-0"}
-        self.results: list[ResultMessage] = []
+        self.results: list[BatchResult] = []
         self.heartbeats: list[Heartbeat] = []
 
     def dispatch(self, node: str, function: str, values: list[dict], *, batch_id: str | None = None,
                  config: Config | None = None, slice_: SliceRef | None = None,
                  destroy: tuple[SliceRef, ...] = (), namespace: str = "guest", timeout_ms: int = 20000,
                  raw: bytes | None = None, return_output: bool = True,
-                 inputs: list[tuple] | None = None) -> DispatchMessage:
+                 inputs: list[tuple] | None = None, api_key: str | None = None) -> DispatchMessage:
         batch_id = batch_id or f"b-{uuid.uuid4().hex[:10]}"
         config = config or Config(len(values), 1, slice_.profile if slice_ else None)
         now = int(time.time() * 1000)
@@ -130,7 +130,7 @@ class SchedulerSide:
                                                                          timeout_ms=timeout_ms),
                               config, slice_, destroy,
                               tuple(RunRequest(f"{batch_id}-a{i}", f"tx{i}", v, now + 60000, namespace,
-                                               tuple(inputs[i]) if inputs else ())
+                                               tuple(inputs[i]) if inputs else (), api_key=api_key)
                                     for i, v in enumerate(values)),
                               self.keys.results, return_output, 60)
         self.send(node, raw if raw is not None else encode(msg))
@@ -143,7 +143,7 @@ class SchedulerSide:
         for e in entries(self.r.xread(self._from, count=1000, block=100)):
             self._from[e.stream] = e.id
             m = decode(e.raw)
-            (self.results if isinstance(m, ResultMessage) else self.heartbeats).append(m)
+            (self.results if isinstance(m, BatchResult) else self.heartbeats).append(m)
 
     def wait_for(self, what: Callable[[], object], timeout: float, describe: str) -> object:
         deadline = time.monotonic() + timeout
@@ -154,7 +154,7 @@ class SchedulerSide:
                 return got
         raise AssertionError(f"timed out after {timeout:.0f} s waiting for {describe}")
 
-    def result(self, batch_id: str, timeout: float = 30.0) -> ResultMessage:
+    def result(self, batch_id: str, timeout: float = 30.0) -> BatchResult:
         return self.wait_for(lambda: next((r for r in self.results if r.batch_id == batch_id), None),
                              timeout, f"the result of batch {batch_id}")
 

@@ -1,7 +1,7 @@
 """``esg agent`` end to end: the real agent as a subprocess, the real Redis, an OpenWhisk REST stand-in.
 
 The test plays the scheduler: it adds :class:`esg.protocol.DispatchMessage` entries to the node's
-dispatch stream and reads :class:`ResultMessage` and :class:`Heartbeat` entries back.
+dispatch stream and reads :class:`BatchResult` and :class:`Heartbeat` entries back.
 """
 
 from __future__ import annotations
@@ -157,6 +157,17 @@ def test_busy_slice_in_the_way_is_an_error_and_is_not_touched(agent):
                                         destroy=(SliceRef("1g.5gb", 0),), config=Config(1, 1, "2g.10gb")).batch_id)
     assert clash.results[0].status_code == 3 and "2g.10gb@0" in clash.results[0].result["error"]
     assert sched.result(slow.batch_id).results[0].status_code == 0
+
+
+def test_an_action_of_another_namespace_is_read_as_the_caller(agent, openwhisk):
+    sched, node, _ = agent
+    alice = "a11ce000-71f6-4ed5-8c54-816aa4f8c502:AliceSecretKey0123456789abcdef"
+    openwhisk.keys[alice] = "alice"
+    openwhisk.add("mine", ECHO, namespace="alice")        # the agent's own key (guest's) may not read it
+    refused = sched.result(sched.dispatch(node, "mine", [{"i": 1}], namespace="alice").batch_id)
+    assert refused.results[0].status_code == 3 and "refused the credentials" in refused.results[0].result["error"]
+    ran = sched.result(sched.dispatch(node, "mine", [{"i": 2}], namespace="alice", api_key=alice).batch_id)
+    assert ran.results[0].status_code == 0 and ran.results[0].result["i"] == 2
 
 
 def test_action_that_fails_to_import_and_missing_action_are_developer_errors(agent):

@@ -93,7 +93,7 @@ def test_mutated_dispatches_are_refused_by_name_or_answered_in_full(runner, raw)
         assert str(exc).strip()
         batch_id, ids, _ = salvage(raw)
         if batch_id is not None:               # the agent answers each id it could read with status 3
-            protocol.encode(protocol.ResultMessage(batch_id, "node-f", ()))
+            protocol.encode(protocol.BatchResult(batch_id, "node-f", ()))
         assert all(isinstance(i, str) for i in ids)
         return
     if not isinstance(msg, protocol.DispatchMessage):
@@ -114,4 +114,4 @@ def test_a_result_nested_too_deeply_is_the_actions_error_by_name(runner):
                                     (protocol.RunRequest("d" * 32, "t4", {}, 1718003081790, "guest"),))
     (result,) = runner.run(deep)[0].results
     assert result.status_code == 2 and "nests deeper than 200 levels" in result.result["error"]
-    protocol.decode(protocol.encode(protocol.ResultMessage("deep", "node-f", (result,))))
+    protocol.decode(protocol.encode(protocol.BatchResult("deep", "node-f", (result,))))

@@ -2,7 +2,9 @@
 
 It is the real agent's channel and data plane (``invoker_agent.channel``, ``invoker_agent.data``) on the
 real Redis, with the runner replaced: actions are Python callables by fully qualified name (default:
-echo the input), so tests need no action code or worker processes. Heartbeats go to the heartbeat
+echo the input), so tests need no action code or worker processes. A handler that raises ``TimeoutError``
+stands for an action that ran past its time limit: answered as ``esg agent`` answers one (status 2, the
+``timeout`` flag, OpenWhisk's message). Heartbeats go to the heartbeat
 stream, batches come from the node's dispatch stream, results go to each dispatch's ``reply_to``, and
 non-sink outputs are stored and referenced exactly as ``esg agent`` does it.
 """
@@ -27,7 +29,8 @@ Handler = Callable[[Any], Any]
 class AgentDouble:
     def __init__(self, redis_url: str, node: str, prefix: str = "", vcpus: int = 8, memory_mb: int = 2048,
                  handlers: dict[str, Handler] | None = None, heartbeat_s: float = 0.2,
-                 gpu_model: str | None = None, run_delay_s: float = 0.0, local_data: bool = True) -> None:
+                 gpu_model: str | None = None, run_delay_s: float = 0.0, local_data: bool = True,
+                 run_ms: Callable[[protocol.DispatchMessage], float] | None = None) -> None:
         self.node = node
         self.vcpus = vcpus
         self.memory_mb = memory_mb
@@ -35,6 +38,8 @@ class AgentDouble:
         self.heartbeat_s = heartbeat_s
         self.gpu_model = gpu_model
         self.run_delay_s = run_delay_s
+        self.run_ms = run_ms
+        """The run time each batch reports (default 0): a model of how long its configuration takes."""
         self.batches: list[protocol.DispatchMessage] = []
         self.answering = True
         self.heartbeating = True
@@ -76,7 +81,7 @@ class AgentDouble:
                 if self.answering:
                     self.channel.answer(entry_id, msg.reply_to, result, writes)
 
-    def run(self, msg: protocol.DispatchMessage) -> tuple[protocol.ResultMessage, list]:
+    def run(self, msg: protocol.DispatchMessage) -> tuple[protocol.BatchResult, list]:
         handler = self.handlers.get(msg.action.path, lambda v: v)
         results = []
         for r, value in zip(msg.requests, self.data.inputs(msg)):
@@ -84,17 +89,21 @@ class AgentDouble:
             if isinstance(value, MissingInput):
                 results.append(protocol.RunResult(r.activation_id, 3, {"error": value.error}, start, start))
                 continue
+            timed_out = False
             try:
                 value = handler(value)
                 code = 1 if isinstance(value, dict) and "error" in value else 0
+            except TimeoutError:
+                value, code, timed_out = {"error": f"The action exceeded its time limits of "
+                                                   f"{msg.action.timeout_ms} milliseconds."}, 2, True
             except Exception as exc:
                 value, code = {"error": f"{type(exc).__name__}: {exc}"}, 2
             results.append(protocol.RunResult(r.activation_id, code, value, start, int(time.time() * 1000),
                                               init_ms=5 if len(self.batches) == 1 else None,
-                                              logs=(f"ran {msg.function}",)))
+                                              logs=(f"ran {msg.function}",), timeout=timed_out))
         results, writes = self.data.outputs(msg, results)
-        return protocol.ResultMessage(msg.batch_id, self.node, tuple(results), None, msg.function, msg.config,
-                                      0.0), writes
+        return protocol.BatchResult(msg.batch_id, self.node, tuple(results), None, msg.function, msg.config,
+                                    self.run_ms(msg) if self.run_ms is not None else 0.0), writes
 
     def close(self) -> None:
         self._stop.set()

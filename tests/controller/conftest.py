@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from controller_plugin.ledger import activation_record_key
 from controller_plugin.service import SchedulerService
 from controller_plugin.settings import Settings
 from esg_cli.controller_driver import ControllerDriver
@@ -54,19 +53,25 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def standin(redis_client: redis.Redis) -> Iterator[OpenWhiskStandIn]:
+def activation_store(couch_url: str, prefix: str) -> str:
+    """The test's own activations database in the session's pouchdb-server."""
+    return f"{couch_url}/{prefix.lower()}activations"
+
+
+@pytest.fixture
+def standin(activation_store: str) -> Iterator[OpenWhiskStandIn]:
     keys = {GUEST_KEY: "guest", SCHEDULER_KEY: "guest"}
-    with OpenWhiskStandIn(keys=keys, redis_client=redis_client) as s:
+    with OpenWhiskStandIn(keys=keys, activation_store=activation_store) as s:
         yield s
 
 
 @pytest.fixture
 def settings_factory(kafka_bootstrap: str, redis_url: str, standin: OpenWhiskStandIn, prefix: str,
-                     profiles_dir: Path) -> Callable[..., Settings]:
+                     profiles_dir: Path, activation_store: str) -> Callable[..., Settings]:
     def make(**kw) -> Settings:
         base = dict(kafka=kafka_bootstrap, redis_url=redis_url, openwhisk_api=standin.url,
                     openwhisk_auth=SCHEDULER_KEY, topic_prefix=prefix, profiles_dir=profiles_dir,
-                    agent_timeout_s=1.5, ping_interval_s=0.5)
+                    agent_timeout_s=1.5, ping_interval_s=0.5, activation_store=activation_store)
         base.update(kw)
         return Settings(**base)
     return make
@@ -114,13 +119,9 @@ def agent_factory(redis_url: str, prefix: str) -> Iterator[Callable[..., AgentDo
 
 
 @pytest.fixture
-def driver(kafka_bootstrap: str, prefix: str, standin: OpenWhiskStandIn, redis_client: redis.Redis
+def driver(kafka_bootstrap: str, prefix: str, standin: OpenWhiskStandIn, activation_store: str
            ) -> Iterator[ControllerDriver]:
-    def read_record(aid: str):
-        raw = redis_client.get(activation_record_key(aid))
-        return None if raw is None else json.loads(raw)
-
     d = ControllerDriver(kafka_bootstrap, prefix=prefix, catalog=standin.store.lookup, retest_s=2.0,
-                         record_reader=read_record)
+                         activation_store=activation_store)
     yield d
     d.close()

@@ -1,6 +1,6 @@
 """``kill -9`` on either end of the Redis channel, with the real ``esg agent`` and the real scheduler.
 
-Nothing accepted is lost and nothing is answered twice (DESIGN §7):
+Nothing accepted is lost and nothing is answered twice (``docs/architecture.md`` §7):
 
 * an agent killed while it holds pending dispatches either resumes them when it restarts in time, or
   the scheduler takes them back and runs them elsewhere once the agent timeout passes;

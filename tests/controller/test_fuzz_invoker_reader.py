@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from controller_plugin import wire
-from controller_plugin.ledger import activation_record_key
 from tests.controller.test_service_basic import put
 from tests.fuzz import FUZZ, mutated
 
@@ -52,16 +51,6 @@ class DeadLetters:
         self.consumer.close()
 
 
-def _record(redis_client, aid: str, timeout: float = 30.0) -> bytes:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        raw = redis_client.get(activation_record_key(aid))
-        if raw is not None:
-            return raw
-        time.sleep(0.02)
-    raise AssertionError(f"activation {aid} was accepted but never answered")
-
-
 def test_bad_messages_are_dead_lettered_or_answered_and_the_good_one_behind_them_is_answered(
         service_factory, agent_factory, driver, standin, kafka_bootstrap, prefix, redis_client):
     put(standin, "hello", None)
@@ -93,7 +82,7 @@ def test_bad_messages_are_dead_lettered_or_answered_and_the_good_one_behind_them
                 reason = dict(letter.headers)["esg-reason"].decode()
                 assert exc.field in reason and dict(letter.headers)["esg-topic"].decode() == topic
                 continue
-            _record(redis_client, msg.activation_id)                         # answered, not dropped
+            assert driver.poll_record(msg.activation_id, 30, msg.user.namespace) is not None  # answered, not lost
         assert not svc.errors and all(t.is_alive() for t in svc._threads)
 
     try:

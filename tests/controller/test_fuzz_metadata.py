@@ -87,3 +87,10 @@ def test_mutated_action_documents_give_a_plan_or_a_named_error(api, profiles, wh
         assert str(exc).strip() and exc.status_code in (1, 2, 3)
         return
     assert isinstance(plan, AppPlan) and plan.app.functions
+
+
+def test_a_document_holding_nan_is_no_json(api):
+    _Api.docs = {"odd": json.dumps({**FUNCTIONS["pre"], "name": "odd",
+                                    "limits": {"timeout": 60000, "logs": float("nan")}}).encode()}
+    with pytest.raises(ActivationError, match="non-JSON"):
+        MetadataClient(api, "u:k").action("guest/odd", None, cache=False)

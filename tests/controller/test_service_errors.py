@@ -14,7 +14,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from agent_channel.keys import Keys
 from controller_plugin import wire
 from controller_plugin.service import SchedulerService, ServiceError
-from esg_cli.servers import free_port
+from esg_cli.servers import COUCH_PASSWORD, free_port
 from tests.controller.conftest import SCHEDULER_KEY
 from tests.controller.test_service_basic import DAG, deploy_app, handlers, put
 
@@ -89,8 +89,6 @@ def test_unknown_action_gets_error_ack_naming_it(service_factory, agent_factory,
     ({"esg-slo-ms": 300, "esg-dag": {"functions": ["pre", "cls"], "edges": [["pre", "cls"], ["cls", "pre"]]}},
      "cycle"),
     ({"esg-slo-ms": 300, "esg-dag": {"functions": ["pre", "ghost"], "edges": [["pre", "ghost"]]}}, "ghost"),
-    ({"esg-slo-ms": 300, "esg-dag": {"functions": ["pre", "noprof"], "edges": [["pre", "noprof"]]}},
-     "noprof has no profile"),
     ({"esg-slo-ms": 300, "esg-dag": "[1,2"}, "esg-dag"),
     ({"esg-dag": DAG}, "esg-slo-ms"),
 ])
@@ -167,17 +165,31 @@ def test_password_protected_redis_works_and_secrets_stay_out_of_logs(
         assert driver.invoke("guest/imgclass", {"x": 1}, timeout=20)["response"]["statusCode"] == 0
         rec = driver.invoke("guest/nosuch", {}, timeout=20)
         assert rec["response"]["statusCode"] == 1
-        assert svc.ledger.record(rec["activationId"]) is not None  # records went to the protected Redis
+        assert driver.poll_record(rec["activationId"], 10) == rec  # the record is in the activation store
     finally:
         running.stop()
     text = caplog.text
     assert "esg scheduler starting" in text  # the settings line was logged ...
     secret = SCHEDULER_KEY.split(":")[1]
     guest_secret = driver.user["authkey"]["api_key"].split(":")[1]
-    for s in (secret, guest_secret, password):
+    for s in (secret, guest_secret, password, COUCH_PASSWORD):
         assert s not in text  # ... without any key or password
 
 
 def test_service_error_names_redis(kafka_bootstrap, settings_factory):
     with pytest.raises(ServiceError, match="Redis"):
         SchedulerService(settings_factory(redis_url=f"redis://127.0.0.1:{free_port()}/0"))
+
+
+def test_a_result_holding_nan_is_a_developer_error_naming_where(service_factory, agent_factory, driver, standin):
+    put(standin, "nan", None)
+    service_factory()
+    agent_factory("node-a", handlers={"guest/nan": lambda v: {"scores": [1.0, float("nan")]},
+                                      "guest/inf": lambda v: float("inf")})
+    put(standin, "inf", None)
+    driver.wait_healthy(1, timeout=10)
+    for name, where in (("nan", "result.scores[1]"), ("inf", "at result.")):
+        rec = driver.invoke(f"guest/{name}", {}, timeout=15)
+        assert rec["response"]["statusCode"] == 2 and where in rec["response"]["result"]["error"], rec
+        assert driver.acks[rec["activationId"]].is_system_error is False
+        assert driver.poll_record(rec["activationId"], 10) == rec     # the store took it too: valid JSON

@@ -1,4 +1,4 @@
-"""``esg plan``: the JSON contract of DESIGN §5, exactness flags, prices and bad input."""
+"""``esg plan``: the JSON contract of ``docs/architecture.md`` §6, exactness flags, prices and bad input."""
 
 from __future__ import annotations
 

@@ -173,3 +173,17 @@ def test_cli_unknown_model_exits_2_naming_it(capsys):
     assert "V100-16GB" in err
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_overlap_rule_is_shared_memory_slices(model):
+    """``mig.overlaps`` (the rule the agent's slice manager and reconciler use) against sets of memory
+    slices, for every pair of placements of the model."""
+    geo = mig.geometry(model)
+    spots = [(p.name, s) for p in geo.profiles.values() for s in p.starts]
+
+    def cells(spot: tuple[str, int]) -> set[int]:
+        return set(range(spot[1], spot[1] + geo.profiles[spot[0]].memory_slices))
+
+    for a, b in itertools.product(spots, repeat=2):
+        assert mig.overlaps(model, a, b) == bool(cells(a) & cells(b)), (a, b)

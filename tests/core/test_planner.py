@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from esg.cost import Prices
-from esg.model import App
+from esg.model import App, load_app
 from esg.planner import Planner
+from esg.profiles import load_profiles
 from esg.slo_split import groups as split_groups
 from tests.core._helpers import SLICES_A100, dag_latency, grid_rows, make_profile
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_functions_listed_out_of_topological_order():
@@ -167,3 +172,26 @@ def test_grouped_planning_falls_back_to_the_whole_app_when_the_cut_overstates_la
     result = planner.plan(31.0, 2)
     assert result.feasible
     assert all(p.latency_ms <= 31.0 for p in result.paths)
+
+
+@pytest.mark.parametrize("app_file", sorted((ROOT / "apps").glob("*.json")), ids=lambda p: p.stem)
+def test_a_plan_holds_over_its_valid_budget_range(app_file):
+    """Planning again at any budget from ``valid_from_ms`` up to the planned one gives the same paths;
+    a plan made in groups (even when it fell back to the whole app) claims no range."""
+    app = load_app(app_file)
+    planner = Planner(app, load_profiles(ROOT / "profiles/tables/a100", app.functions))
+    checked = 0
+    for function in app.functions:
+        for budget in range(5, 300, 7):
+            result = planner.plan(budget, 5, start=function)
+            if result.valid_from_ms is None:
+                assert len(app.descendants(function)) > planner.max_group  # planned in groups
+                continue
+            assert result.valid_from_ms <= budget
+            for lower in sorted({result.valid_from_ms, (result.valid_from_ms + budget) / 2, budget - 0.5}):
+                if lower < result.valid_from_ms:
+                    continue
+                again = planner.plan(lower, 5, start=function)
+                assert [(p.cost, p.configs) for p in again.paths] == [(p.cost, p.configs) for p in result.paths]
+                checked += 1
+    assert checked > 0

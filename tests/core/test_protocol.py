@@ -1,4 +1,4 @@
-"""Scheduler/agent messages round-trip, malformed ones are named, and inputs compose as DESIGN §3 says."""
+"""Scheduler/agent messages round-trip, malformed ones are named, and inputs compose as ``docs/architecture.md`` §5 says."""
 
 import pytest
 
@@ -6,11 +6,12 @@ from esg.cluster import SliceRef
 from esg.model import Config
 from esg.protocol import (
     ActionRef,
+    BatchResult,
     DispatchMessage,
     Heartbeat,
+    IdleWorkers,
     InputRef,
     ProtocolError,
-    ResultMessage,
     RunRequest,
     RunResult,
     SliceStatus,
@@ -23,18 +24,44 @@ from esg.protocol import (
 def test_round_trips():
     d = DispatchMessage("b1", "n0", "app", "resnet50", ActionRef("guest", "resnet50", "1-abc"),
                         Config(4, 2, "1g.5gb"), SliceRef("1g.5gb", 6), (SliceRef("2g.10gb", 4),),
-                        (RunRequest("a" * 32, "tx", {"x": 1}, 123, "guest"),
+                        (RunRequest("a" * 32, "tx", {"x": 1}, 123, "guest", init_env={"MODEL": "r", "n": [1]},
+                                    api_key="u:s3cretkey"),
                          RunRequest("b" * 32, "tx", None, 123, "guest",
                                     (InputRef("pre", "esg::data:b:pre", "n1", 600),))),
                         "esg:0:results", False, 240)
-    r = ResultMessage("b1", "n0", (RunResult("a" * 32, 0, {"ok": True}, 1, 2, 150, ("log",), False),
+    r = BatchResult("b1", "n0", (RunResult("a" * 32, 0, {"ok": True}, 1, 2, 150, ("log",), False),
                                    RunResult("b" * 32, 0, None, 1, 2, output_key="k", output_bytes=9)),
                       None, "resnet50", Config(4, 2, "1g.5gb"), 12.5)
     h = Heartbeat("n0", 16, 12, 65536, "A100-40GB", (SliceStatus(SliceRef("3g.20gb", 4), True, "MIG-x"),),
                   (("resnet50", Config(1, 1, None)),), False, 7, 99)
     for msg in (d, r, h):
         assert decode(encode(msg)) == msg
+    assert "s3cretkey" not in repr(d)
     assert h.node_state().idle_compute_slices() == 4
+
+
+def test_heartbeats_carry_idle_workers_and_batches_and_results_say_how_they_started():
+    ref = SliceRef("3g.20gb", 4)
+    h = Heartbeat("n0", 16, 12, 65536, "A100-40GB", (SliceStatus(ref, False, "MIG-x"),), (), False, 8, 99,
+                  (IdleWorkers("f", 2, ref, 1), IdleWorkers("f", 4, ref, 2), IdleWorkers("g", 1, None, 1)),
+                  ("b2",), ("b1",))
+    assert decode(encode(h)) == h
+    # the scheduler's node state counts idle workers by (function, slice): any vCPU count serves
+    assert h.node_state().idle_workers == {("f", ref): 3, ("g", None): 1}
+    r = BatchResult("b1", "n0", (), None, "f", Config(1, 2, "3g.20gb"), 3.0, cold=True, reconfigured=2)
+    assert decode(encode(r)) == r
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("idle", [{"function": "f", "vcpus": 0, "slice": None, "count": 1}], "vcpus"),
+    ("idle", [{"function": "f", "vcpus": 1, "slice": None, "count": -1}], "count"),
+    ("idle", ["x"], "object"), ("running", "b1", "batch ids"), ("done", [1], "batch ids"),
+])
+def test_malformed_heartbeat_tracking_fields_are_named(field, value, needle):
+    import json
+    raw = {"type": "heartbeat", "node": "n", "vcpus_total": 1, "vcpus_free": 1, "memory_mb": 1, field: value}
+    with pytest.raises(ProtocolError, match=needle):
+        decode(json.dumps(raw))
 
 
 def test_inputs_compose_as_the_data_flow_rule_says():
@@ -54,6 +81,9 @@ def test_inputs_compose_as_the_data_flow_rule_says():
     (b'{"type":"dispatch","batch_id":"b","node":"n","app":"a","function":"f","action":{"namespace":"g",'
      b'"name":"f"},"config":{"batch":1,"vcpus":1},"reply_to":"r","requests":[{"activation_id":"a",'
      b'"transaction_id":"t","deadline_ms":1,"namespace":"g","inputs":[{"name":"p","node":"n"}]}]}', "key"),
+    (b'{"type":"dispatch","batch_id":"b","node":"n","app":"a","function":"f","action":{"namespace":"g",'
+     b'"name":"f"},"config":{"batch":1,"vcpus":1},"reply_to":"r","requests":[{"activation_id":"a",'
+     b'"transaction_id":"t","deadline_ms":1,"namespace":"g","init_env":"MODEL=r"}]}', "init_env"),
 ])
 def test_malformed_messages_are_named(raw, needle):
     with pytest.raises(ProtocolError, match=needle):

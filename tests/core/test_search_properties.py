@@ -1,4 +1,4 @@
-"""ESG_1Q's A* search pinned to the brute-force reference on random groups (DESIGN §8).
+"""ESG_1Q's A* search pinned to the brute-force reference on random groups (``docs/architecture.md`` §7).
 
 Latencies and costs are drawn from small integer ranges so that equal costs, equal latencies and
 budgets exactly at a path's latency are common: ties may pick different paths of equal cost, so paths
@@ -150,3 +150,16 @@ def test_empty_or_zero_k():
     empty = Group(("a",), (), {"a": ()})
     assert astar_top_k(empty, 10.0, 3) == []
     assert brute_force_top_k(empty, 10.0, 3) == []
+
+
+@SETTINGS
+@given(instances(), st.floats(0.0, 1.0))
+def test_a_lower_budget_that_keeps_every_path_feasible_returns_the_same_paths(inst, frac):
+    """What the plan cache relies on (``PlanResult.valid_from_ms``), ties included: equal costs are
+    common here, and the same paths must come back, not only the same costs."""
+    group, budget, k = inst
+    paths = astar_top_k(group, budget, k)
+    low = max((p.latency_ms for p in paths), default=0.0)
+    lower = low + (budget - low) * frac
+    again = astar_top_k(group, lower, k)
+    assert [(p.cost, p.configs) for p in again] == [(p.cost, p.configs) for p in paths]

@@ -148,3 +148,18 @@ def test_known_shapes():
     assert groups(parallel, 1) == (("x",), ("y",))
     with pytest.raises(ValueError):
         groups(diamond, 0)
+
+
+@SETTINGS
+@given(st.integers(1, 3), st.integers(1, 3), st.lists(st.floats(0.1, 500.0), min_size=5, max_size=5))
+def test_a_fork_join_region_keeps_its_branches_parallel(branches, max_group, lats):
+    """head -> b0..bk -> tail: with k+1 <= max_group the groups' estimates add up to the app's longest
+    path (the branches are estimated in parallel, not one after another)."""
+    bs = tuple(f"b{i}" for i in range(branches))
+    app = App("fj", 100, ("head", *bs, "tail"),
+              tuple(("head", b) for b in bs) + tuple((b, "tail") for b in bs))
+    est = {"head": lats[0], "tail": lats[4], **{b: lats[1 + i] for i, b in enumerate(bs)}}
+    shares = split_slo(app, 100.0, est, max_group)
+    if branches <= max_group:
+        exact = lats[0] + max(est[b] for b in bs) + lats[4]
+        assert sum(s.estimate_ms for s in shares) == pytest.approx(exact)

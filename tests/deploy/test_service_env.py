@@ -31,7 +31,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from controller_plugin import wire
 from esg_cli.controller_driver import ControllerDriver
-from esg_cli.servers import free_port, start_broker, start_redis
+from esg_cli.servers import free_port, start_broker, start_couchdb, start_redis
 from tests.deploy.deploy_files import (
     COMPOSE,
     COMPOSE_CPU,
@@ -49,7 +49,7 @@ from tests.deploy.deploy_files import (
 pytestmark = pytest.mark.integration
 
 #: OpenWhisk's ``InvokerState.asString`` for the states the controller driver tracks.
-STATE_NAMES = {"healthy": "up", "unhealthy": "unhealthy", "offline": "down"}
+STATE_NAMES = {"healthy": "up", "unhealthy": "unhealthy", "unresponsive": "unresponsive", "offline": "down"}
 READY_TIMEOUT_S = 60.0
 
 
@@ -271,13 +271,13 @@ def test_processes_start_and_report_ready_with_the_files_environment(source, tmp
     launch = LAUNCHES[source]()
     prefix = launch.scheduler_env.get("ESG_TOPIC_PREFIX", "")
     controller_id = launch.scheduler_env.get("ESG_CONTROLLER_ID", "0")
-    with start_broker() as broker, start_redis() as redis_server:
+    with start_broker() as broker, start_redis() as redis_server, start_couchdb() as couch:
         driver = ControllerDriver(broker.address, prefix=prefix, controller_id=controller_id)
         status = InvokerStatus(broker.address, prefix, driver)
         try:
             port, free = launch.scheduler_cmd[launch.scheduler_cmd.index("--metrics-port") + 1], str(free_port())
             local = Localizer(mapping_for(launch, broker.address, f"{redis_server.host}:{redis_server.port}",
-                                          status.address, port, free, tmp_path))
+                                          status.address, port, free, tmp_path, couch.address))
             base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
             sched_env = {**base, **local.env(launch.scheduler_env)}
             agent_env = {**base, **local.env(launch.agent_env)}
@@ -303,13 +303,15 @@ def test_processes_start_and_report_ready_with_the_files_environment(source, tmp
 
 
 def mapping_for(launch: Launch, kafka: str, redis: str, controller: str, metrics_port: str, free: str,
-                tmp: Path) -> dict[str, str]:
-    """The files' addresses (as the ESG processes see them) to the servers of this test."""
+                tmp: Path, couch: str) -> dict[str, str]:
+    """The files' addresses (as the ESG processes see them) to the servers of this test; the activation
+    store's credentials are the files' defaults, which the test's pouchdb-server's admin has."""
     kafka_host = launch.scheduler_env["ESG_KAFKA"]
+    store_host = launch.scheduler_env["ESG_ACTIVATION_STORE"].removeprefix("http://").split("@")[1].split("/")[0]
     redis_host = launch.scheduler_env["ESG_REDIS"].removeprefix("redis://").split("/")[0]
     api_host = launch.scheduler_env["ESG_OPENWHISK_API"].removeprefix("http://").rstrip("/")
     assert launch.agent_env["ESG_KAFKA"] == kafka_host and launch.agent_env["ESG_REDIS"].startswith(
         f"redis://{redis_host}/")
-    return {kafka_host: kafka, redis_host: redis, api_host: controller,
+    return {kafka_host: kafka, redis_host: redis, api_host: controller, store_host: couch,
             f"127.0.0.1:{metrics_port}": f"127.0.0.1:{free}", f"{IMAGE_ROOT}/": f"{ROOT}/",
             "/var/lib/esg": str(tmp / "state")}

@@ -1,7 +1,7 @@
 """Every process the project starts dies with its parent, and leaves no directory behind.
 
 ``esg up`` is stopped with SIGTERM, SIGHUP, Ctrl-C (SIGINT) or ``kill -9`` while it serves: every process it
-listed as started (broker, Redis, scheduler, agent) and every action worker under them must be gone within
+listed as started (broker, Redis, pouchdb-server, scheduler, agent) and every action worker under them must be gone within
 seconds. A parent of a server and an action worker that is killed outright takes them along too, and its
 scratch directories are swept by the next start. (This session's pytest is a child subreaper, so orphans
 come back to it: ``alive`` does not count their zombies.)
@@ -70,7 +70,7 @@ def test_esg_up_leaves_nothing_running(sig):
         out = _read_until(proc, r"serving; call an app", timeout=120)
         logs = Path(re.search(r"^logs: (\S+)", out, re.M).group(1))
         started = [int(p) for p in re.findall(r"pid (\d+)", out) if int(p) != proc.pid]
-        assert len(started) == 4, out                    # broker, Redis, scheduler, one agent
+        assert len(started) == 5, out                    # broker, Redis, pouchdb-server, scheduler, one agent
         family = descendants(proc.pid)
         assert set(started) <= set(family)
         os.kill(proc.pid, sig)

@@ -17,7 +17,7 @@ from esg_cli.main import main
 GOLDEN = Path(__file__).parent / "golden" / "summary.csv"
 ARGS = ["emulate", "--policies", "esg,infless,fastgshare,orion,aquatope", "--slo", "moderate",
         "--load", "light", "--nodes", "2", "--duration-s", "8", "--warmup-s", "0", "--seed", "7",
-        "--cold-start-scale", "0", "--mig-reconfig-ms", "0", "--no-plots", "--jobs", "1"]
+        "--cold-start-scale", "0", "--mig-reconfig-ms", "0", "--hop-ms", "0", "--no-plots", "--jobs", "1"]
 
 
 def test_golden_summary(tmp_path):
@@ -97,3 +97,28 @@ def test_kept_snapshot_matches_a_fresh_one_at_every_step(policy, apps, profiles)
                    cluster, params, invariant_hook=check)
     em.run()
     assert checked["steps"] > 100
+
+
+@pytest.mark.parametrize("policy", ["esg", "orion"])
+def test_fits_nowhere_cache_holds_at_every_step(policy, apps, profiles):
+    """What the run's snapshot remembers as fitting on no node fits on none when computed afresh."""
+    import copy
+
+    rng = np.random.default_rng(5)
+    requests = generate(list(apps), 120.0, 4.0, rng)
+    checked = {"configs": 0}
+    em: Emulation
+
+    def check(now, nodes, scheduler):
+        snap = em._snapshot
+        fresh = ClusterSnapshot({n: copy.deepcopy(s) for n, s in snap.nodes.items()}, tracks_workers=True)
+        for s in fresh.nodes.values():
+            s.memo.clear()
+        for config in snap.nowhere:
+            checked["configs"] += 1
+            assert all(fresh.fit(n, config) is None for n in fresh.nodes), (now, config)
+
+    em = Emulation(apps, profiles, make_policy(policy, PolicyContext(apps, profiles)), requests, rng,
+                   ClusterSpec(nodes=2, vcpus=16), EmulatorParams(warmup_ms=0.0), invariant_hook=check)
+    em.run()
+    assert checked["configs"] > 0

@@ -1,0 +1,112 @@
+"""The scheduler's decisions as they turned out, for replays and operators.
+
+Stream ``esg:{scope}:decisions`` (capped at about :data:`DECISIONS_MAXLEN` entries) of JSON objects,
+written in the main loop's pipeline with the turn's other writes. One per request the scheduler ended
+(``type: "request"``: ``id, app, arrival_ms`` -- when the scheduler accepted it --, ``finished_ms`` -- when it
+answered --, ``slo_ms, ok``), and one per answered batch (``type: "batch"``):
+
+``batch_id, app, function, node, gpu_model, batch, vcpus, gpu, slice ("3g.20gb@4" or null), create,
+destroy (instances), warm (the plan took an idle warm worker), jobs (activation ids), sent_ms, done_ms
+(epoch ms: dispatched, result read), run_ms (the agent's measured run), cold (the agent started a worker), reconfigured (MIG instances the
+agent changed), status (0 when every activation succeeded)``.
+
+``esg replay`` reads it for the cost, cold starts, MIG changes and batch sizes of its measured requests
+(what the emulator counts); the configurations chosen are compared with the emulator's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from esg import protocol
+from esg.scheduler import Dispatch, RequestOutcome
+
+DECISIONS_MAXLEN = 200_000
+
+
+def decisions_key(scope: str) -> str:
+    return f"esg:{scope}:decisions"
+
+
+def status_key(scope: str) -> str:
+    """The scheduler's AFW queue lengths and why each waiting queue waits (``esg status``), a JSON
+    string refreshed about once a second: ``{"t_ms", "queues": {"app/function": n}, "waiting":
+    {"app/function": reason}}``."""
+    return f"esg:{scope}:status"
+
+
+def slice_label(d: Dispatch) -> str | None:
+    s = d.fit.slice
+    return None if s is None else f"{s.profile}@{s.start}"
+
+
+class DecisionLog:
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self._sent: dict[str, int] = {}
+        self._staged: list[bytes] = []
+        self._status: tuple[str, str] | None = None
+
+    def sent(self, dispatches: Sequence[Dispatch], now_ms: int | None = None) -> None:
+        t = int(time.time() * 1000) if now_ms is None else now_ms
+        for d in dispatches:
+            self._sent[d.batch_id] = t
+
+    def forget(self, batch_ids: Sequence[str]) -> None:
+        for b in batch_ids:
+            self._sent.pop(b, None)
+
+    def done(self, d: Dispatch, rm: protocol.BatchResult, gpu_model: str | None, now_ms: int) -> None:
+        entry: dict[str, Any] = {
+            "type": "batch", "batch_id": d.batch_id, "app": d.app, "function": d.function, "node": d.node, "gpu_model": gpu_model,
+            "batch": d.config.batch, "vcpus": d.config.vcpus, "gpu": d.config.gpu, "slice": slice_label(d),
+            "create": d.fit.create, "destroy": len(d.fit.destroy), "warm": d.fit.warm_worker is not None,
+            "jobs": [j.request_id for j in d.jobs], "sent_ms": self._sent.pop(d.batch_id, now_ms),
+            "done_ms": now_ms, "cold": rm.cold, "reconfigured": rm.reconfigured, "run_ms": rm.run_ms,
+            "status": max((r.status_code for r in rm.results), default=3 if rm.error else 0)}
+        self._staged.append(json.dumps(entry, separators=(",", ":")).encode())
+
+    def outcome(self, o: RequestOutcome) -> None:
+        self._staged.append(json.dumps({"type": "request", "id": o.request_id, "app": o.app,
+                                        "arrival_ms": o.arrival_ms, "finished_ms": o.finished_ms,
+                                        "slo_ms": o.slo_ms, "ok": o.ok}, separators=(",", ":")).encode())
+
+    def status(self, key: str, queues: dict, waiting: dict, now_ms: int) -> None:
+        """Publish the queues (by (app, function)) and why the waiting ones wait, with the next writes."""
+        self._status = (key, json.dumps({"t_ms": now_ms,
+                                         "queues": {f"{a}/{f}": n for (a, f), n in queues.items()},
+                                         "waiting": {f"{a}/{f}": why for (a, f), why in waiting.items()}},
+                                        separators=(",", ":")))
+
+    def stage(self, pipe) -> int:
+        status = self._status
+        if status is not None:
+            pipe.set(status[0], status[1], ex=60)
+        for raw in self._staged:
+            pipe.xadd(self.key, {b"m": raw}, maxlen=DECISIONS_MAXLEN, approximate=True)
+        return len(self._staged) + (status is not None)
+
+    def written(self) -> None:
+        self._staged.clear()
+        self._status = None
+
+
+def read_decisions(client, key: str, since_ms: int = 0) -> list[dict[str, Any]]:
+    """The decisions of batches answered at or after ``since_ms`` (epoch ms), oldest first."""
+    out = []
+    start = f"{since_ms}-0" if since_ms else "-"
+    while True:
+        got = client.xrange(key, start, "+", count=5000)
+        if not got:
+            return out
+        for _entry_id, fields in got:
+            try:
+                out.append(json.loads(fields[b"m"]))
+            except (KeyError, ValueError):
+                continue
+        last = got[-1][0].decode() if isinstance(got[-1][0], bytes) else got[-1][0]
+        ms, seq = last.split("-")
+        start = f"{ms}-{int(seq) + 1}"

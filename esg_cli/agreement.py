@@ -1,0 +1,224 @@
+"""Live against emulated, on the same arrivals: the pieces of ``benchmarks/bench_live_vs_emulated.py`` and
+of its short version in the test suite.
+
+1. :func:`emulate` -- the workload generator writes an arrivals file and the emulator runs ESG on it (what
+   ``esg emulate --arrivals FILE`` writes), recording each measured dispatch's configuration;
+2. :func:`twin_cluster` -- ``esg up --runner twin --serve`` (a 2-node A100 twin cluster by default, SLOs
+   at the same level);
+3. ``esg replay --arrivals FILE`` against it (:func:`replay`);
+4. :func:`compare` -- hit rates, cost, the share of dispatches whose (function, batch, vCPUs, slice)
+   match, and the live per-batch hop measured from the scheduler's decision log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from esg.emulator.workload import generate
+from esg_cli import emulate as emulate_cli
+from invoker_agent.lifetime import die_with_parent
+
+ROOT = Path(__file__).resolve().parent.parent
+GUEST = "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:123zO3xZCLrMN6v2BKK1dXYFpXlPkccOFqm12CdAsMgRU4VrNZ9lyGVCGuMDGIwP"
+
+ConfigKey = tuple[str, int, int, str | None]
+
+
+AGREEMENT_RATE_RPS = 8.4
+"""Requests per second of the agreement run: what the 2-node cluster's light level was before the load
+levels counted every compute slice, and a rate a 2-core machine drives through the live path."""
+
+
+@dataclass
+class Emulated:
+    summary: dict[str, Any]
+    per_app: list[dict[str, Any]]
+    dispatches: list[ConfigKey]
+
+
+def emulate_args(out: Path, arrivals: Path, nodes: int, vcpus: int, slo: str, load: str, duration_s: float,
+                 warmup_s: float, seed: int, hop_ms: float) -> argparse.Namespace:
+    """The namespace ``esg emulate`` would parse for this run (one ESG cell)."""
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    emulate_cli.register(sub)
+    return parser.parse_args(["emulate", "--policies", "esg", "--slo", slo, "--load", load, "--nodes", str(nodes),
+                              "--vcpus", str(vcpus), "--duration-s", f"{duration_s:g}", "--warmup-s",
+                              f"{warmup_s:g}", "--seed", str(seed), "--hop-ms", f"{hop_ms:g}", "--out", str(out),
+                              "--no-plots", "--jobs", "1", "--write-arrivals", str(arrivals)])
+
+
+def emulate(args: argparse.Namespace, rate_rps: float | None = None) -> Emulated:
+    """Write the arrivals of ``args``'s load level (or of a fixed mean rate), then run ESG on that file, as
+    ``esg emulate --arrivals`` does, recording the configuration of every dispatch with a measured request.
+
+    The load levels scale with every GPU compute slice of the emulated cluster; a live twin cluster on a
+    small machine is driven through a real scheduler, whose own CPU bounds the rate it can take, so the
+    agreement run uses :data:`AGREEMENT_RATE_RPS` unless told otherwise."""
+    emulate_cli.check_args(args)
+    base = {a.name: a for a in emulate_cli._check_apps(args.apps)}
+    if rate_rps is None:
+        requests = emulate_cli.workload(args, args.load, base)[0]
+    else:
+        requests = generate(sorted(base), rate_rps, args.duration_s, np.random.default_rng([args.seed, 0]))
+    emulate_cli.write_arrivals(args.write_arrivals, requests)
+    replay_args = argparse.Namespace(**{**vars(args), "arrivals": args.write_arrivals, "write_arrivals": None})
+    seen: list[ConfigKey] = []
+
+    class Recording(emulate_cli.Emulation):
+        def _start(self, d, now, decision_ms):
+            if any(j.request_id in self._measured for j in d.jobs):
+                seen.append(_key(d.function, d.config.batch, d.config.vcpus,
+                                 None if d.fit.slice is None else f"{d.fit.slice.profile}@{d.fit.slice.start}"))
+            super()._start(d, now, decision_ms)
+
+    real = emulate_cli.Emulation
+    emulate_cli.Emulation = Recording
+    try:
+        row, per_app, _ = emulate_cli.run_cell(replay_args, ("esg", args.slo, Path(args.write_arrivals).stem), None)
+    finally:
+        emulate_cli.Emulation = real
+    return Emulated(row, per_app, seen)
+
+
+def _key(function: str, batch: int, vcpus: int, slice_: str | None) -> ConfigKey:
+    return (function.rsplit("/", 1)[-1], int(batch), int(vcpus), slice_)
+
+
+@dataclass
+class Cluster:
+    api: str
+    redis: str
+    process: subprocess.Popen
+
+
+@contextmanager
+def twin_cluster(logs: Path, nodes: int = 2, vcpus: int = 16, slo: str = "moderate",
+                 timeout_s: float = 180.0) -> Iterator[Cluster]:
+    """``esg up --runner twin --serve`` until the block ends (then SIGTERM: it stops what it started)."""
+    logs.mkdir(parents=True, exist_ok=True)
+    out = open(logs / "up.out", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, "-m", "esg_cli.main", "up", "--runner", "twin", "--nodes", str(nodes),
+                             "--vcpus", str(vcpus), "--fake-gpu", "A100-40GB", "--slo", slo, "--requests", "0",
+                             "--serve", "--logs", str(logs)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, preexec_fn=die_with_parent())
+    try:
+        deadline = time.monotonic() + timeout_s
+        text = ""
+        while "serving;" not in text:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"esg up did not come up:\n{(logs / 'up.out').read_text()}")
+            time.sleep(0.5)
+            text = (logs / "up.out").read_text()
+        api = re.search(r"OpenWhisk REST stand-in\s+pid \d+\s+(\S+)", text).group(1)
+        redis_url = re.search(r"redis-server\s+pid \d+\s+(\S+)", text).group(1)
+        yield Cluster(api, redis_url, proc)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        out.close()
+
+
+def replay(cluster: Cluster, arrivals: Path, out: Path, warmup_s: float) -> dict[str, Any]:
+    from esg_cli.main import main
+    rc = main(["replay", "--arrivals", str(arrivals), "--api", cluster.api, "--auth", GUEST, "--redis",
+               cluster.redis, "--warmup-s", f"{warmup_s:g}", "--out", str(out)])
+    if rc != 0:
+        raise RuntimeError(f"esg replay exited {rc}")
+    return read_live(out)
+
+
+def read_live(out: Path) -> dict[str, Any]:
+    with open(out / "summary.csv") as fh:
+        summary = next(csv.DictReader(fh))
+    with open(out / "per_app.csv") as fh:
+        per_app = list(csv.DictReader(fh))
+    with open(out / "decisions.csv") as fh:
+        decisions = list(csv.DictReader(fh))
+    return {"summary": summary, "per_app": per_app, "decisions": decisions}
+
+
+def config_match(live: list[ConfigKey], emulated: list[ConfigKey]) -> float:
+    """The share of dispatches whose (function, batch, vCPUs, slice) the other run chose as often: the
+    multiset intersection over the larger of the two counts."""
+    a, b = Counter(live), Counter(emulated)
+    n = max(sum(a.values()), sum(b.values()))
+    return sum((a & b).values()) / n if n else 1.0
+
+
+def live_hop_ms(decisions: list[dict[str, Any]]) -> float:
+    """The live per-batch overhead: sent to answered, less the agent's run, over warm batches with no MIG
+    change (median)."""
+    hops = [float(d["done_ms"]) - float(d["sent_ms"]) - float(d["run_ms"]) for d in decisions
+            if d.get("cold") in ("False", False) and str(d.get("reconfigured")) == "0" and d.get("run_ms")]
+    return statistics.median(hops) if hops else float("nan")
+
+
+def compare(emulated: Emulated, live: dict[str, Any]) -> dict[str, Any]:
+    es, ls = emulated.summary, live["summary"]
+    live_keys = [_key(d["function"], d["batch"], d["vcpus"], d["slice"] or None) for d in live["decisions"]]
+    e_cost, l_cost = float(es["cost"]), float(ls["cost"])
+    return {
+        "requests": int(es["requests"]),
+        "emulated_hit_rate": float(es["slo_hit_rate"]), "live_hit_rate": float(ls["slo_hit_rate"]),
+        "live_e2e_hit_rate": float(ls["e2e_slo_hit_rate"]),
+        "hit_rate_diff_points": 100 * (float(ls["slo_hit_rate"]) - float(es["slo_hit_rate"])),
+        "emulated_cost": e_cost, "live_cost": l_cost,
+        "cost_diff_rel": (l_cost - e_cost) / e_cost if e_cost else float("nan"),
+        "emulated_dispatches": len(emulated.dispatches), "live_dispatches": len(live_keys),
+        "config_match": config_match(live_keys, emulated.dispatches),
+        "emulated_cold_starts": int(es["cold_starts"]), "live_cold_starts": int(ls["cold_starts"]),
+        "emulated_mig_changes": int(es["mig_changes"]), "live_mig_changes": int(ls["mig_changes"]),
+        "per_app": {r["app"]: {"emulated": float(e["slo_hit_rate"]), "live": float(r["slo_hit_rate"])}
+                    for r in live["per_app"] for e in emulated.per_app if e["app"] == r["app"]},
+    }
+
+
+def write_report(result: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "agreement.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    apps = sorted(result["per_app"])
+    x = np.arange(len(apps) + 1)
+    emu = [result["per_app"][a]["emulated"] for a in apps] + [result["emulated_hit_rate"]]
+    live = [result["per_app"][a]["live"] for a in apps] + [result["live_hit_rate"]]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ax.bar(x - 0.2, emu, 0.4, label="emulated")
+    ax.bar(x + 0.2, live, 0.4, label="live (twin cluster)")
+    ax.set_xticks(x, [a.replace("-", "-\n", 1) for a in apps] + ["all"], fontsize=7)
+    ax.set_ylabel("SLO hit rate")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"ESG live vs emulated, same arrivals; cost live/emulated "
+                 f"{1 + result['cost_diff_rel']:.2f}, configurations matching {result['config_match']:.0%}",
+                 fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+

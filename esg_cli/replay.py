@@ -1,0 +1,245 @@
+"""``esg replay``: send an arrivals file's requests to a running cluster and measure it as the emulator does.
+
+Any cluster with OpenWhisk's REST API: ``esg up --serve``, or a real OpenWhisk with the ESG scheduler.
+Each line of ``--arrivals`` (``time_s,app``) becomes a blocking ``POST .../actions/{app}?blocking=true``
+sent at its time (from a pool of ``--concurrency`` client threads); each app's SLO is its action's
+``esg-slo-ms`` annotation. Writes ``summary.csv`` and ``per_app.csv`` with ``esg emulate``'s columns,
+where a request's latency runs from the moment the scheduler accepted it to its answer (the scheduler's
+decision log, read from ``--redis``), and adds the end-to-end figures the client saw (``e2e_*``: POST to
+response, the controller's hops included). Cost, cold starts, MIG changes and batch sizes come from the
+decision log too (without ``--redis`` they are empty and the latency is the client's). Requests arriving
+before ``--warmup-s`` are sent but not measured, as in the emulator; ``decisions.csv`` lists the
+measured batches' configurations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from esg.arrivals import read_arrivals, span_s
+from esg.cost import Prices
+from esg.emulator.metrics import Metrics
+from esg.errors import EsgError
+from esg.mig import DEFAULT_GPU_MODEL
+from esg.model import Config
+from esg.scheduler import RequestOutcome
+from esg_cli import checks
+from esg_cli.emulate import SUMMARY_COLUMNS, write_csv
+from esg_cli.errors import CliError
+
+E2E_COLUMNS = ["e2e_slo_hit_rate", "e2e_p50_ms", "e2e_p99_ms"]
+PER_APP_COLUMNS = ["policy", "slo", "load", "app", "requests", "slo_hit_rate", "p50_ms", "p99_ms"]
+DECISION_COLUMNS = ["batch_id", "app", "function", "node", "batch", "vcpus", "gpu", "slice", "warm", "cold",
+                    "reconfigured", "run_ms", "sent_ms", "done_ms"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("replay", help="send an arrivals file to a running cluster; write esg emulate's CSVs",
+                       description=__doc__.split("\n\n")[0] + " Each flag without a value falls back to its "
+                                   "environment variable.")
+    p.add_argument("--arrivals", required=True, metavar="FILE", help="CSV time_s,app (esg emulate --write-arrivals)")
+    p.add_argument("--api", type=checks.http_url, metavar="URL", help="OpenWhisk REST API (env ESG_OPENWHISK_API)")
+    p.add_argument("--auth", type=checks.api_key, metavar="UUID:KEY",
+                   help="OpenWhisk credentials (env ESG_OPENWHISK_AUTH; never printed)")
+    p.add_argument("--namespace", default="guest", help="namespace of the app actions (default guest)")
+    p.add_argument("--redis", type=checks.redis_url, metavar="URL",
+                   help="the scheduler's Redis, for its decision log (env ESG_REDIS; without it, only the "
+                        "client's end-to-end figures)")
+    p.add_argument("--topic-prefix", type=checks.topic_prefix, metavar="P", help="(env ESG_TOPIC_PREFIX)")
+    p.add_argument("--controller-id", type=checks.controller_id, metavar="C", help="(env ESG_CONTROLLER_ID)")
+    p.add_argument("--out", required=True, help="output directory (created if missing)")
+    p.add_argument("--warmup-s", type=checks.non_negative_float, default=30.0,
+                   help="requests arriving earlier are sent but not measured")
+    p.add_argument("--timeout-s", type=checks.positive_float, default=120.0, help="how long one call may take")
+    p.add_argument("--concurrency", type=checks.positive_int, default=128, help="calls in flight at most")
+    p.add_argument("--policy", default="esg", help="the policy column of the CSVs (the scheduler's policy)")
+    p.add_argument("--slo", default="live", help="the slo column of the CSVs")
+    p.set_defaults(func=run)
+
+
+@dataclass
+class Call:
+    app: str
+    at_s: float
+    sent_ms: float = math.nan
+    answered_ms: float = math.nan
+    activation_id: str | None = None
+    ok: bool = False
+
+
+def check_args(args: argparse.Namespace):
+    env = checks.from_env
+    args.api = env(args.api, "ESG_OPENWHISK_API", checks.http_url)
+    args.auth = env(args.auth, "ESG_OPENWHISK_AUTH", checks.api_key)
+    args.redis = env(args.redis, "ESG_REDIS", checks.redis_url)
+    args.topic_prefix = env(args.topic_prefix, "ESG_TOPIC_PREFIX", checks.topic_prefix, "")
+    args.controller_id = env(args.controller_id, "ESG_CONTROLLER_ID", checks.controller_id, "0")
+    if not args.api:
+        raise CliError("no OpenWhisk API: pass --api URL or set ESG_OPENWHISK_API")
+    if not args.auth:
+        raise CliError("no OpenWhisk credentials: pass --auth UUID:KEY or set ESG_OPENWHISK_AUTH")
+    try:
+        requests = read_arrivals(args.arrivals)
+    except EsgError as exc:
+        raise CliError(f"--arrivals {exc}") from None
+    if args.warmup_s >= span_s(requests):
+        raise CliError(f"--warmup-s {args.warmup_s:g} is not shorter than the arrivals ({span_s(requests):g} s): "
+                       "no request would be measured")
+    checks.check_writable_dir(args.out, "--out")
+    return requests
+
+
+def run(args: argparse.Namespace) -> int:
+    import requests as http
+
+    arrivals = check_args(args)
+    session = http.Session()
+    session.auth = tuple(args.auth.split(":", 1))
+    slos = {app: _slo(session, args, app) for app in sorted({r.app for r in arrivals})}
+    rclient = _redis(args) if args.redis else None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start_ms = time.time() * 1000
+    calls = _send(session, args, [Call(r.app, r.arrival_ms / 1000) for r in arrivals])
+    log: list[dict[str, Any]] = []
+    if rclient is not None:
+        from controller_plugin.decisions import decisions_key, read_decisions
+        time.sleep(0.5)     # the scheduler writes its last entries in its next turn
+        log = read_decisions(rclient, decisions_key(f"{args.topic_prefix}{args.controller_id}"), int(start_ms))
+        rclient.close()
+    summary, per_app, batches = measure(calls, slos, log, args.warmup_s, start_ms,
+                                        args.policy, args.slo, Path(args.arrivals).stem)
+    write_csv(out / "summary.csv", SUMMARY_COLUMNS + E2E_COLUMNS, [summary])
+    write_csv(out / "per_app.csv", PER_APP_COLUMNS + E2E_COLUMNS, per_app)
+    with open(out / "decisions.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, DECISION_COLUMNS, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        w.writerows(batches)
+    answered = sum(1 for c in calls if c.ok)
+    print(f"{len(calls)} calls, {answered} answered ok; measured {summary['requests']}: hit rate "
+          f"{summary['slo_hit_rate']:.3f} (scheduler accept to answer), {summary['e2e_slo_hit_rate']:.3f} "
+          f"(end to end); written to {out}")
+    return 0
+
+
+def _redis(args):
+    from agent_channel.connect import ChannelError, connect
+    try:
+        return connect(args.redis)
+    except ChannelError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _slo(session, args, app: str) -> float:
+    import requests as http
+    url = f"{args.api.rstrip('/')}/api/v1/namespaces/{quote(args.namespace)}/actions/{quote(app)}?code=false"
+    try:
+        resp = session.get(url, timeout=10)
+    except http.RequestException as exc:
+        raise CliError(f"--api {args.api}: cannot read action {app}: {type(exc).__name__}") from None
+    if resp.status_code != 200:
+        raise CliError(f"--arrivals: app {app!r}: the OpenWhisk API answered HTTP {resp.status_code} for its action")
+    try:
+        ann = {a["key"]: a["value"] for a in resp.json().get("annotations", [])}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise CliError(f"--api {args.api}: action {app} is not an action document") from None
+    slo = ann.get("esg-slo-ms")
+    if isinstance(slo, bool) or not isinstance(slo, int | float) or slo <= 0:
+        raise CliError(f"--arrivals: app {app!r} has no positive esg-slo-ms annotation (not an ESG app)")
+    return float(slo)
+
+
+def _send(session, args, calls: list[Call]) -> list[Call]:
+    """Each call at its time, blocking, from a pool of threads; returns when every call is answered."""
+    import requests as http
+    base = f"{args.api.rstrip('/')}/api/v1/namespaces/{quote(args.namespace)}/actions/"
+    local = threading.local()
+
+    def one(c: Call) -> None:
+        s = getattr(local, "session", None)
+        if s is None:
+            s = local.session = http.Session()
+            s.auth = session.auth
+        c.sent_ms = time.time() * 1000
+        try:
+            resp = s.post(base + quote(c.app) + "?blocking=true", json={"seed": int(c.at_s * 1000)},
+                          timeout=args.timeout_s)
+            c.answered_ms = time.time() * 1000
+            body = resp.json() if resp.content else {}
+        except (http.RequestException, ValueError):
+            c.answered_ms = time.time() * 1000
+            return
+        c.activation_id = body.get("activationId") if isinstance(body, dict) else None
+        response = body.get("response") if isinstance(body, dict) else None
+        # OpenWhisk's activation record: response.success (the REST API's form of status code 0)
+        c.ok = resp.status_code == 200 and isinstance(response, dict) and response.get("success") is True
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(args.concurrency) as pool:
+        for c in calls:
+            delay = t0 + c.at_s - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            pool.submit(one, c)
+    return calls
+
+
+def measure(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]], warmup_s: float,
+            start_ms: float, policy: str, slo: str, load: str) -> tuple[dict, list[dict], list[dict]]:
+    """The emulator's metrics of the measured calls (arriving at or after ``warmup_s``): latency from the
+    scheduler's log when it has the request, and the client's end-to-end figures beside them."""
+    requests = {e["id"]: e for e in log if e.get("type") == "request"}
+    measured = [c for c in calls if c.at_s >= warmup_s]
+    ids = {c.activation_id for c in measured if c.activation_id}
+    sched, e2e = Metrics(), Metrics()
+    for c in measured:
+        sched.arrived(c.app)
+        e2e.arrived(c.app)
+        e2e.outcome(RequestOutcome(c.activation_id or "", c.app, c.sent_ms, c.answered_ms, slos[c.app], c.ok))
+        r = requests.get(c.activation_id or "")
+        if r is not None:
+            sched.outcome(RequestOutcome(r["id"], c.app, r["arrival_ms"], r["finished_ms"], slos[c.app],
+                                         bool(r["ok"]) and c.ok))
+    batches = [e for e in log if e.get("type") == "batch" and any(j in ids for j in e.get("jobs", ()))]
+    prices = Prices()
+    for b in batches:
+        sched.batches += 1
+        sched.jobs += len(b["jobs"])
+        sched.cold_starts += bool(b.get("cold"))
+        sched.reconfigured_instances += int(b.get("reconfigured") or 0)
+        config = Config(b["batch"], b["vcpus"], b["gpu"])
+        # the decision log has each batch's time held, not its start-up apart: all of it counts as execution
+        sched.cost_exec += prices.rate(b.get("gpu_model") or DEFAULT_GPU_MODEL, config) * (b["done_ms"] - b["sent_ms"])
+    duration_s = max(c.at_s for c in calls) if calls else 0.0
+    unknown = {k: math.nan for k in ("cost", "cost_exec", "cost_idle", "cost_cold", "cost_mig")}
+    s = sched.summary() if log else {**e2e.summary(), **unknown, "cold_starts": 0, "mig_changes": 0,
+                                      "mean_batch": 0.0}
+    es = e2e.summary()
+    summary = {"policy": policy, "slo": slo, "load": load, "rate_rps": len(calls) / duration_s if duration_s else 0.0,
+               **s, "cost_norm_esg": 1.0 if policy == "esg" else math.nan, "sched_overhead_ms": math.nan,
+               "e2e_slo_hit_rate": es["slo_hit_rate"], "e2e_p50_ms": es["p50_ms"], "e2e_p99_ms": es["p99_ms"]}
+    per_app = []
+    for app in sorted(slos):
+        st, et = (sched if log else e2e).per_app.get(app), e2e.per_app.get(app)
+        if st is None or et is None:
+            continue
+        per_app.append({"policy": policy, "slo": slo, "load": load, "app": app, "requests": st.requests,
+                        "slo_hit_rate": st.hits / st.requests if st.requests else 0.0,
+                        "p50_ms": _pct(st.latencies_ms, 50), "p99_ms": _pct(st.latencies_ms, 99),
+                        "e2e_slo_hit_rate": et.hits / et.requests if et.requests else 0.0,
+                        "e2e_p50_ms": _pct(et.latencies_ms, 50), "e2e_p99_ms": _pct(et.latencies_ms, 99)})
+    return summary, per_app, batches
+
+
+def _pct(xs: list[float], q: float) -> float:
+    import numpy as np
+    return float(np.percentile(np.array(xs), q)) if xs else math.nan

@@ -1,0 +1,78 @@
+"""The live service learns profiles: a new function's table fills in from what runs (exploring within
+its budget), the statistics live in Redis for every scheduler, and a drifting configuration moves the
+table and the plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller_plugin.online import OnlineStore
+from esg.model import Config
+from esg.online import MIN_SAMPLES, grid
+from esg.policies.base import FunctionSpec
+from tests.controller.test_service_basic import put
+
+
+def burst(driver, action: str, n: int) -> list[dict]:
+    ids = [driver.publish(action, {"i": i}) for i in range(n)]
+    driver.flush()
+    return [driver.wait(a, timeout=30) for a in ids]
+
+
+def model_ms(msg) -> float:
+    """How long a batch takes on the double: 40 ms per job on one vCPU, parallel over vCPUs."""
+    c = msg.config
+    return 40.0 * c.batch / c.vcpus + 2.0
+
+
+def test_new_function_table_fills_in_with_every_grid_configuration(service_factory, agent_factory, driver,
+                                                                   standin, redis_client, prefix):
+    put(standin, "newfn", {"esg-slo-ms": 5000, "esg-gpu": False}, limits={"timeout": 2000})
+    svc = service_factory(explore_fraction=1.0)
+    agent_factory("node-a", vcpus=16, handlers={"guest/newfn": lambda v: v}, run_ms=model_ms)
+    driver.wait_healthy(1, timeout=10)
+    first = driver.invoke("guest/newfn", {"i": -1}, timeout=20)
+    assert first["response"] == {"statusCode": 0, "result": {"i": -1}}   # the first call already succeeds
+    store = OnlineStore(redis_client, prefix)
+    want = set(grid(FunctionSpec(gpu=False), "A100-40GB"))
+    for _ in range(60):
+        recs = burst(driver, "guest/newfn", 8)
+        assert all(r["response"]["statusCode"] == 0 for r in recs)
+        stats = store.stats("newfn")
+        if all(c in stats and stats[c].samples >= MIN_SAMPLES for c in want):
+            break
+    stats = store.stats("newfn")
+    missing = [c.label() for c in want if c not in stats or stats[c].samples < MIN_SAMPLES]
+    assert not missing, f"never measured: {missing}"
+    for c in want:
+        assert stats[c].median() == pytest.approx(40.0 * c.batch / c.vcpus + 2.0, rel=0.02), c.label()
+    assert svc.metrics.explored._value.get() > 0
+    assert svc.metrics.profile_events.labels("measured")._value.get() >= len(want)
+    # the statistics outlive the service: a new one plans with the learned table at once
+    table = svc.plans.profiles.table("newfn", "guest/newfn", FunctionSpec(gpu=False), 2000.0, "A100-40GB", None)
+    assert table.extra["source"] == "online" and set(table.configs) >= want
+
+
+def test_drift_moves_the_table_and_the_plan(service_factory, agent_factory, driver, standin, redis_client, prefix):
+    put(standin, "echo-fn", {"esg-slo-ms": 2000, "esg-gpu": False, "esg-max-batch": 1})
+    svc = service_factory(explore_fraction=0.0)
+    slow = {"on": False}
+    agent_factory("node-a", run_ms=lambda m: 20.0 if slow["on"] else 5.0)
+    driver.wait_healthy(1, timeout=10)
+    c = Config(1, 1, None)
+    for i in range(12):
+        assert driver.invoke("guest/echo-fn", {"i": i}, timeout=20)["response"]["statusCode"] == 0
+    plan = svc.workflows._registered["guest/echo-fn"]
+    assert plan.profiles["guest/echo-fn"].latency(c) == pytest.approx(5.0, rel=0.02)
+    assert svc.metrics.profile_events.labels("drift")._value.get() == 0
+    slow["on"] = True
+    for i in range(40):
+        assert driver.invoke("guest/echo-fn", {"i": i}, timeout=20)["response"]["statusCode"] == 0
+    assert svc.metrics.profile_events.labels("drift")._value.get() == 1
+    stats = OnlineStore(redis_client, prefix).stats("echo-fn")
+    assert stats[c].median() == pytest.approx(20.0, rel=0.02)
+    driver.invoke("guest/echo-fn", {"i": 99}, timeout=20)
+    plan = svc.workflows._registered["guest/echo-fn"]
+    assert plan.profiles["guest/echo-fn"].latency(c) == pytest.approx(20.0, rel=0.02)
+    # configurations nobody ran keep the offline table's figures
+    assert plan.profiles["guest/echo-fn"].latency(Config(4, 1, None)) == 8.0

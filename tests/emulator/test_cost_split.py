@@ -1,0 +1,78 @@
+"""The cost split adds up, and each part is what a hand calculation of a tiny run gives."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from esg.cluster import SliceRef
+from esg.cost import Prices
+from esg.emulator import ClusterSpec, Emulation, EmulatorParams
+from esg.emulator.nodes import NodeModel, _subtract, _union
+from esg.emulator.workload import generate
+from esg.model import App
+from esg.policies import make_policy
+from esg.policies.base import PolicyContext
+from esg.scheduler import Request
+from tests.core.helpers import profile
+
+APP = App("one", 500.0, ("f",), ())
+
+
+def run_one(requests, cold_ms=0.0, mig_ms=0.0, keep_alive_ms=600_000.0):
+    profiles = {"f": profile("f", [(1, 1, "3g.20gb", 20.0)], cold_start_ms=cold_ms)}
+    apps = {"one": APP}
+    params = EmulatorParams(noise_cv=0.0, warmup_ms=0.0, mig_reconfig_ms=mig_ms, keep_alive_ms=keep_alive_ms)
+    pol = make_policy("fastgshare", PolicyContext(apps, profiles, mig_reconfig_ms=mig_ms))
+    em = Emulation(apps, profiles, pol, requests, np.random.default_rng(0), ClusterSpec(nodes=1), params)
+    return em.run().metrics
+
+
+def test_an_idle_warm_worker_is_charged_its_instance_between_two_requests():
+    m = run_one([Request("a", "one", 0.0), Request("b", "one", 1000.0)], cold_ms=300.0, mig_ms=50.0)
+    first_done = m.per_app["one"].latencies_ms[0]  # request a arrived at 0
+    rate = Prices().gpu_slice * 3 + Prices().vcpu * 1  # 3g.20gb: 3 compute slices, plus 1 vCPU when busy
+    assert m.cold_starts == 1 and m.reconfigured_instances == 1, "the second request takes the warm worker"
+    assert m.cost_idle == pytest.approx(Prices().gpu_slice * 3 * (1000.0 - first_done))
+    assert m.cost_cold == pytest.approx(rate * 300.0)
+    assert m.cost_mig == pytest.approx(rate * 50.0)
+    assert m.cost == pytest.approx(m.cost_exec + m.cost_idle + m.cost_cold + m.cost_mig)
+
+
+def test_no_idle_cost_when_workers_expire_at_once():
+    m = run_one([Request("a", "one", 0.0), Request("b", "one", 1000.0)], keep_alive_ms=0.0)
+    assert m.cost_idle == 0.0 and m.cold_starts == 2
+
+
+@pytest.mark.parametrize("policy", ["esg", "infless", "orion"])
+def test_split_adds_up_in_a_real_run(policy, apps, profiles):
+    requests = generate(list(apps), 30.0, 5.0, np.random.default_rng(1))
+    params = EmulatorParams(warmup_ms=1000.0, keep_alive_ms=2000.0, mig_reconfig_ms=100.0, cold_start_scale=0.2)
+    em = Emulation(apps, profiles, make_policy(policy, PolicyContext(apps, profiles, mig_reconfig_ms=100.0,
+                                                                     cold_start_scale=0.2)),
+                   requests, np.random.default_rng(2), ClusterSpec(nodes=2), params)
+    s = em.run().summary
+    parts = s["cost_exec"] + s["cost_idle"] + s["cost_cold"] + s["cost_mig"]
+    assert s["cost"] == pytest.approx(parts) and s["cost_exec"] > 0 and s["cost_idle"] > 0
+    assert min(s["cost_exec"], s["cost_idle"], s["cost_cold"], s["cost_mig"]) >= 0
+
+
+spans = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=8)
+
+
+@given(spans, spans, st.integers(0, 20), st.integers(20, 40))
+def test_idle_instance_time_matches_counting_milliseconds(idle, busy, lo, hi):
+    """An instance is paid for the milliseconds in [lo, hi] covered by some idle worker and by no batch."""
+    expected = sum(1 for t in range(lo, hi)
+                   if any(a <= t < b for a, b in idle) and not any(a <= t < b for a, b in busy))
+    got = _subtract(_union([(float(a), float(b)) for a, b in idle], lo, hi),
+                    _union([(float(a), float(b)) for a, b in busy], lo, hi))
+    assert got == pytest.approx(expected)
+
+
+def test_two_idle_workers_on_one_instance_pay_it_once():
+    ref = SliceRef("3g.20gb", 4)
+    node = NodeModel("n", 16, "A100-40GB", keep_alive_ms=100.0)
+    node.idle_spans = [(0.0, 50.0, ref), (20.0, 80.0, ref)]
+    node.busy_spans = [(60.0, 70.0, ref)]
+    assert node.idle_instance_ms(0.0, 1000.0, 1000.0) == {"3g.20gb": pytest.approx(70.0)}

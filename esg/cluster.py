@@ -114,6 +114,10 @@ class ClusterSnapshot:
     """Configurations found to fit on no node (a walk of every node's :meth:`fit`), until any node
     changes: a driver that keeps the snapshot across steps does not walk them again while nothing
     changed."""
+    version: int = field(default=0, repr=False, compare=False)
+    """Counts node changes (reservations, releases, :meth:`put`)."""
+    changed_at: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    """Node -> the :attr:`version` of its last change (absent: unchanged since the snapshot was built)."""
 
     @classmethod
     def of(cls, nodes: Iterable[NodeState]) -> ClusterSnapshot:
@@ -166,6 +170,12 @@ class ClusterSnapshot:
             for name, state in self.nodes.items():
                 self._index_warm(name, state)
         return self._warm.get(function, _NONE)
+
+    def changed_since(self, version: int) -> list[str]:
+        """The nodes that changed after :attr:`version` was ``version``."""
+        if version >= self.version:
+            return []
+        return [n for n, v in self.changed_at.items() if v > version]
 
     def layout(self, node_name: str) -> tuple[tuple[str, int, bool], ...]:
         """A node's MIG instances as sorted (profile, start, busy)."""
@@ -246,6 +256,8 @@ class ClusterSnapshot:
         (``workers``: its idle workers may have changed too)."""
         state = self.nodes[node_name]
         state.memo.clear()
+        self.version += 1
+        self.changed_at[node_name] = self.version
         self._routes.clear()
         self.nowhere.clear()
         for gpu, (keys, ordered) in self._capacity.items():

@@ -23,6 +23,8 @@ taken, in the same order.
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -106,8 +108,10 @@ def fallback(fastest: Sequence[Config], queued: int, exclude: AbstractSet[Config
     return tuple(seen)
 
 
-def place(snapshot: ClusterSnapshot, req: HeadBatch, no_fit: set[Config]) -> Placement | str:
-    """Where the head batch runs (reserved on ``snapshot``), or why it waits."""
+def place(snapshot: ClusterSnapshot, req: HeadBatch, no_fit: set[Config],
+          seen: set[str] | None = None) -> Placement | str:
+    """Where the head batch runs (reserved on ``snapshot``), or why it waits. ``seen`` collects the
+    nodes where one of its configurations was found to fit."""
     if not snapshot.tracks_workers:
         return dispatch(snapshot, req.priorities, req.preferred, no_fit)
     if not req.priorities:
@@ -120,6 +124,8 @@ def place(snapshot: ClusterSnapshot, req: HeadBatch, no_fit: set[Config]) -> Pla
     in_time: tuple[Config, Fit] | None = None
     soonest: tuple[float, Config, Fit] | None = None
     for config, fit in candidate_fits(snapshot, req.priorities, req.preferred, no_fit, req.function, warm_nodes):
+        if seen is not None:
+            seen.add(fit.node)
         t = req.startup.of(fit) + req.latency_of(config)
         if t <= req.budget_ms:
             in_time = (config, fit)
@@ -169,3 +175,79 @@ def latency_lookup(latencies: Mapping[Config, float], profile: Profile) -> Calla
         lat = latencies.get(config)
         return lat if lat is not None else profile.latency(config)
     return latency_of
+
+
+class Hold:
+    """A head batch that waits, kept so that the next steps need not place it again while nothing it
+    depends on changed (the scheduler checks its queue, the policy's choice and the running batches;
+    this checks the nodes).
+
+    Whether :func:`place` (with its fallback) waits is a function of per-node facts about the lists
+    it walked: on a node, does a configuration fit, and does one take an idle warm worker or start
+    within the budget. Waiting means no node has the second; the verdict (and its reason) stays the
+    same as long as that holds and "fits somewhere" keeps its truth value for each list. So only a node
+    that changed is looked at again -- and as the budget only shrinks while the head waits, the budget
+    of the evaluation is a safe bound. Each list is either known to fit nowhere (``fits`` None) or
+    fits on the nodes of ``fits`` (a subset of those where it fits: when it empties, the hold is given
+    up rather than proved). Configurations are looked at per MIG profile: their fit on a node is the
+    same but for the vCPUs, so the profile's fewest vCPUs decide whether one fits, and the fastest of
+    those the node's free vCPUs allow decides the start."""
+
+    __slots__ = ("reason", "function", "budget_ms", "startup", "parts")
+
+    def __init__(self, reason: str, function: str, budget_ms: float, startup: StartupCosts,
+                 parts: list[tuple[tuple, set[str] | None]]):
+        self.reason = reason
+        self.function = function
+        self.budget_ms = budget_ms
+        self.startup = startup
+        self.parts = parts
+
+    @classmethod
+    def of(cls, reason: str, function: str, budget_ms: float, startup: StartupCosts,
+           lists: Sequence[tuple[Sequence[Config], Callable[[Config], float] | None, set[str] | None]]) -> Hold:
+        """``lists``: (configurations, their latency (None: any fit places), nodes found to fit them
+        (None: none fits anywhere))."""
+        parts = []
+        for configs, latency_of, fits in lists:
+            by_gpu: dict[str | None, list[tuple[int, float]]] = {}
+            for c in configs:
+                by_gpu.setdefault(c.gpu, []).append((c.vcpus, latency_of(c) if latency_of else -math.inf))
+            groups = []
+            for gpu, opts in by_gpu.items():
+                opts.sort()
+                vcpus = [v for v, _ in opts]
+                best, low = [], math.inf
+                for _, lat in opts:
+                    low = min(low, lat)
+                    best.append(low)
+                groups.append((Config(1, vcpus[0], gpu), vcpus, best))
+            parts.append((tuple(groups), None if fits is None else set(fits)))
+        return cls(reason, function, budget_ms, startup, parts)
+
+    def holds_on(self, snapshot: ClusterSnapshot, node: str) -> bool:
+        """Whether the verdict still holds after ``node`` changed (the others did not)."""
+        free = snapshot.nodes[node].vcpus_free if node in snapshot.nodes else -1
+        for groups, fits in self.parts:
+            found = False
+            for probe, vcpus, best in groups:
+                if free < probe.vcpus:
+                    continue
+                fit = snapshot.fit(node, probe, self.function)
+                if fit is None:
+                    continue
+                found = True
+                if fit.warm_worker is not None:
+                    return False
+                if self.startup.of(fit) + best[bisect.bisect_right(vcpus, free) - 1] <= self.budget_ms:
+                    return False
+            if fits is None:
+                if found:
+                    return False
+            elif found:
+                fits.add(node)
+            else:
+                fits.discard(node)
+                if not fits:
+                    return False
+        return True

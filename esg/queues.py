@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from esg.model import Job
@@ -16,6 +16,8 @@ QueueKey = tuple[str, str]
 class AfwQueue:
     key: QueueKey
     jobs: deque[Job] = field(default_factory=deque)
+    version: int = 0
+    """Bumped whenever the jobs change (the scheduler remembers a waiting head's verdict per version)."""
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -26,9 +28,22 @@ class AfwQueue:
 
     def push(self, job: Job) -> None:
         self.jobs.append(job)
+        self.version += 1
+
+    def push_front(self, job: Job) -> None:
+        self.jobs.appendleft(job)
+        self.version += 1
 
     def take(self, n: int) -> tuple[Job, ...]:
+        self.version += 1
         return tuple(self.jobs.popleft() for _ in range(min(n, len(self.jobs))))
+
+    def keep(self, wanted: Callable[[Job], bool]) -> None:
+        """Drop the jobs ``wanted`` refuses (order kept)."""
+        kept = deque(j for j in self.jobs if wanted(j))
+        if len(kept) != len(self.jobs):
+            self.jobs = kept
+            self.version += 1
 
     def peek(self, n: int) -> tuple[Job, ...]:
         return tuple(self.jobs[i] for i in range(min(n, len(self.jobs))))
@@ -51,7 +66,7 @@ class AfwQueues:
         key = (job.app, job.function)
         if key not in self._queues:
             self._queues[key] = AfwQueue(key)
-        self._queues[key].jobs.appendleft(job)
+        self._queues[key].push_front(job)
 
     def get(self, key: QueueKey) -> AfwQueue | None:
         return self._queues.get(key)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from esg.cluster import ClusterSnapshot, Fit
 from esg.defaults import default_choice, is_default
 from esg.dispatch import Placement, candidate_fits, dispatch, home_node
+from esg.placement import Hold, StartupCosts
 from esg.errors import AppError
 from esg.explore import Explorer
 from esg.model import App, Config, Job
@@ -125,6 +126,24 @@ class StepResult:
     """The earliest time a held queue asked to be looked at again (drivers set a timer)."""
 
 
+_NO_STARTUP = StartupCosts(0.0, 0.0)
+
+
+@dataclass(slots=True)
+class _Held:
+    """A queue whose head waited, with what its verdict was computed from."""
+
+    hold: Hold
+    version: int
+    """The queue's :attr:`AfwQueue.version`."""
+    running: int
+    choice: object
+    snapshot: ClusterSnapshot
+    nodes: int
+    seen: int
+    """The snapshot's :attr:`ClusterSnapshot.version` when the nodes were last checked."""
+
+
 @dataclass
 class _RequestState:
     request: Request
@@ -138,7 +157,7 @@ class Scheduler:
     """AFW queues, the policy, ESG_Dispatch, and per-request progress through the DAG."""
 
     def __init__(self, apps: Mapping[str, App], policy: Policy, batch_ids: Iterable[str] | None = None,
-                 explorer: Explorer | None = None):
+                 explorer: Explorer | None = None, keep_holds: bool = True):
         self.apps = dict(apps)
         self.policy = policy
         self.explorer = explorer
@@ -150,6 +169,10 @@ class Scheduler:
         self._dead_jobs = False
         self._wake: float | None = None
         self._ids = iter(batch_ids) if batch_ids is not None else (f"b{i}" for i in itertools.count())
+        self.keep_holds = keep_holds
+        """Remember why a head waits and skip placing it again while nothing it depends on changed
+        (False: place every waiting head at every step; the outputs are the same)."""
+        self._held: dict[QueueKey, _Held] = {}
 
     # -- folding events in ------------------------------------------------------------------------
     def step(self, now_ms: float, snapshot: ClusterSnapshot, events: Sequence[Event] = ()) -> StepResult:
@@ -247,7 +270,7 @@ class Scheduler:
         """Jobs of requests that already failed (another branch's error) or were cancelled are not run."""
         if self._dead_jobs:
             for queue in self.queues:
-                queue.jobs = type(queue.jobs)(j for j in queue.jobs if j.request_id in self._requests)
+                queue.keep(lambda j: j.request_id in self._requests)
             self._dead_jobs = False
 
     def _place_head(self, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Dispatch | str:
@@ -260,17 +283,41 @@ class Scheduler:
             if choice.retry_at_ms is not None:
                 self._wake = choice.retry_at_ms if self._wake is None else min(self._wake, choice.retry_at_ms)
             return choice.reason or "the policy holds the queue"
-        preferred = self.policy.node_preference(app, queue.key[1], snapshot)
+        key = queue.key
+        held = self._held.pop(key, None)
+        if held is not None and self._still_waits(held, queue, choice, snapshot):
+            self._held[key] = held
+            return held.hold.reason
+        preferred = self.policy.node_preference(app, key[1], snapshot)
         if preferred is None:
             preferred = self._preferred(app, queue.head, snapshot)
-        if is_default(self.policy.ctx.profiles.get(queue.key[1])):
+        holds: list[Hold] | None = [] if self.keep_holds else None
+        if is_default(self.policy.ctx.profiles.get(key[1])):
             # the default rule places too: its configurations in order, the first that fits
             placed = dispatch(snapshot, choice.priorities, preferred, self._no_fit)
+            if isinstance(placed, str) and holds is not None and snapshot.nodes:
+                holds.append(Hold.of(placed, key[1], 0.0, _NO_STARTUP, [(choice.priorities, None, None)]))
         else:
-            placed = self.policy.place(app, queue, choice, snapshot, preferred, now_ms, self._no_fit)
+            placed = self.policy.place(app, queue, choice, snapshot, preferred, now_ms, self._no_fit, holds)
         if isinstance(placed, str):
+            if holds:
+                self._held[key] = _Held(holds[0], queue.version, self.policy.running[key], choice, snapshot,
+                                        len(snapshot.nodes), snapshot.version)
             return placed
         return self._commit(app, queue, placed, choice.latency_of(placed.config))
+
+    def _still_waits(self, held: _Held, queue: AfwQueue, choice, snapshot: ClusterSnapshot) -> bool:
+        """Whether placing the head again would wait for the same reason: the same jobs, choice, running
+        batches and snapshot, and every node that changed since still leaves it waiting."""
+        if (held.version != queue.version or held.snapshot is not snapshot or len(snapshot.nodes) != held.nodes
+                or held.running != self.policy.running[queue.key]
+                or (held.choice is not choice and held.choice != choice)):
+            return False
+        for node in snapshot.changed_since(held.seen):
+            if not held.hold.holds_on(snapshot, node):
+                return False
+        held.seen = snapshot.version
+        return True
 
     def _explore(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Dispatch | None:
         """A batch in a configuration the function's table lacks, when the explorer has budget, the
@@ -336,6 +383,7 @@ class Scheduler:
         """Register (or replace) an app at run time; the live service learns apps from action metadata."""
         self.apps[app.name] = app
         self.policy.add_app(app, profiles, specs or {})
+        self._held.clear()
         self._rest = {k: v for k, v in self._rest.items() if k[0] != app.name}
 
     # -- introspection for drivers and metrics ------------------------------------------------------

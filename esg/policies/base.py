@@ -108,10 +108,13 @@ class Policy(ABC):
         self.running[(dispatch.app, dispatch.function)] -= 1
 
     def place(self, app: App, queue: AfwQueue, choice: Choice, snapshot: ClusterSnapshot,
-              preferred: Sequence[str], now_ms: float, no_fit: set[Config]) -> Placement | str:
+              preferred: Sequence[str], now_ms: float, no_fit: set[Config],
+              holds: list[placement.Hold] | None = None) -> Placement | str:
         """Where the head batch runs: the shared machinery of :mod:`esg.placement` (whole batches,
         warm workers first, start-up against the budget, the scale-out rule), then a fallback to the
-        function's fastest configurations when none of the policy's own fits on any node."""
+        function's fastest configurations when none of the policy's own fits on any node. When it waits
+        and ``holds`` is given, the :class:`~esg.placement.Hold` that tells when that may change is
+        appended to it."""
         function = queue.key[1]
         profile = self.ctx.profiles[function]
         queued = len(queue)
@@ -124,14 +127,29 @@ class Policy(ABC):
         running = self.running[queue.key]
         head = placement.HeadBatch(function, own, latency_of, preferred, budget, startup,
                                    placement.may_scale_out(running, queued, own))
-        placed = placement.place(snapshot, head, no_fit)
+        seen: set[str] | None = set() if holds is not None else None
+        placed = placement.place(snapshot, head, no_fit, seen)
         if not isinstance(placed, str) or not all(c in no_fit for c in own):
+            if isinstance(placed, str) and holds is not None and seen:
+                holds.append(self._hold(placed, head, [(own, seen)], snapshot))
             return placed
         spare = placement.fallback(self._fastest_first(function), queued, set(own))
         if not spare:
+            if holds is not None:
+                holds.append(self._hold(placed, head, [(own, None)], snapshot))
             return placed
         head = replace(head, priorities=spare, may_scale_out=placement.may_scale_out(running, queued, spare))
-        return placement.place(snapshot, head, no_fit)
+        seen2: set[str] | None = set() if holds is not None else None
+        placed = placement.place(snapshot, head, no_fit, seen2)
+        if isinstance(placed, str) and holds is not None:
+            holds.append(self._hold(placed, head, [(own, None), (spare, seen2 or None)], snapshot))
+        return placed
+
+    @staticmethod
+    def _hold(reason: str, head: placement.HeadBatch, lists, snapshot: ClusterSnapshot) -> placement.Hold:
+        latency_of = head.latency_of if snapshot.tracks_workers else None  # untracked: any fit places
+        return placement.Hold.of(reason, head.function, head.budget_ms, head.startup,
+                                 [(configs, latency_of, fits) for configs, fits in lists])
 
     def _fastest_first(self, function: str) -> tuple[Config, ...]:
         """The function's allowed configurations, fastest first (remembered until an app is added)."""

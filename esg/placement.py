@@ -193,21 +193,26 @@ class Hold:
     same but for the vCPUs, so the profile's fewest vCPUs decide whether one fits, and the fastest of
     those the node's free vCPUs allow decides the start."""
 
-    __slots__ = ("reason", "function", "budget_ms", "startup", "parts")
+    __slots__ = ("reason", "function", "budget_ms", "startup", "parts", "scales", "deep")
 
     def __init__(self, reason: str, function: str, budget_ms: float, startup: StartupCosts,
-                 parts: list[tuple[tuple, set[str] | None]]):
+                 parts: list[tuple[tuple, set[str] | None]], scales: tuple[int, ...], deep: int):
         self.reason = reason
         self.function = function
         self.budget_ms = budget_ms
         self.startup = startup
         self.parts = parts
+        self.scales = scales
+        """The largest batch of each list (what :func:`may_scale_out` looks at)."""
+        self.deep = deep
+        """The queue length from which more jobs change nothing (the lists, capped to it, stay)."""
 
     @classmethod
     def of(cls, reason: str, function: str, budget_ms: float, startup: StartupCosts,
-           lists: Sequence[tuple[Sequence[Config], Callable[[Config], float] | None, set[str] | None]]) -> Hold:
+           lists: Sequence[tuple[Sequence[Config], Callable[[Config], float] | None, set[str] | None]],
+           deep: int = 0) -> Hold:
         """``lists``: (configurations, their latency (None: any fit places), nodes found to fit them
-        (None: none fits anywhere))."""
+        (None: none fits anywhere)); ``deep``: see :attr:`deep`."""
         parts = []
         for configs, latency_of, fits in lists:
             by_gpu: dict[str | None, list[tuple[int, float]]] = {}
@@ -223,7 +228,13 @@ class Hold:
                     best.append(low)
                 groups.append((Config(1, vcpus[0], gpu), vcpus, best))
             parts.append((tuple(groups), None if fits is None else set(fits)))
-        return cls(reason, function, budget_ms, startup, parts)
+        scales = tuple(max((c.batch for c in configs), default=1) for configs, _, _ in lists)
+        return cls(reason, function, budget_ms, startup, parts, scales, deep)
+
+    def same_scale_out(self, running: int, queued: int, running_then: int, queued_then: int) -> bool:
+        """Whether :func:`may_scale_out` answers the same for each list with these counts as then."""
+        return all((running == 0 or queued > running * m) == (running_then == 0 or queued_then > running_then * m)
+                   for m in self.scales)
 
     def holds_on(self, snapshot: ClusterSnapshot, node: str) -> bool:
         """Whether the verdict still holds after ``node`` changed (the others did not)."""

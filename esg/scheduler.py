@@ -134,8 +134,8 @@ class _Held:
     """A queue whose head waited, with what its verdict was computed from."""
 
     hold: Hold
-    version: int
-    """The queue's :attr:`AfwQueue.version`."""
+    head: Job
+    queued: int
     running: int
     choice: object
     snapshot: ClusterSnapshot
@@ -301,22 +301,29 @@ class Scheduler:
             placed = self.policy.place(app, queue, choice, snapshot, preferred, now_ms, self._no_fit, holds)
         if isinstance(placed, str):
             if holds:
-                self._held[key] = _Held(holds[0], queue.version, self.policy.running[key], choice, snapshot,
-                                        len(snapshot.nodes), snapshot.version)
+                self._held[key] = _Held(holds[0], queue.head, len(queue), self.policy.running[key], choice,
+                                        snapshot, len(snapshot.nodes), snapshot.version)
             return placed
         return self._commit(app, queue, placed, choice.latency_of(placed.config))
 
     def _still_waits(self, held: _Held, queue: AfwQueue, choice, snapshot: ClusterSnapshot) -> bool:
-        """Whether placing the head again would wait for the same reason: the same jobs, choice, running
-        batches and snapshot, and every node that changed since still leaves it waiting."""
-        if (held.version != queue.version or held.snapshot is not snapshot or len(snapshot.nodes) != held.nodes
-                or held.running != self.policy.running[queue.key]
+        """Whether placing the head again would wait for the same reason: the same head job, a queue
+        length that changes nothing (the same, or both at least the hold's ``deep``), the same choice,
+        snapshot and scale-out answers, and every node that changed since still leaves it waiting."""
+        hold = held.hold
+        queued, running = len(queue), self.policy.running[queue.key]
+        if (queue.head is not held.head or held.snapshot is not snapshot or len(snapshot.nodes) != held.nodes
+                or (queued != held.queued and min(queued, held.queued) < hold.deep)
                 or (held.choice is not choice and held.choice != choice)):
             return False
+        if (queued != held.queued or running != held.running) and not hold.same_scale_out(
+                running, queued, held.running, held.queued):
+            return False
         for node in snapshot.changed_since(held.seen):
-            if not held.hold.holds_on(snapshot, node):
+            if not hold.holds_on(snapshot, node):
                 return False
         held.seen = snapshot.version
+        held.queued, held.running = queued, running
         return True
 
     def _explore(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Dispatch | None:

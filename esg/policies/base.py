@@ -145,11 +145,12 @@ class Policy(ABC):
             holds.append(self._hold(placed, head, [(own, None), (spare, seen2 or None)], snapshot))
         return placed
 
-    @staticmethod
-    def _hold(reason: str, head: placement.HeadBatch, lists, snapshot: ClusterSnapshot) -> placement.Hold:
+    def _hold(self, reason: str, head: placement.HeadBatch, lists, snapshot: ClusterSnapshot) -> placement.Hold:
         latency_of = head.latency_of if snapshot.tracks_workers else None  # untracked: any fit places
+        # from the table's largest batch on, a longer queue caps and falls back to the same lists
+        deep = max(e.config.batch for e in self.ctx.profiles[head.function].entries)
         return placement.Hold.of(reason, head.function, head.budget_ms, head.startup,
-                                 [(configs, latency_of, fits) for configs, fits in lists])
+                                 [(configs, latency_of, fits) for configs, fits in lists], deep)
 
     def _fastest_first(self, function: str) -> tuple[Config, ...]:
         """The function's allowed configurations, fastest first (remembered until an app is added)."""

@@ -186,20 +186,20 @@ class Hold:
     it walked: on a node, does a configuration fit, and does one take an idle warm worker or start
     within the budget. Waiting means no node has the second; the verdict (and its reason) stays the
     same as long as that holds and "fits somewhere" keeps its truth value for each list. So only a node
-    that changed is looked at again -- and as the budget only shrinks while the head waits, the budget
-    of the evaluation is a safe bound. Each list is either known to fit nowhere (``fits`` None) or
-    fits on the nodes of ``fits`` (a subset of those where it fits: when it empties, the hold is given
-    up rather than proved). Configurations are looked at per MIG profile: their fit on a node is the
+    that changed is looked at again, with the budget the head has then. Each list is either known to
+    fit nowhere (``fits`` None) or fits on the nodes of ``fits``. Configurations are looked at per MIG profile: their fit on a node is the
     same but for the vCPUs, so the profile's fewest vCPUs decide whether one fits, and the fastest of
     those the node's free vCPUs allow decides the start."""
 
-    __slots__ = ("reason", "function", "budget_ms", "startup", "parts", "scales", "deep")
+    __slots__ = ("reason", "function", "deadline_ms", "rest_ms", "startup", "parts", "scales", "deep")
 
-    def __init__(self, reason: str, function: str, budget_ms: float, startup: StartupCosts,
+    def __init__(self, reason: str, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
                  parts: list[tuple[tuple, set[str] | None]], scales: tuple[int, ...], deep: int):
         self.reason = reason
         self.function = function
-        self.budget_ms = budget_ms
+        self.deadline_ms = deadline_ms
+        self.rest_ms = rest_ms
+        """The head's budget at ``now`` is ``deadline_ms - now - rest_ms`` (as the placement computes it)."""
         self.startup = startup
         self.parts = parts
         self.scales = scales
@@ -208,13 +208,13 @@ class Hold:
         """The queue length from which more jobs change nothing (the lists, capped to it, stay)."""
 
     @classmethod
-    def of(cls, reason: str, function: str, budget_ms: float, startup: StartupCosts,
-           lists: Sequence[tuple[Sequence[Config], Callable[[Config], float] | None, set[str] | None]],
-           deep: int = 0) -> Hold:
-        """``lists``: (configurations, their latency (None: any fit places), nodes found to fit them
-        (None: none fits anywhere)); ``deep``: see :attr:`deep`."""
+    def of(cls, reason: str, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
+           lists: Sequence[tuple[Sequence[Config], Callable[[Config], float] | None, bool]],
+           snapshot: ClusterSnapshot, deep: int = 0) -> Hold:
+        """``lists``: (configurations, their latency (None: any fit places), whether one fits somewhere);
+        ``deep``: see :attr:`deep`."""
         parts = []
-        for configs, latency_of, fits in lists:
+        for configs, latency_of, fits_somewhere in lists:
             by_gpu: dict[str | None, list[tuple[int, float]]] = {}
             for c in configs:
                 by_gpu.setdefault(c.gpu, []).append((c.vcpus, latency_of(c) if latency_of else -math.inf))
@@ -227,18 +227,28 @@ class Hold:
                     low = min(low, lat)
                     best.append(low)
                 groups.append((Config(1, vcpus[0], gpu), vcpus, best))
-            parts.append((tuple(groups), None if fits is None else set(fits)))
+            found = None
+            if fits_somewhere:
+                found = {n for n in snapshot.nodes if cls._fits(snapshot, n, groups, function)}
+            parts.append((tuple(groups), found))
         scales = tuple(max((c.batch for c in configs), default=1) for configs, _, _ in lists)
-        return cls(reason, function, budget_ms, startup, parts, scales, deep)
+        return cls(reason, function, deadline_ms, rest_ms, startup, parts, scales, deep)
 
     def same_scale_out(self, running: int, queued: int, running_then: int, queued_then: int) -> bool:
         """Whether :func:`may_scale_out` answers the same for each list with these counts as then."""
         return all((running == 0 or queued > running * m) == (running_then == 0 or queued_then > running_then * m)
                    for m in self.scales)
 
-    def holds_on(self, snapshot: ClusterSnapshot, node: str) -> bool:
-        """Whether the verdict still holds after ``node`` changed (the others did not)."""
+    @staticmethod
+    def _fits(snapshot: ClusterSnapshot, node: str, groups, function: str) -> bool:
+        free = snapshot.nodes[node].vcpus_free
+        return any(free >= probe.vcpus and snapshot.fit(node, probe, function) is not None
+                   for probe, _, _ in groups)
+
+    def holds_on(self, snapshot: ClusterSnapshot, node: str, now_ms: float) -> bool:
+        """Whether the verdict still holds at ``now_ms`` after ``node`` changed (the others did not)."""
         free = snapshot.nodes[node].vcpus_free if node in snapshot.nodes else -1
+        budget = self.deadline_ms - now_ms - self.rest_ms
         for groups, fits in self.parts:
             found = False
             for probe, vcpus, best in groups:
@@ -250,7 +260,7 @@ class Hold:
                 found = True
                 if fit.warm_worker is not None:
                     return False
-                if self.startup.of(fit) + best[bisect.bisect_right(vcpus, free) - 1] <= self.budget_ms:
+                if self.startup.of(fit) + best[bisect.bisect_right(vcpus, free) - 1] <= budget:
                     return False
             if fits is None:
                 if found:

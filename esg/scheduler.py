@@ -285,7 +285,7 @@ class Scheduler:
             return choice.reason or "the policy holds the queue"
         key = queue.key
         held = self._held.pop(key, None)
-        if held is not None and self._still_waits(held, queue, choice, snapshot):
+        if held is not None and self._still_waits(held, queue, choice, snapshot, now_ms):
             self._held[key] = held
             return held.hold.reason
         preferred = self.policy.node_preference(app, key[1], snapshot)
@@ -296,7 +296,8 @@ class Scheduler:
             # the default rule places too: its configurations in order, the first that fits
             placed = dispatch(snapshot, choice.priorities, preferred, self._no_fit)
             if isinstance(placed, str) and holds is not None and snapshot.nodes:
-                holds.append(Hold.of(placed, key[1], 0.0, _NO_STARTUP, [(choice.priorities, None, None)]))
+                holds.append(Hold.of(placed, key[1], 0.0, 0.0, _NO_STARTUP, [(choice.priorities, None, False)],
+                                     snapshot))
         else:
             placed = self.policy.place(app, queue, choice, snapshot, preferred, now_ms, self._no_fit, holds)
         if isinstance(placed, str):
@@ -306,7 +307,7 @@ class Scheduler:
             return placed
         return self._commit(app, queue, placed, choice.latency_of(placed.config))
 
-    def _still_waits(self, held: _Held, queue: AfwQueue, choice, snapshot: ClusterSnapshot) -> bool:
+    def _still_waits(self, held: _Held, queue: AfwQueue, choice, snapshot: ClusterSnapshot, now_ms: float) -> bool:
         """Whether placing the head again would wait for the same reason: the same head job, a queue
         length that changes nothing (the same, or both at least the hold's ``deep``), the same choice,
         snapshot and scale-out answers, and every node that changed since still leaves it waiting."""
@@ -320,7 +321,7 @@ class Scheduler:
                 running, queued, held.running, held.queued):
             return False
         for node in snapshot.changed_since(held.seen):
-            if not hold.holds_on(snapshot, node):
+            if not hold.holds_on(snapshot, node, now_ms):
                 return False
         held.seen = snapshot.version
         held.queued, held.running = queued, running

@@ -122,7 +122,8 @@ class Policy(ABC):
         if not own:
             return choice.reason or "no configuration meets the remaining budget"
         startup = placement.StartupCosts(self.ctx.mig_reconfig_ms, profile.cold_start_ms * self.ctx.cold_start_scale)
-        budget = queue.head.deadline_ms - now_ms - self.rest_ms(app, function)
+        rest = self.rest_ms(app, function)
+        budget = queue.head.deadline_ms - now_ms - rest
         latency_of = placement.latency_lookup(choice.latencies, profile)
         running = self.running[queue.key]
         head = placement.HeadBatch(function, own, latency_of, preferred, budget, startup,
@@ -131,26 +132,28 @@ class Policy(ABC):
         placed = placement.place(snapshot, head, no_fit, seen)
         if not isinstance(placed, str) or not all(c in no_fit for c in own):
             if isinstance(placed, str) and holds is not None and seen:
-                holds.append(self._hold(placed, head, [(own, seen)], snapshot))
+                holds.append(self._hold(placed, head, [(own, True)], snapshot, queue.head.deadline_ms, rest))
             return placed
         spare = placement.fallback(self._fastest_first(function), queued, set(own))
         if not spare:
             if holds is not None:
-                holds.append(self._hold(placed, head, [(own, None)], snapshot))
+                holds.append(self._hold(placed, head, [(own, False)], snapshot, queue.head.deadline_ms, rest))
             return placed
         head = replace(head, priorities=spare, may_scale_out=placement.may_scale_out(running, queued, spare))
         seen2: set[str] | None = set() if holds is not None else None
         placed = placement.place(snapshot, head, no_fit, seen2)
         if isinstance(placed, str) and holds is not None:
-            holds.append(self._hold(placed, head, [(own, None), (spare, seen2 or None)], snapshot))
+            holds.append(self._hold(placed, head, [(own, False), (spare, bool(seen2))], snapshot,
+                                    queue.head.deadline_ms, rest))
         return placed
 
-    def _hold(self, reason: str, head: placement.HeadBatch, lists, snapshot: ClusterSnapshot) -> placement.Hold:
+    def _hold(self, reason: str, head: placement.HeadBatch, lists, snapshot: ClusterSnapshot, deadline_ms: float,
+              rest_ms: float) -> placement.Hold:
         latency_of = head.latency_of if snapshot.tracks_workers else None  # untracked: any fit places
         # from the table's largest batch on, a longer queue caps and falls back to the same lists
         deep = max(e.config.batch for e in self.ctx.profiles[head.function].entries)
-        return placement.Hold.of(reason, head.function, head.budget_ms, head.startup,
-                                 [(configs, latency_of, fits) for configs, fits in lists], deep)
+        return placement.Hold.of(reason, head.function, deadline_ms, rest_ms, head.startup,
+                                 [(configs, latency_of, fits) for configs, fits in lists], snapshot, deep)
 
     def _fastest_first(self, function: str) -> tuple[Config, ...]:
         """The function's allowed configurations, fastest first (remembered until an app is added)."""

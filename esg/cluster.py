@@ -177,6 +177,14 @@ class ClusterSnapshot:
             return []
         return [n for n, v in self.changed_at.items() if v > version]
 
+    def idle_profiles(self, node_name: str) -> frozenset[str]:
+        """The MIG profiles of a node's idle instances (remembered until the node changes)."""
+        memo = self.nodes[node_name].memo
+        found = memo.get("idle_profiles")
+        if found is None:
+            found = memo["idle_profiles"] = frozenset(s.ref.profile for s in self.nodes[node_name].slices if not s.busy)
+        return found
+
     def layout(self, node_name: str) -> tuple[tuple[str, int, bool], ...]:
         """A node's MIG instances as sorted (profile, start, busy)."""
         memo = self.nodes[node_name].memo

@@ -67,6 +67,8 @@ def candidate_fits(snapshot: ClusterSnapshot, priorities: Sequence[Config], pref
     those with an idle slice of the profile already.
     """
     nowhere = snapshot.nowhere
+    fit_on = snapshot.fit
+    idle_profiles = snapshot.idle_profiles
     for config in priorities:
         if no_fit is not None and config in no_fit:
             continue
@@ -76,11 +78,12 @@ def candidate_fits(snapshot: ClusterSnapshot, priorities: Sequence[Config], pref
             continue
         found = False
         settled: Fit | None = None
+        gpu = config.gpu
         for name in node_order(snapshot, preferred, config):
             if settled is not None and name not in warm_nodes and not (
-                    settled.create and snapshot.nodes[name].has_idle_slice(config.gpu)):
+                    settled.create and gpu in idle_profiles(name)):
                 continue
-            fit = snapshot.fit(name, config, function)
+            fit = fit_on(name, config, function)
             if fit is None:
                 continue
             found = True
@@ -91,4 +94,3 @@ def candidate_fits(snapshot: ClusterSnapshot, priorities: Sequence[Config], pref
             nowhere.add(config)
             if no_fit is not None:
                 no_fit.add(config)
-

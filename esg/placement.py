@@ -209,24 +209,13 @@ class Hold:
 
     @classmethod
     def of(cls, reason: str, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
-           lists: Sequence[tuple[Sequence[Config], Callable[[Config], float] | None, bool]],
+           lists: Sequence[tuple[Sequence[Config], Callable[[Config], float] | None | tuple, bool]],
            snapshot: ClusterSnapshot, deep: int = 0) -> Hold:
-        """``lists``: (configurations, their latency (None: any fit places), whether one fits somewhere);
-        ``deep``: see :attr:`deep`."""
+        """``lists``: (configurations, their latency (None: any fit places) or their
+        :func:`profile_groups` already made, whether one fits somewhere); ``deep``: see :attr:`deep`."""
         parts = []
         for configs, latency_of, fits_somewhere in lists:
-            by_gpu: dict[str | None, list[tuple[int, float]]] = {}
-            for c in configs:
-                by_gpu.setdefault(c.gpu, []).append((c.vcpus, latency_of(c) if latency_of else -math.inf))
-            groups = []
-            for gpu, opts in by_gpu.items():
-                opts.sort()
-                vcpus = [v for v, _ in opts]
-                best, low = [], math.inf
-                for _, lat in opts:
-                    low = min(low, lat)
-                    best.append(low)
-                groups.append((Config(1, vcpus[0], gpu), vcpus, best))
+            groups = latency_of if isinstance(latency_of, tuple) else profile_groups(configs, latency_of)
             found = None
             if fits_somewhere:
                 found = {n for n in snapshot.nodes if cls._fits(snapshot, n, groups, function)}
@@ -272,3 +261,21 @@ class Hold:
                 if not fits:
                     return False
         return True
+
+
+def profile_groups(configs: Sequence[Config], latency_of: Callable[[Config], float] | None) -> tuple:
+    """``configs`` by MIG profile, as :class:`Hold` looks at them: per profile (a probe configuration
+    with its fewest vCPUs, the vCPU counts in order, the fastest latency up to each count)."""
+    by_gpu: dict[str | None, list[tuple[int, float]]] = {}
+    for c in configs:
+        by_gpu.setdefault(c.gpu, []).append((c.vcpus, latency_of(c) if latency_of else -math.inf))
+    groups = []
+    for gpu, opts in by_gpu.items():
+        opts.sort()
+        vcpus = [v for v, _ in opts]
+        best, low = [], math.inf
+        for _, lat in opts:
+            low = min(low, lat)
+            best.append(low)
+        groups.append((Config(1, vcpus[0], gpu), vcpus, best))
+    return tuple(groups)

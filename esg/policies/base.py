@@ -81,6 +81,8 @@ class Policy(ABC):
         """Batches in flight per AFW queue (the scale-out rule looks at them)."""
         self._rest_ms: dict[tuple[str, str], float] = {}
         self._fastest: dict[str, tuple[Config, ...]] = {}
+        self._groups: dict[tuple, tuple[object, tuple]] = {}
+        """(function, configurations, id of the latencies) -> (those latencies, their profile groups)."""
 
     def add_app(self, app: App, profiles: Mapping[str, Profile], specs: Mapping[str, FunctionSpec]) -> None:
         """Learn (or replace) an app at run time; subclasses with per-app state override
@@ -89,6 +91,7 @@ class Policy(ABC):
                            profiles={**self.ctx.profiles, **profiles}, specs={**self.ctx.specs, **specs})
         self._rest_ms = {k: v for k, v in self._rest_ms.items() if k[0] != app.name}
         self._fastest = {}
+        self._groups = {}
         self.on_app_added(app)
 
     def on_app_added(self, app: App) -> None:
@@ -132,28 +135,41 @@ class Policy(ABC):
         placed = placement.place(snapshot, head, no_fit, seen)
         if not isinstance(placed, str) or not all(c in no_fit for c in own):
             if isinstance(placed, str) and holds is not None and seen:
-                holds.append(self._hold(placed, head, [(own, True)], snapshot, queue.head.deadline_ms, rest))
+                holds.append(self._hold(placed, head, [(own, True)], snapshot, queue.head.deadline_ms, rest,
+                                        choice.latencies))
             return placed
         spare = placement.fallback(self._fastest_first(function), queued, set(own))
         if not spare:
             if holds is not None:
-                holds.append(self._hold(placed, head, [(own, False)], snapshot, queue.head.deadline_ms, rest))
+                holds.append(self._hold(placed, head, [(own, False)], snapshot, queue.head.deadline_ms, rest,
+                                        choice.latencies))
             return placed
         head = replace(head, priorities=spare, may_scale_out=placement.may_scale_out(running, queued, spare))
         seen2: set[str] | None = set() if holds is not None else None
         placed = placement.place(snapshot, head, no_fit, seen2)
         if isinstance(placed, str) and holds is not None:
             holds.append(self._hold(placed, head, [(own, False), (spare, bool(seen2))], snapshot,
-                                    queue.head.deadline_ms, rest))
+                                    queue.head.deadline_ms, rest, choice.latencies))
         return placed
 
     def _hold(self, reason: str, head: placement.HeadBatch, lists, snapshot: ClusterSnapshot, deadline_ms: float,
-              rest_ms: float) -> placement.Hold:
-        latency_of = head.latency_of if snapshot.tracks_workers else None  # untracked: any fit places
+              rest_ms: float, latencies: Mapping[Config, float]) -> placement.Hold:
+        made = []
+        for configs, fits in lists:
+            if not snapshot.tracks_workers:
+                groups = placement.profile_groups(configs, None)  # untracked: any fit places
+            else:
+                key = (head.function, configs, id(latencies))
+                hit = self._groups.get(key)
+                if hit is None or hit[0] is not latencies:  # (kept, the latencies' id is not reused)
+                    if len(self._groups) >= 4096:
+                        self._groups.clear()
+                    hit = self._groups[key] = (latencies, placement.profile_groups(configs, head.latency_of))
+                groups = hit[1]
+            made.append((configs, groups, fits))
         # from the table's largest batch on, a longer queue caps and falls back to the same lists
         deep = max(e.config.batch for e in self.ctx.profiles[head.function].entries)
-        return placement.Hold.of(reason, head.function, deadline_ms, rest_ms, head.startup,
-                                 [(configs, latency_of, fits) for configs, fits in lists], snapshot, deep)
+        return placement.Hold.of(reason, head.function, deadline_ms, rest_ms, head.startup, made, snapshot, deep)
 
     def _fastest_first(self, function: str) -> tuple[Config, ...]:
         """The function's allowed configurations, fastest first (remembered until an app is added)."""

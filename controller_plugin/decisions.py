@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from esg import protocol
-from esg.scheduler import Dispatch, RequestOutcome
+from esg.events import Dispatch, RequestOutcome
 
 DECISIONS_MAXLEN = 200_000
 

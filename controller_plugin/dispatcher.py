@@ -36,7 +36,7 @@ from controller_plugin.metrics import Metrics
 from controller_plugin.workflows import Send
 from esg import protocol
 from esg.cluster import Claim, ClusterSnapshot, NodeReport, tracked
-from esg.scheduler import Dispatch
+from esg.events import Dispatch
 
 log = logging.getLogger("esg.scheduler")
 

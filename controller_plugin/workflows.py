@@ -35,9 +35,10 @@ from controller_plugin.settings import Deadline
 from esg import protocol
 from esg.cluster import ClusterSnapshot
 from esg.defaults import is_default
+from esg.events import Arrival, BatchDone, BatchLost, Cancel, Dispatch, Request
 from esg.online import Observation
 from esg.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
-from esg.scheduler import Arrival, BatchDone, BatchLost, Cancel, Dispatch, Request, Scheduler
+from esg.scheduler import Scheduler
 
 log = logging.getLogger("esg.scheduler")
 

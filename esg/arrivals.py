@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from esg.errors import EsgError
-from esg.scheduler import Request
+from esg.events import Request
 
 HEADER = ["time_s", "app"]
 

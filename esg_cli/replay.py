@@ -29,9 +29,9 @@ from esg.arrivals import read_arrivals, span_s
 from esg.cost import Prices
 from esg.emulator.metrics import Metrics
 from esg.errors import EsgError
+from esg.events import RequestOutcome
 from esg.mig import DEFAULT_GPU_MODEL
 from esg.model import Config
-from esg.scheduler import RequestOutcome
 from esg_cli import checks
 from esg_cli.emulate import SUMMARY_COLUMNS, write_csv
 from esg_cli.errors import CliError

@@ -27,11 +27,12 @@ from esg.emulator.config import ClusterSpec, EmulatorParams
 from esg.emulator.metrics import Metrics
 from esg.emulator.nodes import NodeModel
 from esg.emulator.online import OnlineLearning
+from esg.events import Arrival, BatchDone, Dispatch, Request
 from esg.mig import DEFAULT_GPU_MODEL, compute_slices
 from esg.model import App, Config
 from esg.policies.base import Policy
 from esg.profiles import Profile
-from esg.scheduler import Arrival, BatchDone, Dispatch, Request, Scheduler
+from esg.scheduler import Scheduler
 from esg.timing import cold_start_ms, lognormal_params
 
 InvariantHook = Callable[[float, Mapping[str, NodeModel], Scheduler], None]

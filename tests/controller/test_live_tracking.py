@@ -10,10 +10,11 @@ from controller_plugin.metrics import Metrics
 from controller_plugin.workflows import Send
 from esg import protocol
 from esg.cluster import SliceRef
+from esg.events import Arrival, BatchDone, Request
 from esg.model import App, Config
 from esg.policies import PolicyContext, make_policy
 from esg.protocol import BatchResult, Heartbeat, IdleWorkers, SliceStatus
-from esg.scheduler import Arrival, BatchDone, Request, Scheduler
+from esg.scheduler import Scheduler
 from tests.core.helpers import profile
 
 APP = App("one", 100.0, ("f",), ())

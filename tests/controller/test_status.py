@@ -12,9 +12,9 @@ from agent_channel.keys import FIELD, Keys
 from controller_plugin.decisions import DecisionLog, decisions_key, status_key
 from esg import protocol
 from esg.cluster import Fit, SliceRef
+from esg.events import Dispatch
 from esg.model import Config, Job
 from esg.protocol import Heartbeat, IdleWorkers, SliceStatus
-from esg.scheduler import Dispatch
 from esg_cli.main import main
 
 

@@ -7,12 +7,13 @@ import json
 import time
 
 from esg.cost import DEFAULT_PRICE_GPU_SLICE, DEFAULT_PRICE_VCPU, Prices
-from esg.model import App, load_app
+from esg.model import App
 from esg.planner import Planner, PlanResult
-from esg.profiles import Profile, load_profiles
+from esg.profiles import Profile
 from esg.slo_split import DEFAULT_MAX_GROUP
 from esg_cli.checks import check_dir, check_file, non_negative_float, positive_float, positive_int
 from esg_cli.errors import CliError
+from esg_files import load_app, load_profiles
 
 
 def register(sub: argparse._SubParsersAction) -> None:

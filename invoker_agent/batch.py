@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Sequence
 
-from esg.protocol import (
+from agent_channel.protocol import (
     MAX_NESTING,
     STATUS_DEVELOPER_ERROR,
     STATUS_WHISK_ERROR,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from esg.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_SUCCESS
+from agent_channel.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_SUCCESS
 
 BATCH_KEY = "__esg_batch__"
 SENTINEL = "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX"     # printed by runtimes after each activation
@@ -47,7 +47,7 @@ class RunRequest:
 @dataclass
 class RuntimeResult:
     """What the runtime answered for one activation, as the agent measured it; the agent's data plane
-    turns it into the :class:`esg.protocol.RunResult` the scheduler gets (result inline or stored)."""
+    turns it into the :class:`agent_channel.protocol.RunResult` the scheduler gets (result inline or stored)."""
 
     activation_id: str
     status_code: int                        # 0 success, 1 application, 2 developer, 3 whisk error

@@ -117,7 +117,7 @@ def test_fallback_is_the_fastest_allowed_configurations_by_brute_force():
     import random
     from pathlib import Path
 
-    from esg.profiles import load_profiles
+    from esg_files import load_profiles
 
     rng = random.Random(1)
     profiles = load_profiles(Path(__file__).resolve().parents[2] / "profiles" / "tables" / "a100",

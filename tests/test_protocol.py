@@ -2,9 +2,7 @@
 
 import pytest
 
-from esg.cluster import SliceRef
-from esg.model import Config
-from esg.protocol import (
+from agent_channel.protocol import (
     ActionRef,
     BatchResult,
     DispatchMessage,
@@ -19,6 +17,8 @@ from esg.protocol import (
     decode,
     encode,
 )
+from esg.cluster import SliceRef
+from esg.model import Config
 
 
 def test_round_trips():

@@ -1,7 +1,7 @@
 """Messages between the scheduler and the invoker agents, shared by both sides, and the data-passing rule.
 
-Transport-free: the messages travel as single-field entries of Redis streams (``agent_channel`` names
-the streams); :func:`encode` writes plain JSON (UTF-8, compact) and :func:`decode` validates every field,
+Transport-free: the messages travel as single-field entries of Redis streams (:mod:`agent_channel.keys`
+names the streams); :func:`encode` writes plain JSON (UTF-8, compact) and :func:`decode` validates every field,
 raising :class:`ProtocolError` naming the one that is wrong.
 
 * :class:`DispatchMessage` (scheduler -> one node's agent): a batch of one function, where to answer

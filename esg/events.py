@@ -19,12 +19,11 @@ from esg.model import Config, Job
 
 @dataclass(frozen=True)
 class Request:
-    """One call of an app; ``slo_ms`` defaults to the app's SLO."""
+    """One call of an app (its SLO is the app's ``slo_ms``)."""
 
     request_id: str
     app: str
     arrival_ms: float
-    slo_ms: float | None = None
 
 
 @dataclass(frozen=True)

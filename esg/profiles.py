@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 from esg.errors import MigError, ProfileError
 from esg.mig import geometry
@@ -59,6 +59,18 @@ class Profile:
             "cold_start_ms": self.cold_start_ms, "output_bytes": self.output_bytes,
         })
         return out
+
+
+def median_latency(profile: Profile, even: Literal["upper", "mean"]) -> float:
+    """The median of a table's latencies. With an even number of rows ``even`` says which: ``"upper"``,
+    the upper of the two middle rows -- the latency of a configuration the table has (the planner's
+    estimate of a function, :mod:`esg.slo_split`) -- or ``"mean"``, the two middle rows' mean (the
+    statistical median: the reference latency L of ``profiles/tables/a100/SOURCES.md``)."""
+    lats = sorted(e.latency_ms for e in profile.entries)
+    n = len(lats)
+    if n % 2 or even == "upper":
+        return lats[n // 2]
+    return (lats[n // 2 - 1] + lats[n // 2]) / 2
 
 
 _TOP_FIELDS = {"function", "gpu_model", "configs", "cold_start_ms", "output_bytes"}

@@ -87,7 +87,7 @@ class Scheduler:
             raise AppError(f"unknown app {request.app!r}")
         if request.request_id in self._requests:
             return  # a redelivered request: already known, never enqueued twice
-        slo = request.slo_ms if request.slo_ms is not None else app.slo_ms
+        slo = app.slo_ms
         self._requests[request.request_id] = _RequestState(request, slo)
         self.policy.on_arrival(request, app, now_ms)
         for f in app.entries:

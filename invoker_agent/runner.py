@@ -37,14 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_channel.protocol import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
+from agent_channel.protocol import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR, RunRequest
 from esg.model import Config
 from invoker_agent.actions import ActionCode
 from invoker_agent.lifetime import die_with_parent
 from invoker_agent.runtime_client import (
     BATCH_KEY,
     SENTINEL,
-    RunRequest,
     RuntimeClient,
     RuntimeCrashed,
     RuntimeResult,
@@ -506,6 +505,6 @@ def _run_body(action: ActionCode, req: RunRequest, value: Any) -> dict[str, Any]
     body: dict[str, Any] = {"value": value, "namespace": action.namespace, "action_name": action.fqn,
                             "action_version": action.revision, "activation_id": req.activation_id,
                             "transaction_id": req.transaction_id}
-    if req.deadline_ms is not None:
-        body["deadline"] = str(int(req.deadline_ms))
+    if req.time_limit_at_ms is not None:
+        body["deadline"] = str(int(req.time_limit_at_ms))
     return body

@@ -33,17 +33,6 @@ class WorkerStartError(RuntimeError):
     """A worker could not be started (bad vCPU ids, missing engine, runtime never became ready)."""
 
 
-@dataclass(frozen=True)
-class RunRequest:
-    """One activation to run: its parameters and the identity fields /run carries."""
-
-    value: dict[str, Any]
-    activation_id: str
-    transaction_id: str = ""
-    deadline_ms: int | None = None          # epoch ms; sent as a string, as OpenWhisk does
-    init_env: dict[str, Any] | None = None  # the init arguments: environment of a worker started for it
-
-
 @dataclass
 class RuntimeResult:
     """What the runtime answered for one activation, as the agent measured it; the agent's data plane

@@ -39,7 +39,7 @@ InvariantHook = Callable[[float, Mapping[str, NodeModel], Scheduler], None]
 
 
 @dataclass
-class RunResult:
+class EmulationResult:
     metrics: Metrics
     end_ms: float
     unfinished: int
@@ -81,7 +81,7 @@ class Emulation:
         self._noise = lognormal_params(params.noise_cv)
         self._noise_buf: list[float] = []
 
-    def run(self) -> RunResult:
+    def run(self) -> EmulationResult:
         reqs, i, now = self.requests, 0, 0.0
         last = reqs[-1].arrival_ms if reqs else 0.0
         horizon = last + self.params.drain_ms
@@ -110,7 +110,7 @@ class Emulation:
         unfinished = self.scheduler.pending_requests()
         self._charge_idle(self.params.warmup_ms, last, now)
         summary = self.metrics.summary()
-        return RunResult(self.metrics, now, unfinished, summary)
+        return EmulationResult(self.metrics, now, unfinished, summary)
 
     def _step(self, now: float, events: list) -> None:
         self.metrics.events += max(1, len(events))

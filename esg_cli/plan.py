@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--price-vcpu", type=non_negative_float, default=DEFAULT_PRICE_VCPU,
                    help=f"price of one vCPU per ms (default {DEFAULT_PRICE_VCPU})")
     p.add_argument("--price-gpu-slice", type=non_negative_float, default=DEFAULT_PRICE_GPU_SLICE,
-                   help=f"price of one MIG compute slice per ms (default {DEFAULT_PRICE_GPU_SLICE})")
+                   help=f"price of one A100-40GB MIG compute slice per ms (default {DEFAULT_PRICE_GPU_SLICE}); "
+                        "other GPU models' slices are scaled by their prices in the MIG geometry table")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 

@@ -193,7 +193,7 @@ class Emulation:
             return
         for node in self.nodes.values():
             for profile, ms in node.idle_instance_ms(start_ms, end_ms, now).items():
-                self.metrics.cost_idle += self.prices.gpu_slice * compute_slices(gpu_model, profile) * ms
+                self.metrics.cost_idle += self.prices.slice_rate(gpu_model) * compute_slices(gpu_model, profile) * ms
 
     def _true_latency(self, d: Dispatch) -> float:
         latency = self._latency.get((d.function, d.config))

@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from esg.cluster import ClusterSnapshot
 from esg.defaults import default_choice, is_default
 from esg.dispatch import Placement, candidate_fits, dispatch, home_node
-from esg.placement import Hold, StartupCosts
 from esg.errors import AppError
 from esg.events import Arrival, BatchDone, BatchLost, Dispatch, Event, FunctionDone, Request, RequestOutcome
 from esg.explore import Explorer
 from esg.model import App, Config, Job
+from esg.placement import Hold, StartupCosts
 from esg.policies.base import FunctionSpec, Policy
 from esg.profiles import Profile
 from esg.queues import AfwQueue, AfwQueues, QueueKey

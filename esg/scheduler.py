@@ -86,6 +86,8 @@ class Scheduler:
         """Remember why a head waits and skip placing it again while nothing it depends on changed
         (False: place every waiting head at every step; the outputs are the same)."""
         self._held: dict[QueueKey, _Held] = {}
+        self._last_snapshot: ClusterSnapshot | None = None
+        self._holding = False
 
     # -- folding events in ------------------------------------------------------------------------
     def step(self, now_ms: float, snapshot: ClusterSnapshot, events: Sequence[Event] = ()) -> StepResult:
@@ -100,6 +102,10 @@ class Scheduler:
             elif self._requests.pop(event.request_id, None) is not None:
                 self._dead_jobs = True
         self._wake: float | None = None
+        # a driver that builds a new snapshot every step (the live service) gets no holds: they could
+        # never be used, since a hold is only good on the snapshot it was made on
+        self._holding = self.keep_holds and snapshot is self._last_snapshot
+        self._last_snapshot = snapshot
         self._decide(now_ms, snapshot, out)
         out.wake_at_ms = self._wake
         return out
@@ -204,7 +210,7 @@ class Scheduler:
         preferred = self.policy.node_preference(app, key[1], snapshot)
         if preferred is None:
             preferred = self._preferred(app, queue.head, snapshot)
-        holds: list[Hold] | None = [] if self.keep_holds else None
+        holds: list[Hold] | None = [] if self._holding else None
         if is_default(self.policy.ctx.profiles.get(key[1])):
             # the default rule places too: its configurations in order, the first that fits
             placed = dispatch(snapshot, choice.priorities, preferred, self._no_fit)

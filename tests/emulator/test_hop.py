@@ -48,18 +48,19 @@ def test_the_spread_leaves_the_execution_draws_alone():
     profiles = {"f": profile("f", [(1, 1, None, 20.0)], cold_start_ms=0.0)}
     runs = []
     for sd in (0.0, 1.0):
-        drawn: list[float] = []
-
         class Recording(Emulation):
+            drawn: list[float]
+
             def _next_noise(self):
-                drawn.append(super()._next_noise())
-                return drawn[-1]
+                self.drawn.append(super()._next_noise())
+                return self.drawn[-1]
 
         em = Recording({"one": APP}, profiles, make_policy("fastgshare", PolicyContext({"one": APP}, profiles)),
                        [Request(f"r{i}", "one", 1000.0 * i) for i in range(30)], np.random.default_rng(3),
                        ClusterSpec(nodes=1), EmulatorParams(warmup_ms=0.0, hop_ms=5.0, hop_log_sd=sd))
+        em.drawn = []
         em.run()
-        runs.append(drawn)
+        runs.append(em.drawn)
     assert len(runs[0]) == 30 and runs[0] == runs[1]
 
 

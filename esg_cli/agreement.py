@@ -112,7 +112,7 @@ def emulate(args: argparse.Namespace, rate_rps: float | None = None, write: bool
 
 def emulate_seeds(args: argparse.Namespace, seeds: int) -> list[Emulated]:
     """:func:`emulate` on the arrivals already written, once per seed ``args.seed .. args.seed + seeds - 1``
-    (the execution-time noise draws differ): the emulator's own spread on these arrivals."""
+    (the execution-time noise and hop draws differ): the emulator's own spread on these arrivals."""
     return [emulate(argparse.Namespace(**{**vars(args), "seed": args.seed + k}), write=False) for k in range(seeds)]
 
 
@@ -146,7 +146,8 @@ class Cluster:
 @contextmanager
 def twin_cluster(logs: Path, nodes: int = 2, vcpus: int = 16, slo: str = "moderate",
                  timeout_s: float = 180.0, online_profiles: bool = False) -> Iterator[Cluster]:
-    """``esg up --runner twin --serve`` until the block ends (then SIGTERM: it stops what it started)."""
+    """``esg up --runner twin --serve`` until the block ends (then SIGTERM: it stops what it started); its
+    scheduler plans with the fixed tables (``--no-online-profiles``) unless ``online_profiles``."""
     logs.mkdir(parents=True, exist_ok=True)
     out = open(logs / "up.out", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([sys.executable, "-m", "esg_cli.main", "up", "--runner", "twin", "--nodes", str(nodes),

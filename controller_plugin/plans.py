@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 
+from agent_channel.protocol import STATUS_WHISK_ERROR
 from controller_plugin import wire
 from controller_plugin.metadata import (
     ActivationError,
@@ -29,7 +30,6 @@ from controller_plugin.metadata import (
     ProfileStore,
     plan_for,
 )
-from esg.protocol import STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.scheduler")
 

@@ -26,18 +26,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from esg.arrivals import read_arrivals, span_s
+from esg.arrivals import span_s
 from esg.cost import Prices
 from esg.emulator.config import EmulatorParams
 from esg.emulator.metrics import Metrics
 from esg.emulator.nodes import kept_idle_ms
 from esg.errors import EsgError
+from esg.events import RequestOutcome
 from esg.mig import DEFAULT_GPU_MODEL, compute_slices
 from esg.model import Config
-from esg.scheduler import RequestOutcome
 from esg_cli import checks
 from esg_cli.emulate import SUMMARY_COLUMNS, write_csv
 from esg_cli.errors import CliError
+from esg_files import read_arrivals
 
 E2E_COLUMNS = ["e2e_slo_hit_rate", "e2e_p50_ms", "e2e_p99_ms"]
 PER_APP_COLUMNS = ["policy", "slo", "load", "app", "requests", "slo_hit_rate", "p50_ms", "p99_ms"]
@@ -219,7 +220,7 @@ def measure(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]]
     if calls and log:
         window = (start_ms + warmup_s * 1000, start_ms + max(c.at_s for c in calls) * 1000)
         for (profile, gpu_model), ms in idle_instance_ms(log, *window).items():
-            sched.cost_idle += prices.gpu_slice * compute_slices(gpu_model, profile) * ms
+            sched.cost_idle += prices.slice_rate(gpu_model) * compute_slices(gpu_model, profile) * ms
     for b in batches:
         sched.batches += 1
         sched.jobs += len(b["jobs"])

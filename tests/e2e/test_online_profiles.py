@@ -14,9 +14,9 @@ import redis
 from esg.model import Config
 from esg.online import MIN_SAMPLES, grid
 from esg.policies.base import FunctionSpec
-from esg.profiles import load_profile
 from esg_cli.main import main as esg_main
 from esg_cli.up import ACTIVATIONS_DB, ROOT, _spawn, _stop_all
+from esg_files import load_profile
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,10 @@ from esg.cost import Prices
 from esg.emulator import ClusterSpec, Emulation, EmulatorParams
 from esg.emulator.nodes import NodeModel, _subtract, _union
 from esg.emulator.workload import generate
+from esg.events import Request
 from esg.model import App
 from esg.policies import make_policy
 from esg.policies.base import PolicyContext
-from esg.scheduler import Request
 from tests.core.helpers import profile
 
 APP = App("one", 500.0, ("f",), ())
@@ -111,5 +111,5 @@ def test_a_live_decision_log_is_charged_idle_instances_as_the_emulator_charges_t
     idle = idle_instance_ms(log, params.warmup_ms, requests[-1].arrival_ms, params.keep_alive_ms)
     prices = Prices()
     from esg.mig import compute_slices
-    charged = sum(prices.gpu_slice * compute_slices(model, profile) * ms for (profile, model), ms in idle.items())
+    charged = sum(prices.slice_rate(model) * compute_slices(model, profile) * ms for (profile, model), ms in idle.items())
     assert charged == pytest.approx(m.cost_idle, rel=1e-9)

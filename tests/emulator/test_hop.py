@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from esg.emulator import ClusterSpec, Emulation, EmulatorParams
+from esg.events import Request
 from esg.model import App
 from esg.policies import make_policy
 from esg.policies.base import PolicyContext
-from esg.scheduler import Request
 from esg_cli import agreement
 from esg_cli.replay import ready_ms
 from tests.core.helpers import profile

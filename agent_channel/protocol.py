@@ -186,23 +186,14 @@ class IdleWorkers:
 
 
 @dataclass(frozen=True)
-class SliceStatus:
-    """One MIG instance of a node as its agent reports it: where it sits, whether a batch uses it, and
-    its MIG UUID (None while it has no compute instance)."""
-
-    ref: SliceRef
-    busy: bool
-    uuid: str | None = None
-
-
-@dataclass(frozen=True)
 class Heartbeat:
     node: str
     vcpus_total: int
     vcpus_free: int
     memory_mb: int
     gpu_model: str | None
-    slices: tuple[SliceStatus, ...] = ()
+    slices: tuple[Slice, ...] = ()
+    """The node's MIG instances, as the scheduler's :class:`esg.cluster.Slice` holds them."""
     warm: tuple[tuple[str, Config], ...] = ()
     draining: bool = False
     seq: int = 0
@@ -214,6 +205,8 @@ class Heartbeat:
     """Batch ids the agent answered recently (their workers are idle above again)."""
 
     def node_state(self) -> NodeState:
+        """The node as the scheduler plans on it (its slices copied: the scheduler's reservations mark
+        its own copy, never this message)."""
         idle: dict[tuple[str, SliceRef | None], int] = {}
         for w in self.idle:
             if w.count > 0:
@@ -415,7 +408,7 @@ def _result(d: dict) -> BatchResult:
 
 def _heartbeat(d: dict) -> Heartbeat:
     w = "heartbeat"
-    slices = tuple(SliceStatus(_opt_slice(s, w), bool(s.get("busy", False)), s.get("uuid"))
+    slices = tuple(Slice(_opt_slice(s, w), bool(s.get("busy", False)), s.get("uuid"))
                    for s in d.get("slices", []))
     warm = tuple((_need(x, "function", str, w), _config(x.get("config"), w)) for x in d.get("warm", []))
     idle = tuple(_idle(x, w + ".idle") for x in d.get("idle", []))

@@ -30,13 +30,7 @@ from typing import Any
 from esg.cluster import NodeState, Slice, SliceRef
 from esg.errors import EsgError
 from esg.model import Config
-
-#: OpenWhisk's activation status codes (``ActivationResponse``, the WhiskActivation's ``statusCode``), shared
-#: by the OpenWhisk side and the agents: ``docs/openwhisk-protocol.md`` §3 says which failure is which.
-STATUS_SUCCESS = 0
-STATUS_APPLICATION_ERROR = 1
-STATUS_DEVELOPER_ERROR = 2
-STATUS_WHISK_ERROR = 3
+from openwhisk_status import STATUS_CODES
 
 #: OpenWhisk's limit on an activation's result (``ActivationEntityLimit``: 1 MiB): an app's (or plain
 #: action's) result above it is a developer error, as OpenWhisk's invoker answers it.
@@ -384,7 +378,7 @@ def _result(d: dict) -> BatchResult:
     results = []
     for r in _need(d, "results", list, w):
         code = _need(r, "status_code", int, w + ".results")
-        if code not in (0, 1, 2, 3):
+        if code not in STATUS_CODES:
             raise ProtocolError(f"{w}.results: status_code must be 0-3, got {code}")
         key = r.get("output_key")
         if key is not None and not isinstance(key, str):

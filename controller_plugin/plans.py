@@ -21,7 +21,6 @@ import queue
 import threading
 import time
 
-from agent_channel.protocol import STATUS_WHISK_ERROR
 from controller_plugin import wire
 from controller_plugin.metadata import (
     ActivationError,
@@ -30,6 +29,7 @@ from controller_plugin.metadata import (
     ProfileStore,
     plan_for,
 )
+from openwhisk_status import STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.scheduler")
 

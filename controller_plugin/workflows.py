@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass
 
 from agent_channel import protocol
-from agent_channel.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 from controller_plugin import acks, wire
 from controller_plugin.ack_pipeline import Answer
 from controller_plugin.activations import Accepted
@@ -39,6 +38,7 @@ from esg.defaults import is_default
 from esg.events import Arrival, BatchDone, BatchLost, Cancel, Dispatch, Request
 from esg.online import Observation
 from esg.scheduler import Scheduler
+from openwhisk_status import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.scheduler")
 

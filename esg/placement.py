@@ -164,6 +164,22 @@ def may_scale_out(running: int, queued: int, priorities: Sequence[Config]) -> bo
     return running == 0 or queued > running * max((c.batch for c in priorities), default=1)
 
 
+def worth_starting(running: int, queued: int, priorities: Sequence[Config],
+                   latency_of: Callable[[Config], float], startup: StartupCosts) -> bool:
+    """Start another worker only when none of this queue runs, or when the running batches would take
+    longer to work off the backlog (rounds of the largest planned batch) than a new worker takes to
+    start (a cold start on an idle instance, the least start-up there is). A backlog that the running
+    workers clear within a cold start is served by them: a start-up would only take an instance from
+    another function and leave its jobs waiting."""
+    if running == 0:
+        return True
+    if not may_scale_out(running, queued, priorities):
+        return False
+    largest = max(priorities, key=lambda c: (c.batch, -latency_of(c)))
+    rounds = -(-queued // (running * largest.batch))
+    return rounds * latency_of(largest) > startup.cold_start_ms
+
+
 def latency_lookup(latencies: Mapping[Config, float], profile: Profile) -> Callable[[Config], float]:
     def latency_of(config: Config) -> float:
         lat = latencies.get(config)

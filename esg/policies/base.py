@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -123,15 +123,22 @@ class Policy(ABC):
         latency_of = placement.latency_lookup(choice.latencies, profile)
         running = self.running[queue.key]
         head = placement.HeadBatch(function, own, latency_of, preferred, budget, startup,
-                                   placement.may_scale_out(running, queued, own))
+                                   self.may_scale_out(running, queued, own, latency_of, startup))
         placed = placement.place(snapshot, head, no_fit)
         if not isinstance(placed, str) or not all(c in no_fit for c in own):
             return placed
         spare = placement.fallback(self._fastest_first(function), queued, set(own))
         if not spare:
             return placed
-        head = replace(head, priorities=spare, may_scale_out=placement.may_scale_out(running, queued, spare))
+        head = replace(head, priorities=spare,
+                       may_scale_out=self.may_scale_out(running, queued, spare, latency_of, startup))
         return placement.place(snapshot, head, no_fit)
+
+    def may_scale_out(self, running: int, queued: int, priorities: Sequence[Config],
+                      latency_of: Callable[[Config], float], startup: placement.StartupCosts) -> bool:
+        """Whether the head batch may start a new worker when no idle one takes it: the shared scale-out
+        rule (:func:`esg.placement.may_scale_out`)."""
+        return placement.may_scale_out(running, queued, priorities)
 
     def _fastest_first(self, function: str) -> tuple[Config, ...]:
         """The function's allowed configurations, fastest first (remembered until an app is added)."""

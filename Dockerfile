@@ -8,9 +8,11 @@ FROM python:3.11-slim
 WORKDIR /opt/esg
 COPY pyproject.toml README.md ./
 COPY esg ./esg
+COPY esg_files ./esg_files
 COPY esg_cli ./esg_cli
 COPY controller_plugin ./controller_plugin
 COPY invoker_agent ./invoker_agent
+COPY agent_channel ./agent_channel
 COPY profiles ./profiles
 COPY apps ./apps
 COPY actions ./actions

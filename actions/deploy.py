@@ -65,7 +65,7 @@ def load_apps(paths: list[Path]) -> list[dict]:
     """The app files, each checked as the scheduler will read it (a cycle, an SLO that is not a positive
     number, a function without an action module are named now, not at the first invoke)."""
     from esg.errors import AppError
-    from esg.model import load_app
+    from esg_files import load_app
 
     apps = []
     for p in paths:

@@ -4,13 +4,13 @@
 scheduler), as in the ledger (``controller_plugin/ledger.py``), so several deployments and several
 schedulers share one Redis without mixing.
 
-* ``esg:{prefix}:node:{node}:dispatch`` -- stream of :class:`~esg.protocol.DispatchMessage` for one node,
+* ``esg:{prefix}:node:{node}:dispatch`` -- stream of :class:`~agent_channel.protocol.DispatchMessage` for one node,
   from every scheduler of the deployment. Consumer group ``agents``; the node's agent is consumer
   ``{node}``, so a restarted agent finds what it had taken and not answered in its own pending list.
   Entries are acknowledged and deleted once answered: the stream holds only unfinished dispatches.
-* ``esg:{scope}:results`` -- stream of :class:`~esg.protocol.BatchResult` for one scheduler (each
+* ``esg:{scope}:results`` -- stream of :class:`~agent_channel.protocol.BatchResult` for one scheduler (each
   dispatch names it in ``reply_to``); the scheduler reads it from its end and trims what it read.
-* ``esg:{prefix}:heartbeats`` -- stream of :class:`~esg.protocol.Heartbeat` from every agent (capped at
+* ``esg:{prefix}:heartbeats`` -- stream of :class:`~agent_channel.protocol.Heartbeat` from every agent (capped at
   about :data:`HEARTBEAT_MAXLEN` entries); every scheduler of the deployment reads all of it.
 * ``esg:{prefix}:data:{activationId}:{function}`` -- a function's output (JSON) for its successors on
   other nodes, with a TTL; the scheduler deletes the keys of a request when it answers it.

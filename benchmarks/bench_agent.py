@@ -12,12 +12,12 @@ import os
 import statistics
 import time
 
+from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
 from invoker_agent.fake_nvml import FakeHost, FakeNvml
 from invoker_agent.nvml_backend import NvmlBackend
 from invoker_agent.reconcile import Reconciler
 from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
-from invoker_agent.runtime_client import RunRequest
 
 CPU_ACTION = '''
 def work(x):
@@ -48,11 +48,11 @@ def bench_cold_warm(repeats: int) -> None:
         pool = WorkerPool()
         key = WorkerKey(a.fqn, a.revision, f"c{i}", None)
         t0 = time.perf_counter()
-        pool.run(key, WorkerSpec(cpu), a, [RunRequest({"x": 1}, "c")])
+        pool.run(key, WorkerSpec(cpu), a, [RunRequest("c", value={"x": 1})])
         cold.append((time.perf_counter() - t0) * 1000)
         for _ in range(5):
             t0 = time.perf_counter()
-            pool.run(key, WorkerSpec(cpu), a, [RunRequest({"x": 1}, "w")])
+            pool.run(key, WorkerSpec(cpu), a, [RunRequest("w", value={"x": 1})])
             warm.append((time.perf_counter() - t0) * 1000)
         pool.shutdown()
     c, w = statistics.median(cold), statistics.median(warm)
@@ -80,10 +80,10 @@ def bench_batching(requests: int) -> None:
     try:
         for batch in (1, 8):
             key = WorkerKey(a.fqn, a.revision, f"b{batch}", None)
-            pool.run(key, WorkerSpec(cpu), a, [RunRequest({"x": 1}, "warmup")])
+            pool.run(key, WorkerSpec(cpu), a, [RunRequest("warmup", value={"x": 1})])
             t0 = time.perf_counter()
             for i in range(0, requests, batch):
-                out = pool.run(key, WorkerSpec(cpu), a, [RunRequest({"x": j}, f"r{j}") for j in range(i, i + batch)])
+                out = pool.run(key, WorkerSpec(cpu), a, [RunRequest(f"r{j}", value={"x": j}) for j in range(i, i + batch)])
                 assert all(r.ok for r in out)
             rates[batch] = requests / (time.perf_counter() - t0)
     finally:

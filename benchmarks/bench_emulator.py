@@ -18,10 +18,9 @@ import numpy as np
 from esg.emulator import ClusterSpec, Emulation, EmulatorParams
 from esg.emulator.levels import load_rate_rps
 from esg.emulator.workload import generate
-from esg.model import load_app
 from esg.policies import make_policy
 from esg.policies.base import PolicyContext
-from esg.profiles import load_profiles
+from esg_files import load_app, load_profiles
 
 
 def replay(policy: str, load: str, seconds: float, nodes: int) -> None:

@@ -24,10 +24,9 @@ from esg.emulator.levels import SLO_LEVELS, load_rate_rps
 from esg.emulator.metrics import Metrics
 from esg.emulator.online import OnlineLearning, perturbed
 from esg.emulator.workload import generate
-from esg.model import load_app
 from esg.policies import make_policy
 from esg.policies.base import PolicyContext
-from esg.profiles import load_profiles
+from esg_files import load_app, load_profiles
 
 
 class TimedMetrics(Metrics):

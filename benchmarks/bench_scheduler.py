@@ -97,9 +97,9 @@ def forwarder(kafka: str, prefix: str) -> None:
 
 # -- a fast echo agent (its own process) on the real channel ------------------------------------------
 def echo_agent(redis_url: str, prefix: str) -> None:
+    from agent_channel import protocol
     from agent_channel.connect import connect
     from agent_channel.keys import Keys
-    from esg import protocol
     from invoker_agent.channel import AgentChannel
     from invoker_agent.data import DataPlane, LocalOutputs
 

@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 import redis
 
+from agent_channel import protocol
 from agent_channel.keys import AGENT_GROUP, Keys
 from agent_channel.streams import Entry, entries, fields, last_id
-from esg import protocol
 
 log = logging.getLogger("esg.scheduler")
 

@@ -21,8 +21,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from esg import protocol
-from esg.scheduler import Dispatch, RequestOutcome
+from agent_channel import protocol
+from esg.events import Dispatch, RequestOutcome
 
 DECISIONS_MAXLEN = 200_000
 

@@ -29,14 +29,14 @@ from dataclasses import dataclass
 
 import redis
 
+from agent_channel import protocol
 from controller_plugin.channel import SchedulerChannel
 from controller_plugin.deadletters import DeadLetters
 from controller_plugin.health import Agent, AgentRegistry
 from controller_plugin.metrics import Metrics
 from controller_plugin.workflows import Send
-from esg import protocol
 from esg.cluster import Claim, ClusterSnapshot, NodeReport, tracked
-from esg.scheduler import Dispatch
+from esg.events import Dispatch
 
 log = logging.getLogger("esg.scheduler")
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from agent_channel.protocol import Heartbeat
 from controller_plugin import wire
 from esg.cluster import NodeState
-from esg.protocol import Heartbeat
 
 DEFAULT_USER_MEMORY_MB = 1024
 

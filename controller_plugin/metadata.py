@@ -26,6 +26,7 @@ from urllib.parse import quote
 import redis
 import requests
 
+from agent_channel.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 from controller_plugin.online import OnlineStore
 from esg.defaults import default_profile
 from esg.errors import AppError, ProfileError
@@ -33,8 +34,8 @@ from esg.mig import DEFAULT_GPU_MODEL
 from esg.model import App
 from esg.online import learned_profile
 from esg.policies.base import FunctionSpec
-from esg.profiles import Profile, load_profile, profile_from_dict
-from esg.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
+from esg.profiles import Profile, profile_from_dict
+from esg_files import load_profile
 
 log = logging.getLogger("esg.scheduler")
 

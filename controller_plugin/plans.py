@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 
+from agent_channel.protocol import STATUS_WHISK_ERROR
 from controller_plugin import wire
 from controller_plugin.metadata import (
     ActivationError,
@@ -21,7 +22,6 @@ from controller_plugin.metadata import (
     ProfileStore,
     plan_for,
 )
-from esg.protocol import STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.scheduler")
 

@@ -4,7 +4,7 @@ The scheduler never holds intermediate data: an entry function's dispatch carrie
 run arguments (``content`` with locked arguments unlocked and init arguments taken out,
 :mod:`controller_plugin.arguments`) and its init arguments, the environment of a worker started for it; every other function's carries references to its predecessors' outputs (the agent that
 produced each and its key in the data store: :meth:`Run.inputs_for`), which the agent running it reads
-and composes (:func:`esg.protocol.compose_input`: one predecessor's output, or an object keyed by the
+and composes (:func:`agent_channel.protocol.compose_input`: one predecessor's output, or an object keyed by the
 predecessors' DAG names). Only the sinks' results come back inline: the app's result is its sink's
 result, or with several sinks an object keyed by name (:meth:`Run.final`). When the request ends its
 stored outputs are deleted (:meth:`Run.data_keys`).
@@ -16,17 +16,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_channel.protocol import InputRef
 from controller_plugin import wire
 from controller_plugin.ledger import LedgerEntry
 from controller_plugin.metadata import AppPlan
 from esg.defaults import config_annotation
 from esg.model import Config
-from esg.protocol import InputRef
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a whole activation ends (what its WhiskActivation says): :class:`esg.protocol.RunResult`'s
+    """How a whole activation ends (what its WhiskActivation says): :class:`agent_channel.protocol.RunResult`'s
     fields that are not about one function's run, under the same names, and what ran."""
 
     status_code: int
@@ -42,7 +42,7 @@ class Outcome:
 
 @dataclass(frozen=True)
 class FunctionResult(Outcome):
-    """What one function returned for one activation: an agent's :class:`esg.protocol.RunResult` (same
+    """What one function returned for one activation: an agent's :class:`agent_channel.protocol.RunResult` (same
     names and meaning), the ``node`` whose data store holds its output (``output_key``) and the
     configuration it ran with."""
 

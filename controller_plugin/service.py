@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable
 import redis
 from kafka.errors import KafkaError
 
+from agent_channel import protocol
 from agent_channel.connect import ChannelError, connect, redact_url
 from agent_channel.keys import Keys
 from controller_plugin import wire
@@ -59,7 +60,6 @@ from controller_plugin.plans import PlanCache
 from controller_plugin.record_writer import RecordWriter, Stored
 from controller_plugin.settings import Settings
 from controller_plugin.workflows import Send, Workflows
-from esg import protocol
 from esg.explore import Explorer
 from esg.online import Observation
 from esg.policies import make_policy

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from esg.protocol import (
+from agent_channel.protocol import (
     MAX_NESTING,
     STATUS_APPLICATION_ERROR,
     STATUS_DEVELOPER_ERROR,

@@ -3,7 +3,7 @@
 :class:`Workflows` is the only user of the core :class:`~esg.scheduler.Scheduler` in the service. It
 has no I/O: the service feeds it what happened (an activation accepted, a batch answered, a batch lost
 with its agent, time passing) and it returns what to do -- batches to dispatch (each with its
-:class:`~esg.protocol.DispatchMessage`) and activations to answer (:class:`Answer`, for the ack
+:class:`~agent_channel.protocol.DispatchMessage`) and activations to answer (:class:`Answer`, for the ack
 pipeline). Events are folded into the core's ``step`` the next time the service calls :meth:`step`.
 
 Status codes are the ones OpenWhisk's invoker would give (``isSystemError`` is true for status 3 alone,
@@ -25,6 +25,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+from agent_channel import protocol
+from agent_channel.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 from controller_plugin import acks, wire
 from controller_plugin.ack_pipeline import Answer
 from controller_plugin.activations import Accepted
@@ -32,12 +34,11 @@ from controller_plugin.metadata import ActivationError, AppPlan
 from controller_plugin.metrics import Metrics
 from controller_plugin.requests_state import FunctionResult, Outcome, Run
 from controller_plugin.settings import Deadline
-from esg import protocol
 from esg.cluster import ClusterSnapshot
 from esg.defaults import is_default
+from esg.events import Arrival, BatchDone, BatchLost, Cancel, Dispatch, Request
 from esg.online import Observation
-from esg.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
-from esg.scheduler import Arrival, BatchDone, BatchLost, Cancel, Dispatch, Request, Scheduler
+from esg.scheduler import Scheduler
 
 log = logging.getLogger("esg.scheduler")
 

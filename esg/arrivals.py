@@ -2,9 +2,10 @@
 the very same requests.
 
 A file starts with the header ``time_s,app``; each line is the request's arrival in seconds from the
-start of the run (non-negative, finite, in order) and the app it calls. :func:`read_arrivals` checks
-every line and names the first bad one (:class:`ArrivalsError`); :func:`write_arrivals` writes what
-:func:`esg.emulator.workload.generate` made (times to the microsecond).
+start of the run (non-negative, finite, in order) and the app it calls. :func:`parse_arrivals` checks
+every line and names the first bad one (:class:`ArrivalsError`); :func:`arrivals_rows` gives the rows
+of what :func:`esg.emulator.workload.generate` made (times to the microsecond). The file itself is read
+and written by :mod:`esg_files`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,9 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 from esg.errors import EsgError
-from esg.scheduler import Request
+from esg.events import Request
 
 HEADER = ["time_s", "app"]
 
@@ -24,31 +24,20 @@ class ArrivalsError(EsgError):
     """An arrivals file is missing, malformed, out of order or names an unknown app."""
 
 
-def write_arrivals(path: str | Path, requests: Iterable[Request]) -> int:
-    """Write ``requests`` (sorted by arrival); the number written."""
-    n = 0
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh, lineterminator="\n")
-        w.writerow(HEADER)
-        for r in requests:
-            w.writerow([f"{r.arrival_ms / 1000:.6f}", r.app])
-            n += 1
-    return n
+def arrivals_rows(requests: Iterable[Request]) -> list[list[str]]:
+    """The header and one row per request (in the order given, arrivals sorted)."""
+    return [HEADER, *([f"{r.arrival_ms / 1000:.6f}", r.app] for r in requests)]
 
 
-def read_arrivals(path: str | Path, apps: Sequence[str] | None = None) -> list[Request]:
-    """The requests of an arrivals file (ids ``r0``, ``r1``, ... in file order); with ``apps``, an app
-    not among them is an error naming its line."""
-    path = Path(path)
+def parse_arrivals(lines: Iterable[str], source: str, apps: Sequence[str] | None = None) -> list[Request]:
+    """The requests of an arrivals file's ``lines`` (ids ``r0``, ``r1``, ... in file order); errors name
+    ``source`` and the line. With ``apps``, an app not among them is an error naming its line."""
     try:
-        with open(path, newline="") as fh:
-            rows = list(csv.reader(fh))
-    except FileNotFoundError:
-        raise ArrivalsError(f"{path}: no such arrivals file") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise ArrivalsError(f"{path}: not a readable arrivals file ({exc})") from None
+        rows = list(csv.reader(lines))
+    except csv.Error as exc:
+        raise ArrivalsError(f"{source}: not a readable arrivals file ({exc})") from None
     if not rows or [c.strip() for c in rows[0]] != HEADER:
-        raise ArrivalsError(f"{path}: line 1 must be the header 'time_s,app'")
+        raise ArrivalsError(f"{source}: line 1 must be the header 'time_s,app'")
     known = set(apps) if apps is not None else None
     out: list[Request] = []
     last = 0.0
@@ -56,24 +45,24 @@ def read_arrivals(path: str | Path, apps: Sequence[str] | None = None) -> list[R
         if not row:
             continue
         if len(row) != 2:
-            raise ArrivalsError(f"{path}: line {i}: expected 'time_s,app', got {len(row)} fields")
+            raise ArrivalsError(f"{source}: line {i}: expected 'time_s,app', got {len(row)} fields")
         try:
             t = float(row[0])
         except ValueError:
-            raise ArrivalsError(f"{path}: line {i}: time_s {row[0]!r} is not a number") from None
+            raise ArrivalsError(f"{source}: line {i}: time_s {row[0]!r} is not a number") from None
         if not math.isfinite(t) or t < 0:
-            raise ArrivalsError(f"{path}: line {i}: time_s must be a finite number, 0 or more, got {row[0]}")
+            raise ArrivalsError(f"{source}: line {i}: time_s must be a finite number, 0 or more, got {row[0]}")
         if t < last:
-            raise ArrivalsError(f"{path}: line {i}: time_s {row[0]} is earlier than the line before")
+            raise ArrivalsError(f"{source}: line {i}: time_s {row[0]} is earlier than the line before")
         app = row[1].strip()
         if not app:
-            raise ArrivalsError(f"{path}: line {i}: no app")
+            raise ArrivalsError(f"{source}: line {i}: no app")
         if known is not None and app not in known:
-            raise ArrivalsError(f"{path}: line {i}: unknown app {app!r} (known: {', '.join(sorted(known))})")
+            raise ArrivalsError(f"{source}: line {i}: unknown app {app!r} (known: {', '.join(sorted(known))})")
         last = t
         out.append(Request(f"r{len(out)}", app, t * 1000))
     if not out:
-        raise ArrivalsError(f"{path}: no arrivals")
+        raise ArrivalsError(f"{source}: no arrivals")
     return out
 
 

@@ -40,6 +40,9 @@ class GpuGeometry:
     memory_slices: int
     compute_slices: int
     profiles: Mapping[str, MigProfile]
+    slice_price: float | None = None
+    """The price of one compute slice per millisecond, in the cost model's units (a vCPU costs 1.0;
+    :mod:`esg.cost`); None: no public list price to derive it from (:func:`slice_price` says what then)."""
 
     def profile(self, name: str) -> MigProfile:
         try:
@@ -49,15 +52,17 @@ class GpuGeometry:
             raise MigError(f"MIG profile {name!r} is unknown to {self.model} (known: {known})") from None
 
 
-def _geometry(model: str, mem: int, compute: int, rows: Iterable[tuple]) -> GpuGeometry:
+def _geometry(model: str, mem: int, compute: int, rows: Iterable[tuple],
+              slice_price: float | None = None) -> GpuGeometry:
     profiles = {}
     for name, gid, c, m, mx, starts, mb in rows:
         profiles[name] = MigProfile(name, gid, c, m, mx, tuple(starts), mb, name.endswith("+me"))
-    return GpuGeometry(model, mem, compute, profiles)
+    return GpuGeometry(model, mem, compute, profiles, slice_price)
 
 
-def _ampere_hopper(model: str, names: tuple[str, ...], gb: tuple[int, ...]) -> GpuGeometry:
-    """A100/H100/H200 share ids, sizes, maxima and placements; only names and memory differ."""
+def _ampere_hopper(model: str, names: tuple[str, ...], gb: tuple[int, ...],
+                   slice_price: float | None = None) -> GpuGeometry:
+    """A100/H100/H200 share ids, sizes, maxima and placements; only names, memory and price differ."""
     one, one_me, one_double, two, three, four, seven = names
     g1, g1d, g2, g3, g4, g7 = gb
     return _geometry(model, 8, 7, [
@@ -68,22 +73,29 @@ def _ampere_hopper(model: str, names: tuple[str, ...], gb: tuple[int, ...]) -> G
         (three, 9, 3, 4, 2, (0, 4), g3 * 1024),
         (four, 5, 4, 4, 1, (0,), g4 * 1024),
         (seven, 0, 7, 8, 1, (0,), g7 * 1024),
-    ])
+    ], slice_price)
 
 
+# Slice prices: public on-demand list prices (AWS us-east, 2024) of an 8-GPU instance, less its vCPUs at
+# the price of a vCPU of a CPU-only instance (c6i.24xlarge: 96 vCPUs for $4.08/h, about $0.0425 per
+# vCPU-hour), per GPU, per compute slice, in vCPUs:
+# A100-40GB  p4d.24xlarge  (96 vCPUs)  $32.77/h: ($32.77 - $4.08) / 8 / 7 = $0.512/h = 12.1 vCPUs
+# A100-80GB  p4de.24xlarge (96 vCPUs)  $40.97/h: ($40.97 - $4.08) / 8 / 7 = $0.659/h = 15.5 vCPUs
+# H100-80GB  p5.48xlarge   (192 vCPUs) $98.32/h: ($98.32 - $8.16) / 8 / 7 = $1.610/h = 37.9 vCPUs
+# H200 and A30 had no such on-demand price there: they carry none.
 GEOMETRIES: dict[str, GpuGeometry] = {
     "A100-40GB": _ampere_hopper(
         "A100-40GB",
         ("1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
-        (5, 10, 10, 20, 20, 40)),
+        (5, 10, 10, 20, 20, 40), slice_price=12.1),
     "A100-80GB": _ampere_hopper(
         "A100-80GB",
         ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
-        (10, 20, 20, 40, 40, 80)),
+        (10, 20, 20, 40, 40, 80), slice_price=15.5),
     "H100-80GB": _ampere_hopper(
         "H100-80GB",
         ("1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
-        (10, 20, 20, 40, 40, 80)),
+        (10, 20, 20, 40, 40, 80), slice_price=37.9),
     "H200": _ampere_hopper(
         "H200",
         ("1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
@@ -112,6 +124,16 @@ def geometry(model: str) -> GpuGeometry:
         if name.lower() == key.lower():
             return geo
     raise MigError(f"unknown GPU model {model!r} (known: {', '.join(GEOMETRIES)})")
+
+
+def slice_price(model: str) -> float:
+    """The price of one compute slice of ``model`` per millisecond (a vCPU costs 1.0); a model without
+    a list price is priced as :data:`DEFAULT_GPU_MODEL`."""
+    price = geometry(model).slice_price
+    if price is None:
+        price = geometry(DEFAULT_GPU_MODEL).slice_price
+    assert price is not None
+    return price
 
 
 def compute_slices(model: str, profile: str | None) -> int:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from esg.errors import AppError
@@ -177,7 +175,8 @@ def _topological_order(functions, succs, preds, name) -> tuple[str, ...]:
 
 
 def app_from_dict(data: Any, source: str = "app") -> App:
-    """Build an App from the app-file object (``docs/architecture.md`` §6); errors name ``source`` and the field."""
+    """Build an App from the app-file object (``docs/architecture.md`` §6); errors name ``source`` and the
+    field. :func:`esg_files.load_app` reads the file."""
     if not isinstance(data, dict):
         raise AppError(f"{source}: an app must be a JSON object")
     for key in ("name", "slo_ms", "functions"):
@@ -194,19 +193,6 @@ def app_from_dict(data: Any, source: str = "app") -> App:
                    edges=tuple(tuple(e) for e in edges))
     except AppError as exc:
         raise AppError(f"{source}: {exc}") from None
-
-
-def load_app(path: str | Path) -> App:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise AppError(f"{path}: no such app file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise AppError(f"{path}: not a readable JSON app file ({exc})") from None
-    except RecursionError:
-        raise AppError(f"{path}: not a readable JSON app file (nested too deeply)") from None
-    return app_from_dict(data, str(path))
 
 
 @dataclass

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from esg.cost import Prices, config_cost
 from esg.errors import ProfileError
 from esg.model import App, Config
-from esg.profiles import Profile
+from esg.profiles import Profile, median_latency
 from esg.search import Group, Option, Path, SearchStats, astar_top_k, brute_force_top_k, longest_path
 from esg.slo_split import DEFAULT_MAX_GROUP, group_latency, split_slo
 
@@ -28,11 +28,6 @@ def build_options(profile: Profile, prices: Prices, allow: Callable[[Config], bo
     out = [Option(config_cost(prices, profile.gpu_model, e.config, e.latency_ms), e.latency_ms, e.config)
            for e in profile.entries if allow is None or allow(e.config)]
     return tuple(sorted(out))
-
-
-def median_latency(profile: Profile) -> float:
-    lats = sorted(e.latency_ms for e in profile.entries)
-    return lats[len(lats) // 2]
 
 
 @dataclass(frozen=True)
@@ -72,7 +67,7 @@ class Planner:
         if missing:
             raise ProfileError(f"app {self.app.name!r}: function {missing[0]!r} has no profile")
         self._all_options = {f: build_options(self.profiles[f], self.prices) for f in self.app.functions}
-        self._estimate = {f: median_latency(self.profiles[f]) for f in self.app.functions}
+        self._estimate = {f: median_latency(self.profiles[f], "upper") for f in self.app.functions}
         self._filtered: dict[tuple[str, Hashable], tuple[Option, ...]] = {}
 
     def options(self, function: str, allow: OptionFilter | None = None,

@@ -1,18 +1,17 @@
 """Profile tables (``docs/architecture.md`` §6): per function, the measured latency of each configuration.
 
-A table is one JSON file ``<dir>/<function>.json``. Unknown fields are kept (``extra``) and ignored;
-a malformed file is rejected with a :class:`ProfileError` naming the file and the field.
+A table is one JSON file ``<dir>/<function>.json`` (read by :mod:`esg_files`; :func:`profile_from_dict`
+parses its object). Unknown fields are kept (``extra``) and ignored; a malformed table is rejected with
+a :class:`ProfileError` naming the file and the field.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from esg.errors import MigError, ProfileError
 from esg.mig import geometry
@@ -60,6 +59,18 @@ class Profile:
             "cold_start_ms": self.cold_start_ms, "output_bytes": self.output_bytes,
         })
         return out
+
+
+def median_latency(profile: Profile, even: Literal["upper", "mean"]) -> float:
+    """The median of a table's latencies. With an even number of rows ``even`` says which: ``"upper"``,
+    the upper of the two middle rows -- the latency of a configuration the table has (the planner's
+    estimate of a function, :mod:`esg.slo_split`) -- or ``"mean"``, the two middle rows' mean (the
+    statistical median: the reference latency L of ``profiles/tables/a100/SOURCES.md``)."""
+    lats = sorted(e.latency_ms for e in profile.entries)
+    n = len(lats)
+    if n % 2 or even == "upper":
+        return lats[n // 2]
+    return (lats[n // 2 - 1] + lats[n // 2]) / 2
 
 
 _TOP_FIELDS = {"function", "gpu_model", "configs", "cold_start_ms", "output_bytes"}
@@ -128,40 +139,3 @@ def _number(v: Any, name: str, where: str, allow_zero: bool = False) -> float:
         need = "a non-negative" if allow_zero else "a positive"
         raise ProfileError(f"{where}: field {name!r} must be {need} number, got {v!r}")
     return float(v)
-
-
-def load_profile(path: str | Path) -> Profile:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ProfileError(f"{path}: no such profile table") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProfileError(f"{path}: not a readable JSON profile table ({exc})") from None
-    except RecursionError:
-        raise ProfileError(f"{path}: not a readable JSON profile table (nested too deeply)") from None
-    return profile_from_dict(data, str(path))
-
-
-def load_profiles(directory: str | Path, functions: Iterable[str]) -> dict[str, Profile]:
-    """The tables ``<directory>/<f>.json`` for each function; a missing one is named."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise ProfileError(f"{directory}: no such profiles directory")
-    out: dict[str, Profile] = {}
-    for f in functions:
-        path = directory / f"{f}.json"
-        if not path.exists():
-            raise ProfileError(f"function {f!r} has no profile: {path} does not exist")
-        prof = load_profile(path)
-        if prof.function != f:
-            raise ProfileError(f"{path}: field 'function' is {prof.function!r}, expected {f!r}")
-        out[f] = prof
-    models = {p.gpu_model for p in out.values()}
-    if len(models) > 1:
-        raise ProfileError(f"profiles in {directory} mix GPU models: {', '.join(sorted(models))}")
-    return out
-
-
-def save_profile(profile: Profile, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(profile.to_dict(), indent=1) + "\n")

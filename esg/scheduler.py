@@ -14,105 +14,18 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from esg.cluster import ClusterSnapshot, Fit
+from esg.cluster import ClusterSnapshot
 from esg.defaults import default_choice, is_default
 from esg.dispatch import Placement, candidate_fits, dispatch, home_node
 from esg.errors import AppError
+from esg.events import Arrival, BatchDone, BatchLost, Dispatch, Event, FunctionDone, Request, RequestOutcome
 from esg.explore import Explorer
 from esg.model import App, Config, Job
+from esg.policies.base import FunctionSpec, Policy
+from esg.profiles import Profile
 from esg.queues import AfwQueue, AfwQueues, QueueKey
 from esg.slo_split import group_latency
-
-if TYPE_CHECKING:
-    from esg.policies.base import FunctionSpec, Policy
-    from esg.profiles import Profile
-
-
-@dataclass(frozen=True)
-class Request:
-    """One call of an app; ``slo_ms`` defaults to the app's SLO."""
-
-    request_id: str
-    app: str
-    arrival_ms: float
-    slo_ms: float | None = None
-
-
-@dataclass(frozen=True)
-class Arrival:
-    request: Request
-
-
-@dataclass(frozen=True)
-class BatchDone:
-    batch_id: str
-    ok: bool = True
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class BatchLost:
-    """A batch's node died before it answered: its jobs go back to the front of their queue."""
-
-    batch_id: str
-
-
-@dataclass(frozen=True)
-class Cancel:
-    """Stop tracking a request (the driver answered it otherwise, e.g. a bad input found later)."""
-
-    request_id: str
-
-
-Event = Arrival | BatchDone | BatchLost | Cancel
-
-
-@dataclass(frozen=True)
-class Dispatch:
-    """Run ``jobs`` (one batch) of ``app``/``function`` with ``config`` on ``fit.node``."""
-
-    batch_id: str
-    app: str
-    function: str
-    jobs: tuple[Job, ...]
-    config: Config
-    fit: Fit
-    planned_latency_ms: float | None = None
-
-    @property
-    def node(self) -> str:
-        return self.fit.node
-
-
-@dataclass(frozen=True)
-class RequestOutcome:
-    request_id: str
-    app: str
-    arrival_ms: float
-    finished_ms: float
-    slo_ms: float
-    ok: bool
-    error: str | None = None
-
-    @property
-    def latency_ms(self) -> float:
-        return self.finished_ms - self.arrival_ms
-
-    @property
-    def slo_hit(self) -> bool:
-        return self.ok and self.latency_ms <= self.slo_ms
-
-
-@dataclass(frozen=True)
-class FunctionDone:
-    """A job finished; the driver uses this to route its result to successors."""
-
-    request_id: str
-    app: str
-    function: str
-    node: str
 
 
 @dataclass
@@ -174,7 +87,7 @@ class Scheduler:
             raise AppError(f"unknown app {request.app!r}")
         if request.request_id in self._requests:
             return  # a redelivered request: already known, never enqueued twice
-        slo = request.slo_ms if request.slo_ms is not None else app.slo_ms
+        slo = app.slo_ms
         self._requests[request.request_id] = _RequestState(request, slo)
         self.policy.on_arrival(request, app, now_ms)
         for f in app.entries:

@@ -115,13 +115,14 @@ class GroupShare:
     share_ms: float
 
 
-def split_slo(app: App, slo_ms: float, estimates: Mapping[str, float],
+def split_slo(app: App, budget_ms: float, estimates: Mapping[str, float],
               max_group: int = DEFAULT_MAX_GROUP) -> tuple[GroupShare, ...]:
-    """Each group with its share of ``slo_ms``, proportional to its estimated latency."""
+    """Each group with its share of ``budget_ms`` (what is left of the request's SLO), proportional to
+    its estimated latency."""
     gs = groups(app, max_group)
     est = [group_latency(app, g, estimates) for g in gs]
     total = sum(est)
-    shares = [slo_ms * e / total if total > 0 else slo_ms / len(gs) for e in est]
+    shares = [budget_ms * e / total if total > 0 else budget_ms / len(gs) for e in est]
     return tuple(GroupShare(g, e, s) for g, e, s in zip(gs, est, shares))
 
 

@@ -18,18 +18,17 @@ from pathlib import Path
 
 import numpy as np
 
-from esg.arrivals import read_arrivals, span_s, write_arrivals
+from esg.arrivals import span_s
 from esg.emulator import ClusterSpec, Emulation, EmulatorParams
 from esg.emulator.levels import LOAD_LEVELS, SLO_LEVELS, load_rate_rps
 from esg.emulator.workload import generate, map_trace_functions
 from esg.errors import EsgError, MigError
 from esg.mig import DEFAULT_GPU_MODEL, geometry
-from esg.model import load_app
 from esg.policies import make_policy, policy_names
 from esg.policies.base import PolicyContext
-from esg.profiles import load_profiles
 from esg_cli.checks import check_dir, check_writable_dir, check_writable_file
 from esg_cli.errors import CliError
+from esg_files import load_app, load_profiles, read_arrivals, write_arrivals
 
 REPO = Path(__file__).resolve().parent.parent
 SUMMARY_COLUMNS = ["policy", "slo", "load", "rate_rps", "requests", "completed", "slo_hit_rate", "cost",

@@ -16,7 +16,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from esg.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_SUCCESS, STATUS_WHISK_ERROR
+from agent_channel.protocol import (
+    STATUS_APPLICATION_ERROR,
+    STATUS_DEVELOPER_ERROR,
+    STATUS_SUCCESS,
+    STATUS_WHISK_ERROR,
+)
 
 STATUS_TEXT = {STATUS_SUCCESS: "success", STATUS_APPLICATION_ERROR: "application error",
                STATUS_DEVELOPER_ERROR: "action developer error", STATUS_WHISK_ERROR: "whisk internal error"}

@@ -7,12 +7,13 @@ import json
 import time
 
 from esg.cost import DEFAULT_PRICE_GPU_SLICE, DEFAULT_PRICE_VCPU, Prices
-from esg.model import App, load_app
+from esg.model import App
 from esg.planner import Planner, PlanResult
-from esg.profiles import Profile, load_profiles
+from esg.profiles import Profile
 from esg.slo_split import DEFAULT_MAX_GROUP
 from esg_cli.checks import check_dir, check_file, non_negative_float, positive_float, positive_int
 from esg_cli.errors import CliError
+from esg_files import load_app, load_profiles
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--price-vcpu", type=non_negative_float, default=DEFAULT_PRICE_VCPU,
                    help=f"price of one vCPU per ms (default {DEFAULT_PRICE_VCPU})")
     p.add_argument("--price-gpu-slice", type=non_negative_float, default=DEFAULT_PRICE_GPU_SLICE,
-                   help=f"price of one MIG compute slice per ms (default {DEFAULT_PRICE_GPU_SLICE})")
+                   help=f"price of one A100-40GB MIG compute slice per ms (default {DEFAULT_PRICE_GPU_SLICE}); "
+                        "other GPU models' slices are scaled by their prices in the MIG geometry table")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 

@@ -85,7 +85,7 @@ def export(args: argparse.Namespace) -> int:
 
 
 def import_(args: argparse.Namespace) -> int:
-    from esg.profiles import load_profile
+    from esg_files import load_profile
 
     checks.check_dir(args.dir, "DIR")
     paths = sorted(Path(args.dir).glob("*.json"))

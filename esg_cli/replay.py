@@ -25,16 +25,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from esg.arrivals import read_arrivals, span_s
+from esg.arrivals import span_s
 from esg.cost import Prices
 from esg.emulator.metrics import Metrics
 from esg.errors import EsgError
+from esg.events import RequestOutcome
 from esg.mig import DEFAULT_GPU_MODEL
 from esg.model import Config
-from esg.scheduler import RequestOutcome
 from esg_cli import checks
 from esg_cli.emulate import SUMMARY_COLUMNS, write_csv
 from esg_cli.errors import CliError
+from esg_files import read_arrivals
 
 E2E_COLUMNS = ["e2e_slo_hit_rate", "e2e_p50_ms", "e2e_p99_ms"]
 PER_APP_COLUMNS = ["policy", "slo", "load", "app", "requests", "slo_hit_rate", "p50_ms", "p99_ms"]

@@ -113,7 +113,7 @@ def parameter_keys(args: argparse.Namespace):
 def check_profile_tables(directory: Path, flag: str) -> None:
     """Every ``*.json`` of ``directory`` is a valid profile table (a bad one is named now, not at the first
     activation that needs it)."""
-    from esg.profiles import load_profile
+    from esg_files import load_profile
 
     checks.check_dir(directory, flag)
     for table in sorted(Path(directory).glob("*.json")):

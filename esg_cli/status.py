@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def gather(client, keys, now_ms: float) -> dict[str, Any]:
+    from agent_channel import protocol
     from agent_channel.keys import FIELD
     from controller_plugin.decisions import decisions_key, status_key
-    from esg import protocol
 
     nodes: dict[str, Any] = {}
     for _id, fields in client.xrevrange(keys.heartbeats, count=500):

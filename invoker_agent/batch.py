@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
-from esg.protocol import (
+from agent_channel.protocol import (
     MAX_NESTING,
     STATUS_DEVELOPER_ERROR,
     STATUS_WHISK_ERROR,
@@ -106,9 +107,8 @@ class BatchRunner:
                 key = WorkerKey(action.fqn, action.revision, msg.config.gpu or "cpu", uuid)
                 spec = WorkerSpec(self.vcpus.host_ids(ids), uuid, msg.action.memory_mb, msg.config)
                 self.warm.note(key, msg.function, msg.config)
-                reqs = [rt.RunRequest(v if isinstance(v, dict) else {"value": v},
-                                      r.activation_id, r.transaction_id, r.deadline_ms,
-                                      dict(r.init_env) if r.init_env else None) for r, v in runnable]
+                reqs = [replace(r, value=v if isinstance(v, dict) else {"value": v}, inputs=(),
+                                init_env=dict(r.init_env) if r.init_env else None) for r, v in runnable]
                 log.info("batch %s: %s x%d on vCPUs %s%s", msg.batch_id, action.fqn, len(reqs), list(ids),
                          f", MIG {uuid}" if uuid else "")
                 t0 = time.perf_counter()

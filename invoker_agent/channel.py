@@ -5,7 +5,7 @@
   it is answered, so an agent killed while running batches finds them again at its next start
   (:meth:`AgentChannel.pending`) and runs them then; nothing it took is lost.
 * **Answering** a batch is one ``MULTI``: the outputs its successors need (:mod:`invoker_agent.data`),
-  the :class:`~esg.protocol.BatchResult` added to the dispatch's ``reply_to`` stream, and ``XACK`` +
+  the :class:`~agent_channel.protocol.BatchResult` added to the dispatch's ``reply_to`` stream, and ``XACK`` +
   ``XDEL`` of the dispatch -- the result is published exactly when the dispatch stops being pending.
 * **Heartbeats** go to ``esg:{prefix}:heartbeats`` (capped).
 
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import redis
 
 from agent_channel.keys import AGENT_GROUP, HEARTBEAT_MAXLEN, RESULTS_MAXLEN, Keys
+from agent_channel.protocol import BatchResult, Heartbeat, encode
 from agent_channel.streams import Entry, ensure_group, entries, fields
-from esg.protocol import BatchResult, Heartbeat, encode
 from invoker_agent.data import Write
 
 

@@ -9,14 +9,14 @@ scheduler learns of the result a successor on any node can read it. The result t
 key and the size. A sink's output (and a plain action's) comes back inline: the scheduler needs it for
 the ack.
 
-**Consuming.** A request's inputs are references (:class:`esg.protocol.InputRef`). Each is read from this
+**Consuming.** A request's inputs are references (:class:`agent_channel.protocol.InputRef`). Each is read from this
 node's copy when there is one (its producer ran here and the copy was not evicted), else from the store,
 with one ``MGET`` for the whole batch. A reference that is nowhere (expired, or the request already
 ended) answers that activation with a whisk error naming the input.
 
-**Limits.** An inline result above OpenWhisk's 1 MiB (:data:`esg.protocol.MAX_RESULT_BYTES`) is a
+**Limits.** An inline result above OpenWhisk's 1 MiB (:data:`agent_channel.protocol.MAX_RESULT_BYTES`) is a
 developer error worded as OpenWhisk's invoker words it; a stored output above
-:data:`esg.protocol.MAX_DATA_BYTES` is a developer error naming that limit.
+:data:`agent_channel.protocol.MAX_DATA_BYTES` is a developer error naming that limit.
 
 **Local copies** are bounded by bytes (least recently used go first) and expire with their TTL; the
 store's key is the fallback, so evicting one only costs a read.
@@ -36,7 +36,7 @@ from typing import Any
 import redis
 
 from agent_channel.keys import Keys
-from esg.protocol import (
+from agent_channel.protocol import (
     MAX_DATA_BYTES,
     MAX_RESULT_BYTES,
     STATUS_DEVELOPER_ERROR,

@@ -1,4 +1,4 @@
-"""The node report sent to the heartbeat stream every second (:class:`esg.protocol.Heartbeat`).
+"""The node report sent to the heartbeat stream every second (:class:`agent_channel.protocol.Heartbeat`).
 
 Besides the node's vCPUs and MIG slices it names the idle warm workers by (function, vCPUs, slice)
 and the batches running and recently answered, which the scheduler needs to tell what the report
@@ -14,9 +14,9 @@ import threading
 import time
 from collections import deque
 
+from agent_channel.protocol import Heartbeat, IdleWorkers
 from esg.cluster import SliceRef
 from esg.model import Config
-from esg.protocol import Heartbeat, IdleWorkers
 from invoker_agent.runner import WorkerKey, WorkerPool
 from invoker_agent.slices import SliceManager
 from invoker_agent.vcpus import VcpuAllocator

@@ -15,12 +15,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
 from invoker_agent.mig_backend import MigBackend, MigOperationError
 from invoker_agent.nvml_backend import open_backend
 from invoker_agent.reconcile import DesiredLayout, GpuReport, Reconciler
 from invoker_agent.runner import ProcessWorker, WorkerFactory, WorkerKey, WorkerPool, WorkerSpec
-from invoker_agent.runtime_client import RunRequest, RuntimeResult
+from invoker_agent.runtime_client import RuntimeResult
 
 
 class NodeAgent:

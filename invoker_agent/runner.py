@@ -10,7 +10,7 @@ in it, and its CPU affinity is set with ``os.sched_setaffinity`` to the assigned
 for another entry point), a batch is ONE ``/run`` whose value is ``{"__esg_batch__": [args, ...]}``
 and whose result is ``{"__esg_batch__": [results, ...]}``, under one time limit for the whole batch.
 Otherwise the batch runs as one ``/run`` per request on the same warm worker, each with the action's
-time limit. Each request gets its own :class:`RuntimeResult` (OpenWhisk's status codes, :mod:`esg.protocol`).
+time limit. Each request gets its own :class:`RuntimeResult` (OpenWhisk's status codes, :mod:`agent_channel.protocol`).
 
 **Failures never kill the agent.** A time limit exceeded kills the worker (result 2, ``timeout``); a
 worker that dies or replies garbage gives result 3 and is replaced on the next request; an /init failure
@@ -37,14 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent_channel.protocol import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR, RunRequest
 from esg.model import Config
-from esg.protocol import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 from invoker_agent.actions import ActionCode
 from invoker_agent.lifetime import die_with_parent
 from invoker_agent.runtime_client import (
     BATCH_KEY,
     SENTINEL,
-    RunRequest,
     RuntimeClient,
     RuntimeCrashed,
     RuntimeResult,
@@ -506,6 +505,6 @@ def _run_body(action: ActionCode, req: RunRequest, value: Any) -> dict[str, Any]
     body: dict[str, Any] = {"value": value, "namespace": action.namespace, "action_name": action.fqn,
                             "action_version": action.revision, "activation_id": req.activation_id,
                             "transaction_id": req.transaction_id}
-    if req.deadline_ms is not None:
-        body["deadline"] = str(int(req.deadline_ms))
+    if req.time_limit_at_ms is not None:
+        body["deadline"] = str(int(req.time_limit_at_ms))
     return body

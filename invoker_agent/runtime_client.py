@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from esg.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_SUCCESS
+from agent_channel.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_SUCCESS
 
 BATCH_KEY = "__esg_batch__"
 SENTINEL = "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX"     # printed by runtimes after each activation
@@ -33,21 +33,10 @@ class WorkerStartError(RuntimeError):
     """A worker could not be started (bad vCPU ids, missing engine, runtime never became ready)."""
 
 
-@dataclass(frozen=True)
-class RunRequest:
-    """One activation to run: its parameters and the identity fields /run carries."""
-
-    value: dict[str, Any]
-    activation_id: str
-    transaction_id: str = ""
-    deadline_ms: int | None = None          # epoch ms; sent as a string, as OpenWhisk does
-    init_env: dict[str, Any] | None = None  # the init arguments: environment of a worker started for it
-
-
 @dataclass
 class RuntimeResult:
     """What the runtime answered for one activation, as the agent measured it; the agent's data plane
-    turns it into the :class:`esg.protocol.RunResult` the scheduler gets (result inline or stored)."""
+    turns it into the :class:`agent_channel.protocol.RunResult` the scheduler gets (result inline or stored)."""
 
     activation_id: str
     status_code: int                        # 0 success, 1 application, 2 developer, 3 whisk error

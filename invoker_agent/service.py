@@ -11,7 +11,7 @@ Threads:
   thread reads more than it can start, so an undelivered dispatch waits in the stream, where a
   scheduler can still take it back.
 * **the heartbeat thread**: every ``heartbeat_s`` (also while draining) publishes a
-  :class:`~esg.protocol.Heartbeat` and evicts warm workers idle past their TTL.
+  :class:`~agent_channel.protocol.Heartbeat` and evicts warm workers idle past their TTL.
 * the caller of :meth:`AgentService.run` waits for :meth:`AgentService.stop`.
 
 A batch id this process has already taken is not run twice (:class:`RecentBatches`). A malformed
@@ -35,8 +35,8 @@ from typing import Any
 
 import redis
 
+from agent_channel.protocol import STATUS_WHISK_ERROR, BatchResult, DispatchMessage, ProtocolError, decode
 from agent_channel.streams import Entry
-from esg.protocol import STATUS_WHISK_ERROR, BatchResult, DispatchMessage, ProtocolError, decode
 from invoker_agent.batch import BatchRunner, failed_ids
 from invoker_agent.channel import AgentChannel
 from invoker_agent.data import Write

@@ -15,10 +15,10 @@ import threading
 import time
 from collections import Counter
 
+from agent_channel.protocol import SliceStatus
 from esg import mig
 from esg.cluster import SliceRef
 from esg.errors import MigError
-from esg.protocol import SliceStatus
 from invoker_agent.mig_backend import MigOperationError
 from invoker_agent.node import NodeAgent
 from invoker_agent.reconcile import DesiredLayout, MigSlice

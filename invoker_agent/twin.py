@@ -32,8 +32,9 @@ import numpy as np
 from esg.emulator.config import EmulatorParams
 from esg.errors import EsgError
 from esg.model import Config
-from esg.profiles import Profile, load_profile
+from esg.profiles import Profile
 from esg.timing import cold_start_ms, lognormal_params
+from esg_files import load_profile
 from invoker_agent.actions import ActionCode
 from invoker_agent.runner import WorkerSpec
 from invoker_agent.runtime_client import BATCH_KEY, RuntimeTimeout, WorkerStartError

@@ -28,11 +28,12 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from agent_channel.protocol import RunRequest
 from esg.model import Config
 from esg.profiles import profile_from_dict
 from invoker_agent.actions import ActionCode
 from invoker_agent.runner import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
-from invoker_agent.runtime_client import RunRequest, RuntimeResult
+from invoker_agent.runtime_client import RuntimeResult
 from profiles.grid import Grid
 from profiles.host import Host
 from profiles.store import PartialStore, group_label, write_json_atomic
@@ -117,7 +118,7 @@ class Profiler:
                          f"c{config.vcpus}-{config.gpu or 'cpu'}", spec.mig_uuid)
 
     def _run(self, config: Config, batch: int, tag: str) -> tuple[float, list[RuntimeResult]]:
-        reqs = [RunRequest(self.target.args, f"profile-{self.target.function}-{tag}-{i}") for i in range(batch)]
+        reqs = [RunRequest(f"profile-{self.target.function}-{tag}-{i}", value=self.target.args) for i in range(batch)]
         t0 = time.perf_counter()
         results = self._pool.run(self._key(config), self._spec(config), self.target.action, reqs)
         self.report.batches_run += 1

@@ -149,7 +149,7 @@ def resolve(target: str, params: dict, timeout_ms: int = 60000) -> tuple[str, li
             raise TargetError(f"unknown action or app {target!r}: not a function of actions/ "
                               f"({', '.join(sorted(modules))}), an app ({apps}), an app file or an "
                               f"action .py file")
-        from esg.model import load_app
+        from esg_files import load_app
         checked = load_app(app_path)           # EsgError naming the file if malformed
         unknown = [f for f in checked.functions if f not in modules]
         if unknown:

@@ -3,7 +3,7 @@ crash or a hang (tests/fuzz.py makes the mutations).
 
 * OpenWhisk's Kafka shapes (``controller_plugin.wire``): the ActivationMessage the scheduler reads on
   ``invoker{N}``, acks and pings -> a parsed message or :class:`WireError`;
-* the scheduler/agent messages (``esg.protocol.decode``): dispatches, results, heartbeats ->
+* the scheduler/agent messages (``agent_channel.protocol.decode``): dispatches, results, heartbeats ->
   a message or :class:`ProtocolError`; the agent's salvage of a malformed dispatch never raises;
 * app files and profile tables (``esg.model``, ``esg.profiles``) -> an app/profile or AppError/ProfileError;
 * the emulator's trace files -> rows or a one-line CliError.
@@ -21,13 +21,14 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent_channel import protocol
 from controller_plugin import wire
-from esg import protocol
 from esg.errors import AppError, ProfileError
-from esg.model import App, load_app
-from esg.profiles import Profile, load_profile
+from esg.model import App
+from esg.profiles import Profile
 from esg_cli.emulate import read_trace
 from esg_cli.errors import CliError
+from esg_files import load_app, load_profile
 from invoker_agent.service import salvage
 from tests.fuzz import FUZZ, mutated
 

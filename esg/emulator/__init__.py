@@ -2,6 +2,6 @@
 :class:`esg.scheduler.Scheduler` step function the live service drives."""
 
 from esg.emulator.config import ClusterSpec, EmulatorParams
-from esg.emulator.runner import Emulation, RunResult
+from esg.emulator.runner import Emulation, EmulationResult
 
-__all__ = ["ClusterSpec", "EmulatorParams", "Emulation", "RunResult"]
+__all__ = ["ClusterSpec", "EmulatorParams", "Emulation", "EmulationResult"]

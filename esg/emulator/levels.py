@@ -23,24 +23,18 @@ from collections.abc import Mapping
 
 from esg import mig
 from esg.model import App
-from esg.profiles import Profile
+from esg.profiles import Profile, median_latency
 from esg.search import longest_path
 
 SLO_LEVELS = {"strict": 0.8, "moderate": 1.0, "relaxed": 1.2}
 LOAD_LEVELS = {"light": 0.3, "normal": 0.6, "heavy": 0.9}
 
 
-def median_config_latency(profile: Profile) -> float:
-    lats = sorted(e.latency_ms for e in profile.entries)
-    n = len(lats)
-    return lats[n // 2] if n % 2 else (lats[n // 2 - 1] + lats[n // 2]) / 2
-
-
 def reference_latency(app: App, profiles: Mapping[str, Profile]) -> float:
     """L: the app's longest path with each function at its median profiled configuration."""
     fs = app.topo_order
     pos = {f: i for i, f in enumerate(fs)}
-    return longest_path([median_config_latency(profiles[f]) for f in fs],
+    return longest_path([median_latency(profiles[f], "mean") for f in fs],
                         [tuple(pos[p] for p in app.predecessors(f)) for f in fs])
 
 

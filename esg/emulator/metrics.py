@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from esg.scheduler import RequestOutcome
+from esg.events import RequestOutcome
 
 
 @dataclass

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from esg import mig
 from esg.cluster import NodeState, Slice, SliceRef
-from esg.scheduler import Dispatch
+from esg.events import Dispatch
 
 WorkerKey = tuple[str, SliceRef | None]
 

@@ -27,18 +27,19 @@ from esg.emulator.config import ClusterSpec, EmulatorParams
 from esg.emulator.metrics import Metrics
 from esg.emulator.nodes import NodeModel
 from esg.emulator.online import OnlineLearning
+from esg.events import Arrival, BatchDone, Dispatch, Request
 from esg.mig import DEFAULT_GPU_MODEL, compute_slices
 from esg.model import App, Config
 from esg.policies.base import Policy
 from esg.profiles import Profile
-from esg.scheduler import Arrival, BatchDone, Dispatch, Request, Scheduler
+from esg.scheduler import Scheduler
 from esg.timing import cold_start_ms, lognormal_params
 
 InvariantHook = Callable[[float, Mapping[str, NodeModel], Scheduler], None]
 
 
 @dataclass
-class RunResult:
+class EmulationResult:
     metrics: Metrics
     end_ms: float
     unfinished: int
@@ -80,7 +81,7 @@ class Emulation:
         self._noise = lognormal_params(params.noise_cv)
         self._noise_buf: list[float] = []
 
-    def run(self) -> RunResult:
+    def run(self) -> EmulationResult:
         reqs, i, now = self.requests, 0, 0.0
         last = reqs[-1].arrival_ms if reqs else 0.0
         horizon = last + self.params.drain_ms
@@ -109,7 +110,7 @@ class Emulation:
         unfinished = self.scheduler.pending_requests()
         self._charge_idle(self.params.warmup_ms, last, now)
         summary = self.metrics.summary()
-        return RunResult(self.metrics, now, unfinished, summary)
+        return EmulationResult(self.metrics, now, unfinished, summary)
 
     def _step(self, now: float, events: list) -> None:
         self.metrics.events += max(1, len(events))
@@ -192,7 +193,7 @@ class Emulation:
             return
         for node in self.nodes.values():
             for profile, ms in node.idle_instance_ms(start_ms, end_ms, now).items():
-                self.metrics.cost_idle += self.prices.gpu_slice * compute_slices(gpu_model, profile) * ms
+                self.metrics.cost_idle += self.prices.slice_rate(gpu_model) * compute_slices(gpu_model, profile) * ms
 
     def _true_latency(self, d: Dispatch) -> float:
         latency = self._latency.get((d.function, d.config))

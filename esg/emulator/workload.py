@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from esg.scheduler import Request
+from esg.events import Request
 
 AZURE_SAMPLE_LOG_SD = 0.1051
 """Std. dev. of log(per-minute count / mean) of the sample's aggregate series."""

@@ -6,19 +6,16 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from esg import placement
 from esg.cluster import ClusterSnapshot
 from esg.cost import Prices
 from esg.dispatch import Placement
+from esg.events import Dispatch, Request
 from esg.model import App, Config
 from esg.profiles import Profile
 from esg.queues import AfwQueue
 from esg.slo_split import group_latency
-
-if TYPE_CHECKING:
-    from esg.scheduler import Dispatch, Request
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,7 @@ from pathlib import Path
 import redis
 
 from agent_channel.keys import Keys
-from agent_channel.streams import entries, fields
-from esg.cluster import SliceRef
-from esg.model import Config
-from esg.protocol import (
+from agent_channel.protocol import (
     ActionRef,
     BatchResult,
     DispatchMessage,
@@ -26,6 +23,9 @@ from esg.protocol import (
     decode,
     encode,
 )
+from agent_channel.streams import entries, fields
+from esg.cluster import SliceRef
+from esg.model import Config
 from esg_cli import openwhisk_standin as standin
 
 REPO = Path(__file__).resolve().parents[2]

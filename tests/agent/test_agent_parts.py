@@ -7,9 +7,9 @@ import threading
 import pytest
 
 from agent_channel.keys import Keys
+from agent_channel.protocol import ActionRef, DispatchMessage, RunRequest, RunResult
 from esg.cluster import SliceRef
 from esg.model import Config
-from esg.protocol import ActionRef, DispatchMessage, RunRequest, RunResult
 from invoker_agent import data
 from invoker_agent.data import DataPlane, LocalOutputs
 from invoker_agent.node import NodeAgent

@@ -1,6 +1,6 @@
 """``esg agent`` end to end: the real agent as a subprocess, the real Redis, an OpenWhisk REST stand-in.
 
-The test plays the scheduler: it adds :class:`esg.protocol.DispatchMessage` entries to the node's
+The test plays the scheduler: it adds :class:`agent_channel.protocol.DispatchMessage` entries to the node's
 dispatch stream and reads :class:`BatchResult` and :class:`Heartbeat` entries back.
 """
 
@@ -15,9 +15,9 @@ import uuid
 
 import pytest
 
+from agent_channel.protocol import InputRef
 from esg.cluster import SliceRef
 from esg.model import Config
-from esg.protocol import InputRef
 from esg_cli.servers import free_port
 from tests.agent.agent_harness import AUTH, REPO, AgentProcess, OpenWhiskStandIn, SchedulerSide
 

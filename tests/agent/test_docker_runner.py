@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
 from invoker_agent.docker_runner import DockerWorkerFactory, container_options, docker_client, runtime_image
 from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
-from invoker_agent.runtime_client import RunRequest, WorkerStartError
+from invoker_agent.runtime_client import WorkerStartError
 
 
 def test_container_is_limited_pinned_and_given_exactly_its_mig_device():
@@ -33,12 +34,12 @@ def test_missing_engine_is_a_clear_error(monkeypatch, tmp_path):
         docker_client()
     pool = WorkerPool(factory=DockerWorkerFactory())
     a = ActionCode("/guest/a", "1", "python:3.11", "def main(a):\n    return {}\n")
-    out = pool.run(WorkerKey(a.fqn, "1", "b1", None), WorkerSpec((0,)), a, [RunRequest({}, "x")])
+    out = pool.run(WorkerKey(a.fqn, "1", "b1", None), WorkerSpec((0,)), a, [RunRequest("x", value={})])
     assert out[0].status_code == 3 and "no Docker engine reachable" in out[0].result["error"]
 
 
 def test_process_runner_refuses_non_python_kinds_clearly():
     pool = WorkerPool()
     a = ActionCode("/guest/js", "1", "nodejs:20", "function main(){return {}}")
-    out = pool.run(WorkerKey(a.fqn, "1", "b1", None), WorkerSpec((0,)), a, [RunRequest({}, "x")])
+    out = pool.run(WorkerKey(a.fqn, "1", "b1", None), WorkerSpec((0,)), a, [RunRequest("x", value={})])
     assert out[0].status_code == 3 and "--runner docker" in out[0].result["error"]

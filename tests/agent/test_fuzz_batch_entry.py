@@ -1,4 +1,4 @@
-"""Fuzzed wire, agent side: mutated real dispatches through the agent's reader (``esg.protocol.decode``)
+"""Fuzzed wire, agent side: mutated real dispatches through the agent's reader (``agent_channel.protocol.decode``)
 and batch entry (:class:`BatchRunner` with real workers, the fake MIG backend and the REST stand-in).
 
 A mutated dispatch is either refused with a named :class:`ProtocolError` (and what the agent salvages from
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from agent_channel import protocol
 from agent_channel.keys import Keys
-from esg import protocol
 from esg.model import Config
 from invoker_agent.actions import ActionFetcher
 from invoker_agent.batch import BatchRunner

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
 from invoker_agent.node import NodeAgent
 from invoker_agent.runner import WorkerKey, WorkerSpec
-from invoker_agent.runtime_client import RunRequest
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -23,7 +23,7 @@ def test_node_agent_layout_run_and_heartbeat(tmp_path):
         a = ActionCode("/guest/f", "1", "python:3.11",
                        "import os\ndef main(a):\n    return {'cvd': os.environ['CUDA_VISIBLE_DEVICES']}\n")
         key = WorkerKey(a.fqn, a.revision, "b1-c1-3g", s.mig_uuid)
-        out = agent.run_batch(key, WorkerSpec((0,), s.mig_uuid), a, [RunRequest({}, "x1")])
+        out = agent.run_batch(key, WorkerSpec((0,), s.mig_uuid), a, [RunRequest("x1", value={})])
         assert out[0].ok and out[0].result["cvd"] == s.mig_uuid
         hb = agent.heartbeat()
         json.dumps(hb)
@@ -32,7 +32,7 @@ def test_node_agent_layout_run_and_heartbeat(tmp_path):
         # re-plan: the idle warm worker on a slice that goes is evicted first
         assert agent.apply_layout({0: ["7g.80gb"]})[0].status == "success"
         assert agent.pool.warm_count() == 0
-        gone = agent.run_batch(key, WorkerSpec((0,), s.mig_uuid), a, [RunRequest({}, "x2")])
+        gone = agent.run_batch(key, WorkerSpec((0,), s.mig_uuid), a, [RunRequest("x2", value={})])
         assert gone[0].status_code == 3 and "does not exist" in gone[0].result["error"]
     finally:
         agent.close()

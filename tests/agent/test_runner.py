@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 
+from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
 from invoker_agent.reconcile import Reconciler
 from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
-from invoker_agent.runtime_client import RunRequest
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -44,7 +44,7 @@ def action(code: str, name: str = "echo", rev: str = "0.0.1", timeout_ms: int = 
 
 
 def reqs(*values):
-    return [RunRequest(v, f"act-{i}", "tx") for i, v in enumerate(values)]
+    return [RunRequest(f"act-{i}", "tx", v) for i, v in enumerate(values)]
 
 
 @pytest.fixture
@@ -233,8 +233,8 @@ def main(args):
 
 def test_init_arguments_are_the_new_workers_environment_and_ow_values_win(pool):
     a = action(ENV_READER, name="envreader")
-    first = [RunRequest({}, "act-0", "tx", init_env={"MODEL": "resnet", "CFG": {"k": 1}, "__OW_NAMESPACE": "x"})]
+    first = [RunRequest("act-0", "tx", {}, init_env={"MODEL": "resnet", "CFG": {"k": 1}, "__OW_NAMESPACE": "x"})]
     out = pool.run(key(a), WorkerSpec(CPU), a, first)
     assert out[0].result == {"model": "resnet", "cfg": '{"k": 1}', "ns": "guest"}
-    again = pool.run(key(a), WorkerSpec(CPU), a, [RunRequest({}, "act-1", "tx", init_env={"MODEL": "other"})])
+    again = pool.run(key(a), WorkerSpec(CPU), a, [RunRequest("act-1", "tx", {}, init_env={"MODEL": "other"})])
     assert again[0].result["model"] == "resnet"          # a warm worker keeps its environment, as in OpenWhisk

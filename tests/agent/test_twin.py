@@ -12,7 +12,7 @@ import pytest
 from esg.cluster import SliceRef
 from esg.emulator.config import EmulatorParams
 from esg.model import Config
-from esg.profiles import load_profile
+from esg_files import load_profile
 from invoker_agent.actions import ActionCode
 from invoker_agent.runner import WorkerSpec
 from invoker_agent.runtime_client import BATCH_KEY, WorkerStartError

@@ -18,8 +18,8 @@ from typing import Any
 
 import redis
 
+from agent_channel import protocol
 from agent_channel.keys import Keys
-from esg import protocol
 from invoker_agent.channel import AgentChannel
 from invoker_agent.data import DataPlane, LocalOutputs, MissingInput
 

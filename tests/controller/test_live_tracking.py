@@ -4,16 +4,17 @@ result handling with the core scheduler on top."""
 
 from __future__ import annotations
 
+from agent_channel import protocol
+from agent_channel.protocol import BatchResult, Heartbeat, IdleWorkers, SliceStatus
 from controller_plugin.dispatcher import Dispatcher
 from controller_plugin.health import AgentRegistry
 from controller_plugin.metrics import Metrics
 from controller_plugin.workflows import Send
-from esg import protocol
 from esg.cluster import SliceRef
+from esg.events import Arrival, BatchDone, Request
 from esg.model import App, Config
 from esg.policies import PolicyContext, make_policy
-from esg.protocol import BatchResult, Heartbeat, IdleWorkers, SliceStatus
-from esg.scheduler import Arrival, BatchDone, Request, Scheduler
+from esg.scheduler import Scheduler
 from tests.core.helpers import profile
 
 APP = App("one", 100.0, ("f",), ())

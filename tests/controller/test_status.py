@@ -8,13 +8,13 @@ import uuid
 
 import redis
 
+from agent_channel import protocol
 from agent_channel.keys import FIELD, Keys
+from agent_channel.protocol import Heartbeat, IdleWorkers, SliceStatus
 from controller_plugin.decisions import DecisionLog, decisions_key, status_key
-from esg import protocol
 from esg.cluster import Fit, SliceRef
+from esg.events import Dispatch
 from esg.model import Config, Job
-from esg.protocol import Heartbeat, IdleWorkers, SliceStatus
-from esg.scheduler import Dispatch
 from esg_cli.main import main
 
 

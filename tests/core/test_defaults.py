@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from esg.cluster import ClusterSnapshot, NodeState
 from esg.defaults import DEFAULT_MAX_BATCH, default_profile, default_slice, is_default, source
+from esg.events import Arrival, BatchDone, Request
 from esg.model import App, Config
 from esg.planner import Planner
 from esg.policies import PolicyContext, make_policy
 from esg.policies.base import FunctionSpec
-from esg.scheduler import Arrival, BatchDone, Request, Scheduler
+from esg.scheduler import Scheduler
 
 from .helpers import nodes, profile
 

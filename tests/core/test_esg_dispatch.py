@@ -1,9 +1,10 @@
 """ESG_Dispatch weighs start-up (MIG changes, cold starts) against the head job's budget."""
 
 from esg.cluster import ClusterSnapshot, NodeState, Slice, SliceRef
+from esg.events import Arrival, BatchDone, Request
 from esg.model import App, Config
 from esg.policies import PolicyContext, make_policy
-from esg.scheduler import Arrival, BatchDone, Request, Scheduler
+from esg.scheduler import Scheduler
 
 from .helpers import profile
 

@@ -5,8 +5,9 @@ import json
 import pytest
 
 from esg.errors import AppError, ProfileError
-from esg.model import App, Config, app_from_dict, load_app
-from esg.profiles import load_profile, load_profiles, profile_from_dict
+from esg.model import App, Config, app_from_dict
+from esg.profiles import profile_from_dict
+from esg_files import load_app, load_profile, load_profiles
 
 
 def test_app_topology_and_descendants():

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from esg.cost import Prices
 from esg.defaults import is_default, source
+from esg.events import Arrival, BatchDone, Request
 from esg.explore import Explorer
 from esg.model import App, Config
 from esg.online import (
@@ -25,7 +26,7 @@ from esg.online import (
 )
 from esg.policies import PolicyContext, make_policy
 from esg.policies.base import FunctionSpec
-from esg.scheduler import Arrival, BatchDone, Request, Scheduler
+from esg.scheduler import Scheduler
 from esg.sketch import QuantileSketch
 
 from .helpers import nodes, profile

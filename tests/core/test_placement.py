@@ -106,7 +106,7 @@ def test_cap_batches_keeps_order_and_resources():
 def test_every_policy_counts_its_running_batches(name):
     """The scale-out rule needs the batches in flight: a policy's own hooks must not lose the count."""
     from esg.cluster import Fit
-    from esg.scheduler import Dispatch
+    from esg.events import Dispatch
     pol = make(name)
     job = queue(1).head
     d = Dispatch("b0", "one", "f", (job,), Config(1, 1, "1g.5gb"), Fit("n0"))
@@ -123,7 +123,7 @@ def test_fallback_is_the_fastest_allowed_configurations_by_brute_force():
     import random
     from pathlib import Path
 
-    from esg.profiles import load_profiles
+    from esg_files import load_profiles
 
     rng = random.Random(1)
     profiles = load_profiles(Path(__file__).resolve().parents[2] / "profiles" / "tables" / "a100",

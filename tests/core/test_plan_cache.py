@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from esg.model import Job, load_app
+from esg.model import Job
 from esg.policies import PolicyContext, make_policy
 from esg.policies.base import Choice
 from esg.policies.plan_cache import PlanCache
-from esg.profiles import load_profiles
 from esg.queues import AfwQueue
+from esg_files import load_app, load_profiles
 
 from .helpers import nodes
 

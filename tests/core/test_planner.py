@@ -9,10 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from esg.cost import Prices
-from esg.model import App, load_app
+from esg.model import App
 from esg.planner import Planner
-from esg.profiles import load_profiles
 from esg.slo_split import groups as split_groups
+from esg_files import load_app, load_profiles
 from tests.core._helpers import SLICES_A100, dag_latency, grid_rows, make_profile
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,10 +7,11 @@ import pytest
 from esg.cluster import ClusterSnapshot, NodeState
 from esg.dispatch import home_node
 from esg.errors import AppError
+from esg.events import Arrival, BatchDone, Request
 from esg.model import App, Config
 from esg.policies import PolicyContext, make_policy
 from esg.policies.base import FunctionSpec
-from esg.scheduler import Arrival, BatchDone, Request, Scheduler
+from esg.scheduler import Scheduler
 
 from .helpers import nodes, profile
 
@@ -190,14 +191,14 @@ def test_unknown_app_is_an_error_naming_it():
 def test_a_lost_batch_goes_back_to_the_head_of_its_queue():
     s = make()
     a = s.step(0.0, nodes(1), arrivals(1)).dispatches[0]
-    from esg.scheduler import BatchLost
+    from esg.events import BatchLost
     again = s.step(5.0, nodes(1), [BatchLost(a.batch_id)]).dispatches
     assert [j.job_id for d in again for j in d.jobs] == ["r0/a"]
     assert s.step(6.0, nodes(1), [BatchDone(a.batch_id)]).completed == []  # the lost batch is forgotten
 
 
 def test_a_lost_batch_of_a_cancelled_request_is_not_run_again():
-    from esg.scheduler import BatchLost, Cancel
+    from esg.events import BatchLost, Cancel
 
     s = make()
     a = s.step(0.0, nodes(1), arrivals(1)).dispatches[0]

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from esg.cluster import Claim, ClusterSnapshot, NodeReport, NodeState, Slice, SliceRef, tracked
 from esg.emulator.nodes import NodeModel
+from esg.events import Dispatch
 from esg.model import Config
-from esg.scheduler import Dispatch
 
 CONFIGS = [Config(1, 1, "1g.5gb"), Config(2, 2, "2g.10gb"), Config(1, 4, "3g.20gb"), Config(4, 2, "7g.40gb"),
            Config(1, 2, None)]

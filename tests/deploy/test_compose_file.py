@@ -9,6 +9,7 @@ Kafka path, and one set of names, ports and credentials shared by the services t
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import subprocess
@@ -207,6 +208,18 @@ def test_ports_are_published_on_loopback_only(gpu, cpu):
         for name, s in model["services"].items():
             for p in s.get("ports", []):
                 assert p.startswith("127.0.0.1:"), f"{name} publishes {p} on every interface"
+
+
+def test_the_image_holds_every_package_the_project_installs():
+    """``pip install .`` in the image installs what was copied: a package left out imports nowhere."""
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = sorted(d.name for d in ROOT.iterdir() if (d / "__init__.py").is_file()
+                      and any(fnmatch.fnmatchcase(d.name, pattern) for pattern in include))
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for package in ("esg", "esg_files", "agent_channel"):
+        assert package in packages
+    for package in packages:
+        assert re.search(rf"^COPY {package} \./{package}$", dockerfile, re.M), package
 
 
 def test_the_image_holds_what_the_compose_file_runs():

@@ -14,9 +14,9 @@ import redis
 from esg.model import Config
 from esg.online import MIN_SAMPLES, grid
 from esg.policies.base import FunctionSpec
-from esg.profiles import load_profile
 from esg_cli.main import main as esg_main
 from esg_cli.up import ACTIVATIONS_DB, ROOT, _spawn, _stop_all
+from esg_files import load_profile
 
 pytestmark = pytest.mark.integration
 
@@ -34,9 +34,18 @@ GRID = ["--batch", "1,2,4,8", "--vcpus", "1,2,4", "--gpu", "none"]
 SPEC = FunctionSpec(max_batch=8, gpu=False)
 
 
+def _explain(procs: dict, logs) -> str:
+    """Whether each process still runs, and the end of its log: what a stuck activation needs to be read."""
+    parts = []
+    for name, proc in procs.items():
+        lines = (logs / f"{name}.log").read_text(errors="replace").splitlines()
+        parts.append(f"--- {name} (exit code {proc.poll()}), last lines of its log:\n" + "\n".join(lines[-25:]))
+    return "\n".join(parts)
+
+
 def test_new_function_is_learned_online_like_an_offline_profile(tmp_path):
     from controller_plugin.online import OnlineStore
-    from esg_cli.controller_driver import ControllerDriver
+    from esg_cli.controller_driver import ControllerDriver, DriverError
     from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn
     from esg_cli.servers import start_broker, start_couchdb, start_redis
 
@@ -75,7 +84,10 @@ def test_new_function_is_learned_online_like_an_offline_profile(tmp_path):
         for _ in range(80):
             ids = [driver.publish("guest/sleepy", {"i": i}) for i in range(8)]
             driver.flush()
-            recs = [driver.wait(a, timeout=60) for a in ids]
+            try:
+                recs = [driver.wait(a, timeout=60) for a in ids]
+            except DriverError as exc:
+                raise AssertionError(f"{exc}\n{_explain(procs, logs)}") from None
             calls += len(recs)
             assert all(r["response"]["statusCode"] == 0 for r in recs), [r["response"] for r in recs]
             stats = store.stats("sleepy")

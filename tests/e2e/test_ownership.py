@@ -59,13 +59,20 @@ def _scratch_dirs() -> set[Path]:
     return {p for p in Path(tempfile.gettempdir()).glob("esg-*") if (p / scratch.OWNER_FILE).exists()}
 
 
+def _interruptible() -> None:
+    """Ctrl-C's signal as a terminal's foreground job has it. A job a shell starts in the background inherits
+    SIGINT ignored (and ``esg up`` then keeps ignoring it, as Unix programs do); a suite run that way must
+    still test what Ctrl-C does."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGKILL],
                          ids=lambda s: s.name)
 def test_esg_up_leaves_nothing_running(sig):
     before = _scratch_dirs()                             # the session's own servers have theirs
     proc = subprocess.Popen([sys.executable, "-u", "-m", "esg_cli.main", "up", "--nodes", "1", "--requests", "0",
                              "--serve"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), preexec_fn=_interruptible)
     try:
         out = _read_until(proc, r"serving; call an app", timeout=120)
         logs = Path(re.search(r"^logs: (\S+)", out, re.M).group(1))

@@ -3,8 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from esg.model import load_app
-from esg.profiles import load_profiles
+from esg_files import load_app, load_profiles
 
 REPO = Path(__file__).resolve().parents[2]
 

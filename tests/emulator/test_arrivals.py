@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from esg.arrivals import ArrivalsError, read_arrivals, write_arrivals
+from esg.arrivals import ArrivalsError
 from esg.emulator.workload import generate
+from esg_files import read_arrivals, write_arrivals
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ["a", "b"]

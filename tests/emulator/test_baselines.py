@@ -2,12 +2,12 @@
 
 import numpy as np
 
+from esg.events import Request
 from esg.model import App, Config, Job
 from esg.policies import make_policy
 from esg.policies.base import PolicyContext
 from esg.policies.common import app_latency, stage_shares
 from esg.queues import AfwQueue
-from esg.scheduler import Request
 
 
 def _queue(app, function, n, now=0.0):

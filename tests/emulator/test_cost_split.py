@@ -10,10 +10,10 @@ from esg.cost import Prices
 from esg.emulator import ClusterSpec, Emulation, EmulatorParams
 from esg.emulator.nodes import NodeModel, _subtract, _union
 from esg.emulator.workload import generate
+from esg.events import Request
 from esg.model import App
 from esg.policies import make_policy
 from esg.policies.base import PolicyContext
-from esg.scheduler import Request
 from tests.core.helpers import profile
 
 APP = App("one", 500.0, ("f",), ())

@@ -10,9 +10,9 @@ import pytest
 from esg.emulator.config import ClusterSpec, EmulatorParams
 from esg.emulator.online import OnlineLearning, perturbed
 from esg.emulator.runner import Emulation
+from esg.events import Request
 from esg.policies import make_policy
 from esg.policies.base import PolicyContext
-from esg.scheduler import Request
 
 
 def run(apps, truth, online: OnlineLearning | None, seconds: float = 40.0, rps: float = 40.0):

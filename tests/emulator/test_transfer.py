@@ -6,10 +6,10 @@ import pytest
 
 from esg.cluster import Fit
 from esg.emulator import ClusterSpec, Emulation, EmulatorParams
+from esg.events import Dispatch
 from esg.model import Config, Job
 from esg.policies import make_policy
 from esg.policies.base import PolicyContext
-from esg.scheduler import Dispatch
 
 
 def batch(app: str, function: str, node: str, requests: list[str]) -> Dispatch:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from esg.profiles import load_profile
+from esg_files import load_profile
 from profiles.host import detect_gpu
 
 from .helpers import ACTIONS, read_json

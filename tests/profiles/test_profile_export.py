@@ -13,8 +13,8 @@ import redis
 from controller_plugin.online import OnlineStore
 from esg.model import Config
 from esg.online import MIN_SAMPLES, Observation
-from esg.profiles import load_profile, load_profiles
 from esg_cli.main import main as esg_main
+from esg_files import load_profile, load_profiles
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_TABLES = ROOT / "profiles" / "tables" / "cpu"

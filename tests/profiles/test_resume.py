@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from esg.model import Config
-from esg.profiles import load_profile
+from esg_files import load_profile
 from profiles.grid import parse_grid
 from profiles.host import detect_host
 from profiles.profiler import Options, Profiler, partial_path

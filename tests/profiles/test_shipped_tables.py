@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from esg.model import load_app
-from esg.profiles import load_profiles
+from esg_files import load_app, load_profiles
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = ROOT / "profiles" / "tables" / "cpu"

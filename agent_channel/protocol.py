@@ -1,7 +1,7 @@
 """Messages between the scheduler and the invoker agents, shared by both sides, and the data-passing rule.
 
-Transport-free: the messages travel as single-field entries of Redis streams (``agent_channel`` names
-the streams); :func:`encode` writes plain JSON (UTF-8, compact) and :func:`decode` validates every field,
+Transport-free: the messages travel as single-field entries of Redis streams (:mod:`agent_channel.keys`
+names the streams); :func:`encode` writes plain JSON (UTF-8, compact) and :func:`decode` validates every field,
 raising :class:`ProtocolError` naming the one that is wrong.
 
 * :class:`DispatchMessage` (scheduler -> one node's agent): a batch of one function, where to answer
@@ -99,16 +99,19 @@ class InputRef:
 
 @dataclass(frozen=True)
 class RunRequest:
-    """One activation inside a batch: ``value`` for an entry function, else ``inputs`` to compose.
+    """One activation to run, in a batch's dispatch and at the action runtime's ``/run``: ``value`` for
+    an entry function, else ``inputs`` to compose (the agent composes them into ``value`` before it
+    runs the batch). ``time_limit_at_ms``: when the action's time limit runs out (epoch ms; ``/run``
+    sends it as OpenWhisk's ``deadline``; None: not sent) -- not the request's SLO deadline.
     ``init_env``: the activation's init arguments (OpenWhisk's ``initArgs``), the environment a worker
     started for it gets at ``/init``. ``api_key``: the caller's ``uuid:key``, to read the action as the
-    caller (never shown)."""
+    caller (never shown). A dispatch carries every field but ``inputs``, ``init_env`` and ``api_key``."""
 
     activation_id: str
-    transaction_id: str
-    value: Any
-    deadline_ms: int
-    namespace: str
+    transaction_id: str = ""
+    value: Any = None
+    time_limit_at_ms: int | None = None
+    namespace: str = ""
     inputs: tuple[InputRef, ...] = ()
     init_env: Mapping[str, Any] | None = None
     api_key: str | None = field(default=None, repr=False)
@@ -258,7 +261,7 @@ def _slice(ref: SliceRef | None) -> dict[str, Any] | None:
 
 def _request(r: RunRequest) -> dict[str, Any]:
     out = {"activation_id": r.activation_id, "transaction_id": r.transaction_id, "value": r.value,
-           "deadline_ms": r.deadline_ms, "namespace": r.namespace}
+           "time_limit_at_ms": r.time_limit_at_ms, "namespace": r.namespace}
     if r.inputs:
         out["inputs"] = [{"name": i.name, "key": i.key, "node": i.node, "bytes": i.bytes} for i in r.inputs]
     if r.init_env:
@@ -340,7 +343,7 @@ def _dispatch(d: dict) -> DispatchMessage:
                        int(a.get("memory_mb", 256)))
     wr = w + ".requests"
     reqs = tuple(RunRequest(_need(r, "activation_id", str, wr), _need(r, "transaction_id", str, wr),
-                            r.get("value"), _need(r, "deadline_ms", int, wr), _need(r, "namespace", str, wr),
+                            r.get("value"), _time_limit_at(r, wr), _need(r, "namespace", str, wr),
                             tuple(_input_ref(i, wr + ".inputs") for i in r.get("inputs", ())),
                             _opt_env(r.get("init_env"), wr + ".init_env"), _opt_str(r.get("api_key"), wr + ".api_key"))
                  for r in _need(d, "requests", list, w))
@@ -354,6 +357,14 @@ def _dispatch(d: dict) -> DispatchMessage:
                            _opt_slice(d.get("slice"), w),
                            tuple(_opt_slice(s, w) for s in d.get("destroy", [])), reqs,
                            _need(d, "reply_to", str, w), bool(d.get("return_output", True)), ttl)
+
+
+def _time_limit_at(r: Any, where: str) -> int:
+    """A request's ``time_limit_at_ms``; a dispatch written before the field had its name (still pending
+    in a node's stream across an upgrade) carries it as ``deadline_ms``."""
+    if isinstance(r, dict) and "time_limit_at_ms" not in r and "deadline_ms" in r:
+        return _need(r, "deadline_ms", int, where)
+    return _need(r, "time_limit_at_ms", int, where)
 
 
 def _opt_str(v: Any, where: str) -> str | None:

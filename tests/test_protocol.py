@@ -2,9 +2,7 @@
 
 import pytest
 
-from esg.cluster import SliceRef
-from esg.model import Config
-from esg.protocol import (
+from agent_channel.protocol import (
     ActionRef,
     BatchResult,
     DispatchMessage,
@@ -19,6 +17,8 @@ from esg.protocol import (
     decode,
     encode,
 )
+from esg.cluster import SliceRef
+from esg.model import Config
 
 
 def test_round_trips():
@@ -38,6 +38,17 @@ def test_round_trips():
         assert decode(encode(msg)) == msg
     assert "s3cretkey" not in repr(d)
     assert h.node_state().idle_compute_slices() == 4
+
+
+def test_a_dispatch_names_the_action_time_limit_and_still_reads_the_name_it_had_before():
+    d = DispatchMessage("b1", "n0", "app", "f", ActionRef("guest", "f"), Config(1, 1, None), None, (),
+                        (RunRequest("a" * 32, "tx", {"x": 1}, 1718003081790, "guest"),), "esg:0:results")
+    wire = encode(d)
+    assert b'"time_limit_at_ms":1718003081790' in wire and b"deadline_ms" not in wire
+    # a dispatch written before the rename, still pending in a node's stream when the agent is upgraded
+    assert decode(wire.replace(b"time_limit_at_ms", b"deadline_ms")) == d
+    with pytest.raises(ProtocolError, match="time_limit_at_ms"):
+        decode(wire.replace(b'"time_limit_at_ms":1718003081790,', b""))
 
 
 def test_heartbeats_carry_idle_workers_and_batches_and_results_say_how_they_started():

@@ -1,0 +1,101 @@
+"""Events and decisions: what the drivers tell the scheduler step function, and what it answers.
+
+The vocabulary shared by :mod:`esg.scheduler`, the policies (:mod:`esg.policies.base`) and both drivers
+(the live service and the emulator). It sits below all of them, so the policy interface and the
+scheduler never import each other (an import contract keeps it so).
+
+* in (:data:`Event`): a request arrived, a batch finished or was lost, a request is cancelled;
+* out: a batch to run (:class:`Dispatch`), a function done (:class:`FunctionDone`), a request finished
+  (:class:`RequestOutcome`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from esg.cluster import Fit
+from esg.model import Config, Job
+
+
+@dataclass(frozen=True)
+class Request:
+    """One call of an app (its SLO is the app's ``slo_ms``)."""
+
+    request_id: str
+    app: str
+    arrival_ms: float
+
+
+@dataclass(frozen=True)
+class Arrival:
+    request: Request
+
+
+@dataclass(frozen=True)
+class BatchDone:
+    batch_id: str
+    ok: bool = True
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchLost:
+    """A batch's node died before it answered: its jobs go back to the front of their queue."""
+
+    batch_id: str
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Stop tracking a request (the driver answered it otherwise, e.g. a bad input found later)."""
+
+    request_id: str
+
+
+Event = Arrival | BatchDone | BatchLost | Cancel
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """Run ``jobs`` (one batch) of ``app``/``function`` with ``config`` on ``fit.node``."""
+
+    batch_id: str
+    app: str
+    function: str
+    jobs: tuple[Job, ...]
+    config: Config
+    fit: Fit
+    planned_latency_ms: float | None = None
+
+    @property
+    def node(self) -> str:
+        return self.fit.node
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    request_id: str
+    app: str
+    arrival_ms: float
+    finished_ms: float
+    slo_ms: float
+    ok: bool
+    error: str | None = None
+
+    @property
+    def latency_ms(self) -> float:
+        return self.finished_ms - self.arrival_ms
+
+    @property
+    def slo_hit(self) -> bool:
+        return self.ok and self.latency_ms <= self.slo_ms
+
+
+@dataclass(frozen=True)
+class FunctionDone:
+    """A job finished; the driver uses this to route its result to successors."""
+
+    request_id: str
+    app: str
+    function: str
+    node: str

@@ -43,9 +43,9 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from esg.cluster import ClusterSnapshot
+from esg.events import Dispatch
 from esg.model import App, Config
 from esg.placement import StartupCosts, worth_starting
 from esg.planner import Planner
@@ -54,9 +54,6 @@ from esg.policies.base import Choice, Policy, PolicyContext
 from esg.policies.plan_cache import PlanCache
 from esg.queues import AfwQueue
 from esg.slo_split import group_latency
-
-if TYPE_CHECKING:
-    from esg.scheduler import Dispatch
 
 
 @register("esg")

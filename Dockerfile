@@ -13,6 +13,7 @@ COPY esg_cli ./esg_cli
 COPY controller_plugin ./controller_plugin
 COPY invoker_agent ./invoker_agent
 COPY agent_channel ./agent_channel
+COPY openwhisk_status ./openwhisk_status
 COPY profiles ./profiles
 COPY apps ./apps
 COPY actions ./actions

@@ -30,13 +30,7 @@ from typing import Any
 from esg.cluster import NodeState, Slice, SliceRef
 from esg.errors import EsgError
 from esg.model import Config
-
-#: OpenWhisk's activation status codes (``ActivationResponse``, the WhiskActivation's ``statusCode``), shared
-#: by the OpenWhisk side and the agents: ``docs/openwhisk-protocol.md`` §3 says which failure is which.
-STATUS_SUCCESS = 0
-STATUS_APPLICATION_ERROR = 1
-STATUS_DEVELOPER_ERROR = 2
-STATUS_WHISK_ERROR = 3
+from openwhisk_status import STATUS_CODES
 
 #: OpenWhisk's limit on an activation's result (``ActivationEntityLimit``: 1 MiB): an app's (or plain
 #: action's) result above it is a developer error, as OpenWhisk's invoker answers it.
@@ -186,23 +180,14 @@ class IdleWorkers:
 
 
 @dataclass(frozen=True)
-class SliceStatus:
-    """One MIG instance of a node as its agent reports it: where it sits, whether a batch uses it, and
-    its MIG UUID (None while it has no compute instance)."""
-
-    ref: SliceRef
-    busy: bool
-    uuid: str | None = None
-
-
-@dataclass(frozen=True)
 class Heartbeat:
     node: str
     vcpus_total: int
     vcpus_free: int
     memory_mb: int
     gpu_model: str | None
-    slices: tuple[SliceStatus, ...] = ()
+    slices: tuple[Slice, ...] = ()
+    """The node's MIG instances, as the scheduler's :class:`esg.cluster.Slice` holds them."""
     warm: tuple[tuple[str, Config], ...] = ()
     draining: bool = False
     seq: int = 0
@@ -214,6 +199,8 @@ class Heartbeat:
     """Batch ids the agent answered recently (their workers are idle above again)."""
 
     def node_state(self) -> NodeState:
+        """The node as the scheduler plans on it (its slices copied: the scheduler's reservations mark
+        its own copy, never this message)."""
         idle: dict[tuple[str, SliceRef | None], int] = {}
         for w in self.idle:
             if w.count > 0:
@@ -391,7 +378,7 @@ def _result(d: dict) -> BatchResult:
     results = []
     for r in _need(d, "results", list, w):
         code = _need(r, "status_code", int, w + ".results")
-        if code not in (0, 1, 2, 3):
+        if code not in STATUS_CODES:
             raise ProtocolError(f"{w}.results: status_code must be 0-3, got {code}")
         key = r.get("output_key")
         if key is not None and not isinstance(key, str):
@@ -415,7 +402,7 @@ def _result(d: dict) -> BatchResult:
 
 def _heartbeat(d: dict) -> Heartbeat:
     w = "heartbeat"
-    slices = tuple(SliceStatus(_opt_slice(s, w), bool(s.get("busy", False)), s.get("uuid"))
+    slices = tuple(Slice(_opt_slice(s, w), bool(s.get("busy", False)), s.get("uuid"))
                    for s in d.get("slices", []))
     warm = tuple((_need(x, "function", str, w), _config(x.get("config"), w)) for x in d.get("warm", []))
     idle = tuple(_idle(x, w + ".idle") for x in d.get("idle", []))

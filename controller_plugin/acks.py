@@ -16,6 +16,7 @@ from typing import Any
 from controller_plugin import wire
 from controller_plugin.metadata import DEFAULT_LIMITS, ActionMeta
 from controller_plugin.requests_state import Outcome
+from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 
 def activation_record(msg: wire.ActivationMessage, action: ActionMeta | None, outcome: Outcome) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def activation_record(msg: wire.ActivationMessage, action: ActionMeta | None, ou
     """
     where = non_finite(outcome.result)
     if where is not None:
-        outcome = replace(outcome, status_code=wire.STATUS_DEVELOPER_ERROR, timeout=False,
+        outcome = replace(outcome, status_code=STATUS_DEVELOPER_ERROR, timeout=False,
                           result={"error": f"The action's result is not valid JSON: it holds a number JSON "
                                            f"cannot carry (NaN or Infinity) at {where}."})
     start = max(outcome.start_ms, int(msg.transid[1]) if isinstance(msg.transid[1], int) else outcome.start_ms)
@@ -62,7 +63,7 @@ def ack_bytes(msg: wire.ActivationMessage, record: dict[str, Any], instance: wir
     """The one ack for ``msg``: Combined with the record if blocking, else Completion."""
     if msg.blocking:
         return wire.encode_ack(wire.combined(msg, record, instance))
-    is_system = record["response"]["statusCode"] == wire.STATUS_WHISK_ERROR
+    is_system = record["response"]["statusCode"] == STATUS_WHISK_ERROR
     return wire.encode_ack(wire.completion(msg, instance, is_system_error=is_system))
 
 

@@ -24,9 +24,9 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from agent_channel.protocol import STATUS_DEVELOPER_ERROR
 from controller_plugin import wire
 from controller_plugin.metadata import ActivationError
+from openwhisk_status import STATUS_DEVELOPER_ERROR
 
 NOOP = "noop"
 #: scheme -> (IV length, the flag and environment variable that configure its key)

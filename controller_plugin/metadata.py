@@ -26,7 +26,6 @@ from urllib.parse import quote
 import redis
 import requests
 
-from agent_channel.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 from controller_plugin.online import OnlineStore
 from esg.defaults import default_profile
 from esg.errors import AppError, ProfileError
@@ -36,6 +35,7 @@ from esg.online import learned_profile
 from esg.policies.base import FunctionSpec
 from esg.profiles import Profile, profile_from_dict
 from esg_files import load_profile
+from openwhisk_status import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.scheduler")
 

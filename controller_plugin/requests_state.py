@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_channel.protocol import InputRef
+from agent_channel.protocol import InputRef, RunResult
 from controller_plugin import wire
 from controller_plugin.ledger import LedgerEntry
 from controller_plugin.metadata import AppPlan
@@ -26,8 +26,12 @@ from esg.model import Config
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a whole activation ends (what its WhiskActivation says): :class:`agent_channel.protocol.RunResult`'s
-    fields that are not about one function's run, under the same names, and what ran."""
+    """How a whole activation ends (what its WhiskActivation says), under the names
+    :class:`agent_channel.protocol.RunResult` uses. A type of its own because it is not one function's
+    run: an app's outcome is folded from all its functions' results (:meth:`Run.final`: first start, last
+    end, summed init time, every function's logs, the configurations that ran), and it has no output in
+    a data store; an error the scheduler answers by itself (:func:`controller_plugin.acks.error_outcome`)
+    has no run at all."""
 
     status_code: int
     result: Any
@@ -41,13 +45,12 @@ class Outcome:
 
 
 @dataclass(frozen=True)
-class FunctionResult(Outcome):
-    """What one function returned for one activation: an agent's :class:`agent_channel.protocol.RunResult` (same
-    names and meaning), the ``node`` whose data store holds its output (``output_key``) and the
-    configuration it ran with."""
+class FunctionResult:
+    """What one function returned for one activation: the agent's ``run`` result (or the one the
+    scheduler writes when the agent's answer is unusable), the ``node`` whose data store holds its
+    output (``run.output_key``) and the configuration it ran with."""
 
-    output_key: str | None = None
-    output_bytes: int = 0
+    run: RunResult
     node: str = ""
     config: Config | None = None
 
@@ -77,39 +80,39 @@ class Run:
         refs = []
         for p in preds:
             r = self.results[p]
-            refs.append(InputRef(self.plan.functions[p].short, r.output_key or "", r.node, r.output_bytes))
+            refs.append(InputRef(self.plan.functions[p].short, r.run.output_key or "", r.node, r.run.output_bytes))
         return None, tuple(refs)
 
     def record(self, function: str, result: FunctionResult) -> None:
         self.results[function] = result
 
     def data_keys(self) -> tuple[str, ...]:
-        return tuple(r.output_key for r in self.results.values() if r.output_key)
+        return tuple(r.run.output_key for r in self.results.values() if r.run.output_key)
 
     def final(self) -> Outcome:
         """The app's outcome once every sink finished."""
         app = self.plan.app
         sinks = app.sinks
-        value = (self.results[sinks[0]].result if len(sinks) == 1
-                 else {self.plan.functions[s].short: self.results[s].result for s in sinks})
+        value = (self.results[sinks[0]].run.result if len(sinks) == 1
+                 else {self.plan.functions[s].short: self.results[s].run.result for s in sinks})
         return self._outcome(0, value)
 
     def failed(self, function: str) -> Outcome:
         """The outcome when ``function`` failed: its status and error, the app fails with it."""
-        r = self.results[function]
+        r = self.results[function].run
         value = r.result
         if len(self.plan.functions) > 1 and isinstance(value, dict) and "error" in value:
             value = {**value, "function": self.plan.functions[function].short}
         return self._outcome(r.status_code, value, timeout=r.timeout)
 
     def _outcome(self, status: int, value: Any, timeout: bool = False) -> Outcome:
-        rs = list(self.results.values())
+        rs = [r.run for r in self.results.values()]
         inits = [r.init_ms for r in rs if r.init_ms is not None]
         logs: list[str] = []
         multi = len(self.plan.functions) > 1
         for f, r in self.results.items():
             short = self.plan.functions[f].short
-            logs.extend(f"[{short}] {line}" if multi else line for line in r.logs)
+            logs.extend(f"[{short}] {line}" if multi else line for line in r.run.logs)
         configs = {self.plan.functions[f].short: config_annotation(r.config, self.plan.functions[f].profile)
                    for f, r in self.results.items() if r.config is not None}
         return Outcome(status, value, min(r.start_ms for r in rs), max(r.end_ms for r in rs),

@@ -20,14 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent_channel.protocol import (
-    MAX_NESTING,
-    STATUS_APPLICATION_ERROR,
-    STATUS_DEVELOPER_ERROR,
-    STATUS_SUCCESS,
-    STATUS_WHISK_ERROR,
-    deeper_than,
-)
+from agent_channel.protocol import MAX_NESTING, deeper_than
+from openwhisk_status import STATUS_CODES, STATUS_WHISK_ERROR
 
 #: ``max.request.size`` of OpenWhisk's activation and ack producers: 1 MiB of result + 6068 B overhead.
 MAX_MESSAGE_BYTES = 1_054_644
@@ -374,7 +368,7 @@ def whisk_activation(msg: ActivationMessage, *, start_ms: int, end_ms: int, stat
     ``size`` is the byte length of the raw reply the action's container returned. ``version`` defaults
     to the version in the message's action name (OpenWhisk's default for a new action is ``0.0.1``).
     """
-    if status_code not in (STATUS_SUCCESS, STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR):
+    if status_code not in STATUS_CODES:
         raise ValueError(f"status_code must be 0..3, got {status_code}")
     response: dict[str, Any] = {"statusCode": status_code}
     if result is not None:

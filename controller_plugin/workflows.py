@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass
 
 from agent_channel import protocol
-from agent_channel.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 from controller_plugin import acks, wire
 from controller_plugin.ack_pipeline import Answer
 from controller_plugin.activations import Accepted
@@ -39,6 +38,7 @@ from esg.defaults import is_default
 from esg.events import Arrival, BatchDone, BatchLost, Cancel, Dispatch, Request
 from esg.online import Observation
 from esg.scheduler import Scheduler
+from openwhisk_status import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.scheduler")
 
@@ -127,7 +127,7 @@ class Workflows:
                 continue
             res = self._function_result(run, d, rm, by_id.get(job.request_id), now_ms)
             run.record(d.function, res)
-            if res.status_code != 0:
+            if res.run.status_code != 0:
                 self._events.append(Cancel(run.activation_id))
                 out.append(self._finish(run, run.failed(d.function)))
         self._events.append(BatchDone(rm.batch_id, ok=True))
@@ -139,15 +139,13 @@ class Workflows:
         short = run.plan.functions[d.function].short
         if r is None:
             why = rm.error or f"agent {rm.node} returned no result for it"
-            return FunctionResult(STATUS_DEVELOPER_ERROR, {"error": f"{short}: {why}"}, now_ms, now_ms, node=rm.node,
-                                  config=d.config)
-        sink = d.function in run.plan.app.sinks
-        if r.status_code == 0 and not sink and r.output_key is None:
-            return FunctionResult(STATUS_DEVELOPER_ERROR, {"error": f"{short}: agent {rm.node} kept no output for "
-                                                                 "the successors"}, r.start_ms, r.end_ms,
-                                  node=rm.node, config=d.config)
-        return FunctionResult(r.status_code, r.result, r.start_ms, r.end_ms, r.init_ms, r.logs, r.timeout,
-                              output_key=r.output_key, output_bytes=r.output_bytes, node=rm.node, config=d.config)
+            r = protocol.RunResult(run.activation_id, STATUS_DEVELOPER_ERROR, {"error": f"{short}: {why}"},
+                                   now_ms, now_ms)
+        elif r.status_code == 0 and d.function not in run.plan.app.sinks and r.output_key is None:
+            r = protocol.RunResult(r.activation_id, STATUS_DEVELOPER_ERROR,
+                                   {"error": f"{short}: agent {rm.node} kept no output for the successors"},
+                                   r.start_ms, r.end_ms)
+        return FunctionResult(r, rm.node, d.config)
 
     def observation(self, d: Dispatch, rm: protocol.BatchResult) -> tuple[Observation, float | None] | None:
         """What the batch teaches its function's table (a successful batch with a measured run time), and

@@ -31,6 +31,11 @@ class SliceRef:
 
 @dataclass
 class Slice:
+    """One MIG instance of a node: where it sits, whether a batch uses it, and its MIG UUID (None while
+    it has no compute instance, or where the driver does not know it). The scheduler's view and what an
+    agent's heartbeat reports are the same thing; mutable because a snapshot marks its reservations on
+    it (a driver copies the slices it was sent before planning on them)."""
+
     ref: SliceRef
     busy: bool = False
     uuid: str | None = None
@@ -303,16 +308,9 @@ def gpu_fit(model: str, layout: tuple[tuple[str, int, bool], ...], profile: str
     start = mig.best_start(model, profile, tuple((p, st) for p, st, busy in layout if busy))
     if start is None:
         return None
-    new = SliceRef(profile, start)
     victims = tuple(SliceRef(p, st) for p, st, busy in layout
-                    if not busy and _overlaps(model, SliceRef(p, st), new))
-    return new, True, victims
-
-
-def _overlaps(model: str, a: SliceRef, b: SliceRef) -> bool:
-    geo = mig.geometry(model)
-    pa, pb = geo.profile(a.profile), geo.profile(b.profile)
-    return a.start < b.start + pb.memory_slices and b.start < a.start + pa.memory_slices
+                    if not busy and mig.overlaps(model, (p, st), (profile, start)))
+    return SliceRef(profile, start), True, victims
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent_channel.protocol import (
+from openwhisk_status import (
     STATUS_APPLICATION_ERROR,
     STATUS_DEVELOPER_ERROR,
     STATUS_SUCCESS,

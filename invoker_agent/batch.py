@@ -16,15 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from agent_channel.protocol import (
-    MAX_NESTING,
-    STATUS_DEVELOPER_ERROR,
-    STATUS_WHISK_ERROR,
-    BatchResult,
-    DispatchMessage,
-    RunResult,
-    deeper_than,
-)
+from agent_channel.protocol import MAX_NESTING, BatchResult, DispatchMessage, RunResult, deeper_than
 from invoker_agent import runtime_client as rt
 from invoker_agent.actions import ActionFetcher, ActionFetchError, ActionNotFound
 from invoker_agent.data import DataPlane, MissingInput, Write
@@ -33,6 +25,7 @@ from invoker_agent.node import NodeAgent
 from invoker_agent.runner import WorkerKey, WorkerSpec
 from invoker_agent.slices import SliceError, SliceManager
 from invoker_agent.vcpus import VcpuAllocator, VcpuError
+from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.agent")
 

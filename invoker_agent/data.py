@@ -36,14 +36,8 @@ from typing import Any
 import redis
 
 from agent_channel.keys import Keys
-from agent_channel.protocol import (
-    MAX_DATA_BYTES,
-    MAX_RESULT_BYTES,
-    STATUS_DEVELOPER_ERROR,
-    DispatchMessage,
-    RunResult,
-    compose_input,
-)
+from agent_channel.protocol import MAX_DATA_BYTES, MAX_RESULT_BYTES, DispatchMessage, RunResult, compose_input
+from openwhisk_status import STATUS_DEVELOPER_ERROR
 
 log = logging.getLogger("esg.agent")
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from esg import mig
+from esg.cluster import Slice, SliceRef
 from esg.errors import MigError
 from invoker_agent.journal import Journal
 from invoker_agent.mig_backend import NVML_ERROR_IN_USE, GpuInstance, MigBackend, MigOperationError
@@ -48,7 +49,11 @@ class DesiredLayout:
 
 @dataclass(frozen=True)
 class MigSlice:
-    """One GPU instance as found on the GPU, with its compute instance (if any) and busy state."""
+    """One GPU instance as found on the GPU, with its compute instance (if any) and busy state.
+
+    A type of its own beside :class:`esg.cluster.Slice` because it holds what only the reconciler needs
+    to change the GPU: NVML's GPU index and GPU/compute instance ids and the processes using it. What a
+    node reports of it is :meth:`slice`."""
 
     gpu: int
     gi_id: int
@@ -58,6 +63,14 @@ class MigSlice:
     mig_uuid: str | None
     pids: tuple[int, ...] = ()
     busy: bool = False
+
+    @property
+    def ref(self) -> SliceRef:
+        return SliceRef(self.profile, self.start)
+
+    def slice(self) -> Slice:
+        """This instance as the scheduler sees a slice (and a heartbeat reports it)."""
+        return Slice(self.ref, self.busy, self.mig_uuid)
 
 
 @dataclass

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent_channel.protocol import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR, RunRequest
+from agent_channel.protocol import RunRequest
 from esg.model import Config
 from invoker_agent.actions import ActionCode
 from invoker_agent.lifetime import die_with_parent
@@ -54,6 +54,7 @@ from invoker_agent.runtime_client import (
     crash_result,
     timeout_result,
 )
+from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 WORKER_SCRIPT = Path(__file__).with_name("action_worker.py")
 _INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "SYSTEMROOT")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from agent_channel.protocol import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_SUCCESS
+from openwhisk_status import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_SUCCESS
 
 BATCH_KEY = "__esg_batch__"
 SENTINEL = "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX"     # printed by runtimes after each activation

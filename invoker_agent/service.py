@@ -35,13 +35,14 @@ from typing import Any
 
 import redis
 
-from agent_channel.protocol import STATUS_WHISK_ERROR, BatchResult, DispatchMessage, ProtocolError, decode
+from agent_channel.protocol import BatchResult, DispatchMessage, ProtocolError, decode
 from agent_channel.streams import Entry
 from invoker_agent.batch import BatchRunner, failed_ids
 from invoker_agent.channel import AgentChannel
 from invoker_agent.data import Write
 from invoker_agent.heartbeat import HeartbeatBuilder
 from invoker_agent.node import NodeAgent
+from openwhisk_status import STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.agent")
 

@@ -15,9 +15,8 @@ import threading
 import time
 from collections import Counter
 
-from agent_channel.protocol import SliceStatus
 from esg import mig
-from esg.cluster import SliceRef
+from esg.cluster import Slice, SliceRef
 from esg.errors import MigError
 from invoker_agent.mig_backend import MigOperationError
 from invoker_agent.node import NodeAgent
@@ -45,7 +44,7 @@ class SliceManager:
         self._mig_lock = threading.Lock()            # one MIG change (or read) at a time
         self._res_lock = threading.Lock()
         self._reserved: Counter[str] = Counter()
-        self._last: tuple[SliceStatus, ...] = ()
+        self._last: tuple[Slice, ...] = ()
         self.change_delay_s = 0.0
         """Extra time each MIG instance created or destroyed takes (0: as long as the backend takes)."""
         node.reconciler.busy_slices = self.busy_uuids
@@ -111,7 +110,7 @@ class SliceManager:
             if self._reserved[uuid] <= 0:
                 del self._reserved[uuid]
 
-    def status(self) -> tuple[SliceStatus, ...]:
+    def status(self) -> tuple[Slice, ...]:
         """Every slice with busy/idle and MIG UUID (the last known list if a MIG change is under way)."""
         if self.gpu is None:
             return ()
@@ -123,8 +122,7 @@ class SliceManager:
             return self._last
         finally:
             self._mig_lock.release()
-        self._last = tuple(SliceStatus(SliceRef(s.profile, s.start), s.busy, s.mig_uuid)
-                           for s in sorted(state, key=lambda s: s.start))
+        self._last = tuple(s.slice() for s in sorted(state, key=lambda s: s.start))
         return self._last
 
 

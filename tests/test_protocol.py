@@ -12,12 +12,11 @@ from agent_channel.protocol import (
     ProtocolError,
     RunRequest,
     RunResult,
-    SliceStatus,
     compose_input,
     decode,
     encode,
 )
-from esg.cluster import SliceRef
+from esg.cluster import ClusterSnapshot, Slice, SliceRef
 from esg.model import Config
 
 
@@ -32,7 +31,7 @@ def test_round_trips():
     r = BatchResult("b1", "n0", (RunResult("a" * 32, 0, {"ok": True}, 1, 2, 150, ("log",), False),
                                    RunResult("b" * 32, 0, None, 1, 2, output_key="k", output_bytes=9)),
                       None, "resnet50", Config(4, 2, "1g.5gb"), 12.5)
-    h = Heartbeat("n0", 16, 12, 65536, "A100-40GB", (SliceStatus(SliceRef("3g.20gb", 4), True, "MIG-x"),),
+    h = Heartbeat("n0", 16, 12, 65536, "A100-40GB", (Slice(SliceRef("3g.20gb", 4), True, "MIG-x"),),
                   (("resnet50", Config(1, 1, None)),), False, 7, 99)
     for msg in (d, r, h):
         assert decode(encode(msg)) == msg
@@ -53,7 +52,7 @@ def test_a_dispatch_names_the_action_time_limit_and_still_reads_the_name_it_had_
 
 def test_heartbeats_carry_idle_workers_and_batches_and_results_say_how_they_started():
     ref = SliceRef("3g.20gb", 4)
-    h = Heartbeat("n0", 16, 12, 65536, "A100-40GB", (SliceStatus(ref, False, "MIG-x"),), (), False, 8, 99,
+    h = Heartbeat("n0", 16, 12, 65536, "A100-40GB", (Slice(ref, False, "MIG-x"),), (), False, 8, 99,
                   (IdleWorkers("f", 2, ref, 1), IdleWorkers("f", 4, ref, 2), IdleWorkers("g", 1, None, 1)),
                   ("b2",), ("b1",))
     assert decode(encode(h)) == h
@@ -61,6 +60,18 @@ def test_heartbeats_carry_idle_workers_and_batches_and_results_say_how_they_star
     assert h.node_state().idle_workers == {("f", ref): 3, ("g", None): 1}
     r = BatchResult("b1", "n0", (), None, "f", Config(1, 2, "3g.20gb"), 3.0, cold=True, reconfigured=2)
     assert decode(encode(r)) == r
+
+
+def test_planning_on_a_heartbeat_marks_the_schedulers_copy_of_its_slices_not_the_message():
+    ref = SliceRef("3g.20gb", 4)
+    h = Heartbeat("n0", 16, 16, 65536, "A100-40GB", (Slice(ref, False, "MIG-x"),))
+    snap = ClusterSnapshot.of([h.node_state()])
+    config = Config(1, 1, "3g.20gb")
+    fit = snap.fit("n0", config)
+    assert fit is not None and fit.slice == ref and not fit.create
+    snap.reserve(config, fit)
+    assert snap.nodes["n0"].slices == [Slice(ref, True, "MIG-x")]
+    assert h.slices == (Slice(ref, False, "MIG-x"),) and decode(encode(h)) == h
 
 
 @pytest.mark.parametrize("field, value, needle", [

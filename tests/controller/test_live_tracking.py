@@ -5,12 +5,12 @@ result handling with the core scheduler on top."""
 from __future__ import annotations
 
 from agent_channel import protocol
-from agent_channel.protocol import BatchResult, Heartbeat, IdleWorkers, SliceStatus
+from agent_channel.protocol import BatchResult, Heartbeat, IdleWorkers
 from controller_plugin.dispatcher import Dispatcher
 from controller_plugin.health import AgentRegistry
 from controller_plugin.metrics import Metrics
 from controller_plugin.workflows import Send
-from esg.cluster import SliceRef
+from esg.cluster import Slice, SliceRef
 from esg.events import Arrival, BatchDone, Request
 from esg.model import App, Config
 from esg.policies import PolicyContext, make_policy
@@ -34,7 +34,7 @@ def dispatcher() -> Dispatcher:
 
 
 def beat(node: str, seq: int, idle=(), busy=False, running=(), done=()) -> Heartbeat:
-    return Heartbeat(node, 16, 16, 4096, "A100-40GB", (SliceStatus(THREE, busy, "MIG-1"),) if node == "n0" else (),
+    return Heartbeat(node, 16, 16, 4096, "A100-40GB", (Slice(THREE, busy, "MIG-1"),) if node == "n0" else (),
                      (), False, seq, 0, tuple(idle), tuple(running), tuple(done))
 
 

@@ -10,9 +10,9 @@ import redis
 
 from agent_channel import protocol
 from agent_channel.keys import FIELD, Keys
-from agent_channel.protocol import Heartbeat, IdleWorkers, SliceStatus
+from agent_channel.protocol import Heartbeat, IdleWorkers
 from controller_plugin.decisions import DecisionLog, decisions_key, status_key
-from esg.cluster import Fit, SliceRef
+from esg.cluster import Fit, Slice, SliceRef
 from esg.events import Dispatch
 from esg.model import Config, Job
 from esg_cli.main import main
@@ -24,8 +24,8 @@ def test_status_shows_layouts_warm_workers_last_batch_and_queues(redis_url, caps
     r = redis.Redis.from_url(redis_url)
     three = SliceRef("3g.20gb", 4)
     now = int(time.time() * 1000)
-    hb = Heartbeat("n0", 16, 14, 4096, "A100-40GB", (SliceStatus(three, False, "MIG-1"),
-                                                     SliceStatus(SliceRef("1g.5gb", 0), True, "MIG-2")),
+    hb = Heartbeat("n0", 16, 14, 4096, "A100-40GB", (Slice(three, False, "MIG-1"),
+                                                     Slice(SliceRef("1g.5gb", 0), True, "MIG-2")),
                    (), False, 3, now, (IdleWorkers("guest/f", 2, three, 1),), ("b9",), ())
     r.xadd(keys.heartbeats, {FIELD: protocol.encode(hb)})
     log = DecisionLog(decisions_key(keys.scope))

@@ -177,8 +177,8 @@ def test_cli_unknown_model_exits_2_naming_it(capsys):
 
 @pytest.mark.parametrize("model", MODELS)
 def test_overlap_rule_is_shared_memory_slices(model):
-    """``mig.overlaps`` (the rule the agent's slice manager and reconciler use) against sets of memory
-    slices, for every pair of placements of the model."""
+    """``mig.overlaps`` (the one rule: the scheduler's fit, the agent's slice manager and reconciler)
+    against sets of memory slices, for every pair of placements of the model."""
     geo = mig.geometry(model)
     spots = [(p.name, s) for p in geo.profiles.values() for s in p.starts]
 

@@ -1,0 +1,16 @@
+"""OpenWhisk's activation status codes (``ActivationResponse``: a WhiskActivation's ``response.statusCode``).
+
+Defined here once for every side that speaks them: OpenWhisk's wire shapes and its REST API's views,
+action metadata errors, the scheduler's answers, the scheduler<->agent messages, the agent and the action
+runtime's client. ``docs/openwhisk-protocol.md`` §3 says which failure is which. Only constants: it
+imports nothing, so any part may import it (an import contract keeps it so).
+"""
+
+STATUS_SUCCESS = 0
+STATUS_APPLICATION_ERROR = 1
+STATUS_DEVELOPER_ERROR = 2
+#: A failure of the system itself: the only code an ack marks ``isSystemError``.
+STATUS_WHISK_ERROR = 3
+
+#: Every status code, in order.
+STATUS_CODES = (STATUS_SUCCESS, STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR)

@@ -6,12 +6,15 @@ written in the main loop's pipeline with the turn's other writes. One per reques
 answered --, ``slo_ms, ok``), and one per answered batch (``type: "batch"``):
 
 ``batch_id, app, function, node, gpu_model, batch, vcpus, gpu, slice ("3g.20gb@4" or null), create,
-destroy (instances), warm (the plan took an idle warm worker), jobs (activation ids), sent_ms, done_ms
-(epoch ms: dispatched, result read), run_ms (the agent's measured run), cold (the agent started a worker), reconfigured (MIG instances the
-agent changed), status (0 when every activation succeeded)``.
+destroy (instances), destroyed (their labels), warm (the plan took an idle warm worker), jobs (activation
+ids), enqueued_ms (the step that queued its last job), decided_ms (the step that placed it: the same when
+it waited for nothing), sent_ms, done_ms (epoch ms: dispatched, result read), run_ms (the agent's
+measured run), cold (the agent started a worker), reconfigured (MIG instances the agent changed), status
+(0 when every activation succeeded)``.
 
-``esg replay`` reads it for the cost, cold starts, MIG changes and batch sizes of its measured requests
-(what the emulator counts); the configurations chosen are compared with the emulator's.
+``esg replay`` reads it for the cost (idle MIG instances kept for warm workers included, by the
+emulator's rule), cold starts, MIG changes and batch sizes of its measured requests (what the emulator
+counts); the configurations chosen are compared with the emulator's.
 """
 
 from __future__ import annotations
@@ -46,25 +49,29 @@ def slice_label(d: Dispatch) -> str | None:
 class DecisionLog:
     def __init__(self, key: str) -> None:
         self.key = key
-        self._sent: dict[str, int] = {}
+        self._sent: dict[str, tuple[int, int]] = {}
         self._staged: list[bytes] = []
         self._status: tuple[str, str] | None = None
 
-    def sent(self, dispatches: Sequence[Dispatch], now_ms: int | None = None) -> None:
+    def sent(self, dispatches: Sequence[Dispatch], now_ms: int | None = None, decided_ms: int | None = None) -> None:
+        """The batches written to their agents (at ``now_ms``), placed by the step at ``decided_ms``."""
         t = int(time.time() * 1000) if now_ms is None else now_ms
         for d in dispatches:
-            self._sent[d.batch_id] = t
+            self._sent[d.batch_id] = (t, t if decided_ms is None else decided_ms)
 
     def forget(self, batch_ids: Sequence[str]) -> None:
         for b in batch_ids:
             self._sent.pop(b, None)
 
     def done(self, d: Dispatch, rm: protocol.BatchResult, gpu_model: str | None, now_ms: int) -> None:
+        sent, decided = self._sent.pop(d.batch_id, (now_ms, now_ms))
         entry: dict[str, Any] = {
             "type": "batch", "batch_id": d.batch_id, "app": d.app, "function": d.function, "node": d.node, "gpu_model": gpu_model,
             "batch": d.config.batch, "vcpus": d.config.vcpus, "gpu": d.config.gpu, "slice": slice_label(d),
-            "create": d.fit.create, "destroy": len(d.fit.destroy), "warm": d.fit.warm_worker is not None,
-            "jobs": [j.request_id for j in d.jobs], "sent_ms": self._sent.pop(d.batch_id, now_ms),
+            "create": d.fit.create, "destroy": len(d.fit.destroy),
+            "destroyed": [f"{r.profile}@{r.start}" for r in d.fit.destroy], "warm": d.fit.warm_worker is not None,
+            "jobs": [j.request_id for j in d.jobs], "enqueued_ms": max((j.enqueued_ms for j in d.jobs), default=None),
+            "decided_ms": decided, "sent_ms": sent,
             "done_ms": now_ms, "cold": rm.cold, "reconfigured": rm.reconfigured, "run_ms": rm.run_ms,
             "status": max((r.status_code for r in rm.results), default=3 if rm.error else 0)}
         self._staged.append(json.dumps(entry, separators=(",", ":")).encode())

@@ -5,11 +5,19 @@ Actions are read as the activation's caller (its ``user`` identity). A plan is k
 action read without one is read again after the TTL. Anything that makes the action unrunnable is an
 :class:`~controller_plugin.metadata.ActivationError` naming it; a bug while planning is one too (a
 system error), so the activation is answered rather than lost.
+
+Only an action never planned is read on an activation's way (the activation reader's thread). A plan
+past its TTL, or dropped because a profile table changed, still serves the activations that come while
+a thread of the cache reads it again (stale while revalidating): reading an app and its functions
+through the REST API takes tens of milliseconds, on a loaded machine up to a hundred and more, and
+every activation behind it in the reader waited that long -- every ``PLAN_TTL_S`` for every app
+(docs/live-vs-emulated.md).
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 
@@ -34,19 +42,59 @@ class PlanCache:
         self.profiles = profiles
         self._plans: dict[tuple[str, str | None], tuple[float, AppPlan]] = {}
         self._lock = threading.Lock()
+        self._todo: queue.Queue = queue.Queue()
+        self._pending: set[tuple[str, str | None]] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def drop(self) -> None:
-        """Forget every plan (a table changed): each action is planned afresh at its next activation."""
+        """Every plan is read again (a table changed): each serves on until its new one is ready."""
         with self._lock:
-            self._plans.clear()
+            self._plans = {k: (-float("inf"), p) for k, (_, p) in self._plans.items()}
 
     def plan(self, msg: wire.ActivationMessage) -> AppPlan | ActivationError:
         key = (msg.action.qualified, msg.revision)
+        with self._lock:
+            hit = self._plans.get(key)
+        if hit is None:
+            return self._read(key, msg)
+        if time.monotonic() - hit[0] >= PLAN_TTL_S:
+            self._refresh(key, msg)
+        return hit[1]
+
+    def close(self) -> None:
+        """Stop the refreshing thread (it finishes the read it is in)."""
+        self._stop.set()
+        self._todo.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _refresh(self, key: tuple[str, str | None], msg: wire.ActivationMessage) -> None:
+        with self._lock:
+            if key in self._pending or self._stop.is_set():
+                return
+            self._pending.add(key)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._refresh_loop, name="esg-plans", daemon=True)
+                self._thread.start()
+        self._todo.put((key, msg))
+
+    def _refresh_loop(self) -> None:
+        while not self._stop.is_set():
+            item = self._todo.get()
+            if item is None:
+                return
+            key, msg = item
+            try:
+                self._read(key, msg)  # an error keeps the old plan until the next try
+            finally:
+                with self._lock:
+                    self._pending.discard(key)
+
+    def _read(self, key: tuple[str, str | None], msg: wire.ActivationMessage) -> AppPlan | ActivationError:
         mono = time.monotonic()
         with self._lock:
             hit = self._plans.get(key)
-        if hit is not None and mono - hit[0] < PLAN_TTL_S:
-            return hit[1]
         auth = msg.user.api_key if msg.user.api_key and ":" in msg.user.api_key else None
         try:
             meta = self.metadata.action(msg.action.qualified, msg.revision, cache=msg.revision is not None,
@@ -54,6 +102,9 @@ class PlanCache:
             plan = plan_for(meta, msg.revision, lambda fqn: self.metadata.action(fqn, None, cache=False, auth=auth),
                             self.profiles)
         except ActivationError as exc:
+            if hit is not None:
+                with self._lock:
+                    self._plans.pop(key, None)  # unrunnable now: the next activation learns why
             return exc
         except Exception as exc:  # a bug must not lose the activation: it is answered as a system error
             log.exception("planning %s failed", msg.action.qualified)

@@ -205,6 +205,7 @@ class SchedulerService:
             self.acks.finish()
         except Exception:  # best effort on the way out; the ledger finishes it at the next start
             log.warning("could not send the last acks; the next start finishes them")
+        self.plans.close()
         self.bus.close()
         self.redis.close()
         if self.records is not None:
@@ -265,7 +266,7 @@ class SchedulerService:
                 self.decisions.outcome(o)
             self._answer(answers)
         self.acks.produce()
-        self._write(sends)
+        self._write(sends, t)
         self.acks.confirm()
         self._learn()
 
@@ -291,7 +292,7 @@ class SchedulerService:
         if learned:
             self.plans.drop()
 
-    def _write(self, sends: list[Send]) -> None:
+    def _write(self, sends: list[Send], decided_ms: int | None = None) -> None:
         """The turn's dispatches and ledger writes, one round trip; retried (whole) while Redis fails.
         A repeated dispatch reaches its agent twice and runs once (agents skip a batch id they took)."""
         while True:
@@ -307,7 +308,7 @@ class SchedulerService:
                 if self.stop_event.wait(0.5):
                     raise
         self.dispatcher.sent(sends, replies[:n])
-        self.decisions.sent([s.dispatch for s in sends])
+        self.decisions.sent([s.dispatch for s in sends], decided_ms=decided_ms)
         self.decisions.written()
         self.acks.written()
 

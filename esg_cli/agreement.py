@@ -1,13 +1,16 @@
 """Live against emulated, on the same arrivals: the pieces of ``benchmarks/bench_live_vs_emulated.py`` and
 of its short version in the test suite.
 
-1. :func:`emulate` -- the workload generator writes an arrivals file and the emulator runs ESG on it (what
-   ``esg emulate --arrivals FILE`` writes), recording each measured dispatch's configuration;
-2. :func:`twin_cluster` -- ``esg up --runner twin --serve`` (a 2-node A100 twin cluster by default, SLOs
-   at the same level);
-3. ``esg replay --arrivals FILE`` against it (:func:`replay`);
-4. :func:`compare` -- hit rates, cost, the share of dispatches whose (function, batch, vCPUs, slice)
-   match, and the live per-batch hop measured from the scheduler's decision log.
+1. :func:`write_arrivals` -- the workload generator writes an arrivals file;
+2. :func:`twin_cluster` -- ``esg up --runner twin --serve --no-online-profiles`` (a 2-node A100 twin cluster
+   by default, SLOs at the same level, planning with the same fixed tables as the emulator);
+3. ``esg replay --arrivals FILE`` against it (:func:`replay`), and the live path's overhead per batch
+   measured from the scheduler's decision log (:func:`live_hop_ms`);
+4. :func:`emulate_seeds` -- the emulator runs ESG on the same file (what ``esg emulate --arrivals FILE
+   --hop-ms H`` writes) with that overhead, over a few seeds (its own spread), recording each measured
+   dispatch's configuration;
+5. :func:`compare` -- hit rates, cost, the share of dispatches whose (function, batch, vCPUs, slice)
+   match.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import re
 import signal
 import statistics
@@ -53,20 +57,20 @@ class Emulated:
 
 
 def emulate_args(out: Path, arrivals: Path, nodes: int, vcpus: int, slo: str, load: str, duration_s: float,
-                 warmup_s: float, seed: int, hop_ms: float) -> argparse.Namespace:
+                 warmup_s: float, seed: int, hop_ms: float, hop_log_sd: float = 0.0) -> argparse.Namespace:
     """The namespace ``esg emulate`` would parse for this run (one ESG cell)."""
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
     emulate_cli.register(sub)
     return parser.parse_args(["emulate", "--policies", "esg", "--slo", slo, "--load", load, "--nodes", str(nodes),
                               "--vcpus", str(vcpus), "--duration-s", f"{duration_s:g}", "--warmup-s",
-                              f"{warmup_s:g}", "--seed", str(seed), "--hop-ms", f"{hop_ms:g}", "--out", str(out),
+                              f"{warmup_s:g}", "--seed", str(seed), "--hop-ms", f"{hop_ms:g}", "--hop-log-sd", f"{hop_log_sd:g}",
+                              "--out", str(out),
                               "--no-plots", "--jobs", "1", "--write-arrivals", str(arrivals)])
 
 
-def emulate(args: argparse.Namespace, rate_rps: float | None = None) -> Emulated:
-    """Write the arrivals of ``args``'s load level (or of a fixed mean rate), then run ESG on that file, as
-    ``esg emulate --arrivals`` does, recording the configuration of every dispatch with a measured request.
+def write_arrivals(args: argparse.Namespace, rate_rps: float | None = None) -> Path:
+    """Write the arrivals of ``args``'s load level (or of a fixed mean rate) to ``args.write_arrivals``.
 
     The load levels scale with every GPU compute slice of the emulated cluster; a live twin cluster on a
     small machine is driven through a real scheduler, whose own CPU bounds the rate it can take, so the
@@ -78,6 +82,15 @@ def emulate(args: argparse.Namespace, rate_rps: float | None = None) -> Emulated
     else:
         requests = generate(sorted(base), rate_rps, args.duration_s, np.random.default_rng([args.seed, 0]))
     emulate_cli.write_arrivals(args.write_arrivals, requests)
+    return Path(args.write_arrivals)
+
+
+def emulate(args: argparse.Namespace, rate_rps: float | None = None, write: bool = True) -> Emulated:
+    """ESG on the arrivals file ``args.write_arrivals`` (written first unless ``write`` is false), as
+    ``esg emulate --arrivals`` runs it, recording the configuration of every dispatch with a measured
+    request."""
+    if write:
+        write_arrivals(args, rate_rps)
     replay_args = argparse.Namespace(**{**vars(args), "arrivals": args.write_arrivals, "write_arrivals": None})
     seen: list[ConfigKey] = []
 
@@ -97,6 +110,28 @@ def emulate(args: argparse.Namespace, rate_rps: float | None = None) -> Emulated
     return Emulated(row, per_app, seen)
 
 
+def emulate_seeds(args: argparse.Namespace, seeds: int) -> list[Emulated]:
+    """:func:`emulate` on the arrivals already written, once per seed ``args.seed .. args.seed + seeds - 1``
+    (the execution-time noise and hop draws differ): the emulator's own spread on these arrivals."""
+    return [emulate(argparse.Namespace(**{**vars(args), "seed": args.seed + k}), write=False) for k in range(seeds)]
+
+
+def mean_emulated(runs: list[Emulated]) -> Emulated:
+    """The runs' summary and per-app hit rates averaged (the first run's dispatches), with the spread of
+    hit rate and cost (``slo_hit_rate_sd``, ``cost_sd``)."""
+    first = runs[0]
+    summary = dict(first.summary)
+    for k in ("slo_hit_rate", "cost", "cost_idle", "cold_starts", "mig_changes"):
+        xs = [float(r.summary[k]) for r in runs]
+        summary[k] = statistics.fmean(xs)
+        summary[f"{k}_sd"] = statistics.pstdev(xs)
+    per_app = []
+    for row in first.per_app:
+        rows = [p for r in runs for p in r.per_app if p["app"] == row["app"]]
+        per_app.append(dict(row, slo_hit_rate=statistics.fmean(float(p["slo_hit_rate"]) for p in rows)))
+    return Emulated(summary, per_app, first.dispatches)
+
+
 def _key(function: str, batch: int, vcpus: int, slice_: str | None) -> ConfigKey:
     return (function.rsplit("/", 1)[-1], int(batch), int(vcpus), slice_)
 
@@ -110,13 +145,15 @@ class Cluster:
 
 @contextmanager
 def twin_cluster(logs: Path, nodes: int = 2, vcpus: int = 16, slo: str = "moderate",
-                 timeout_s: float = 180.0) -> Iterator[Cluster]:
-    """``esg up --runner twin --serve`` until the block ends (then SIGTERM: it stops what it started)."""
+                 timeout_s: float = 180.0, online_profiles: bool = False) -> Iterator[Cluster]:
+    """``esg up --runner twin --serve`` until the block ends (then SIGTERM: it stops what it started); its
+    scheduler plans with the fixed tables (``--no-online-profiles``) unless ``online_profiles``."""
     logs.mkdir(parents=True, exist_ok=True)
     out = open(logs / "up.out", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([sys.executable, "-m", "esg_cli.main", "up", "--runner", "twin", "--nodes", str(nodes),
                              "--vcpus", str(vcpus), "--fake-gpu", "A100-40GB", "--slo", slo, "--requests", "0",
-                             "--serve", "--logs", str(logs)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                             "--serve", "--logs", str(logs)] + ([] if online_profiles else ["--no-online-profiles"]),
+                            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, preexec_fn=die_with_parent())
     try:
         deadline = time.monotonic() + timeout_s
@@ -167,9 +204,42 @@ def config_match(live: list[ConfigKey], emulated: list[ConfigKey]) -> float:
     return sum((a & b).values()) / n if n else 1.0
 
 
+def live_hops_ms(decisions: list[dict[str, Any]]) -> list[float]:
+    """The live path's overhead per batch, as the emulator's ``hop_ms`` charges it: from the moment the
+    scheduler could decide the batch (its request accepted, its predecessors answered: ``ready_ms``) to
+    its answer in the scheduler, less the agent's run; over warm batches with no MIG change that the
+    step which queued them placed at once (queueing is the emulator's to model, not a hop)."""
+    return [float(d["done_ms"]) - float(d["ready_ms"]) - float(d["run_ms"]) for d in decisions
+            if d.get("cold") in ("False", False) and str(d.get("reconfigured")) == "0" and d.get("run_ms")
+            and d.get("ready_ms") not in (None, "") and _at_once(d)]
+
+
 def live_hop_ms(decisions: list[dict[str, Any]]) -> float:
-    """The live per-batch overhead: sent to answered, less the agent's run, over warm batches with no MIG
-    change (median)."""
+    """The median of :func:`live_hops_ms` (NaN: no such batch): the emulator's ``hop_ms``."""
+    hops = live_hops_ms(decisions)
+    return statistics.median(hops) if hops else float("nan")
+
+
+def live_hop_log_sd(decisions: list[dict[str, Any]]) -> float:
+    """The spread of :func:`live_hops_ms` as a log-normal's (the emulator's ``hop_log_sd``), read from the
+    10th and 90th percentiles (robust to the few batches a core's wait made very long): ln(p90/p10) /
+    (2 x 1.2816)."""
+    hops = sorted(h for h in live_hops_ms(decisions) if h > 0)
+    if len(hops) < 10:
+        return 0.0
+    p10, p90 = np.percentile(hops, 10), np.percentile(hops, 90)
+    return float(math.log(p90 / p10) / (2 * 1.2816))
+
+
+def _at_once(d: dict[str, Any]) -> bool:
+    """Placed by the step that queued its last job (a log without the steps' times: assumed)."""
+    if d.get("decided_ms") in (None, "") or d.get("enqueued_ms") in (None, ""):
+        return True
+    return float(d["decided_ms"]) <= float(d["enqueued_ms"])
+
+
+def sent_hop_ms(decisions: list[dict[str, Any]]) -> float:
+    """The batch's own way only: sent to answered, less the agent's run (median, same batches)."""
     hops = [float(d["done_ms"]) - float(d["sent_ms"]) - float(d["run_ms"]) for d in decisions
             if d.get("cold") in ("False", False) and str(d.get("reconfigured")) == "0" and d.get("run_ms")]
     return statistics.median(hops) if hops else float("nan")
@@ -182,6 +252,9 @@ def compare(emulated: Emulated, live: dict[str, Any]) -> dict[str, Any]:
     return {
         "requests": int(es["requests"]),
         "emulated_hit_rate": float(es["slo_hit_rate"]), "live_hit_rate": float(ls["slo_hit_rate"]),
+        "emulated_hit_rate_sd": float(es.get("slo_hit_rate_sd", 0.0)),
+        "emulated_cost_sd": float(es.get("cost_sd", 0.0)),
+        "emulated_cost_idle": float(es["cost_idle"]), "live_cost_idle": float(ls["cost_idle"]),
         "live_e2e_hit_rate": float(ls["e2e_slo_hit_rate"]),
         "hit_rate_diff_points": 100 * (float(ls["slo_hit_rate"]) - float(es["slo_hit_rate"])),
         "emulated_cost": e_cost, "live_cost": l_cost,

@@ -71,6 +71,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hop-ms", type=float, default=EmulatorParams.hop_ms,
                    help="the live path's overhead per batch (dispatch to the agent and result back; "
                         "measured, see docs/live-vs-emulated.md)")
+    p.add_argument("--hop-log-sd", type=float, default=EmulatorParams.hop_log_sd,
+                   help="spread of that overhead: each batch pays --hop-ms times a log-normal factor of median 1 "
+                        "with this standard deviation of its logarithm (0: exactly --hop-ms)")
     p.add_argument("--cold-start-scale", type=float, default=EmulatorParams.cold_start_scale,
                    help="factor on the profiled cold starts (0: no cold starts)")
     p.add_argument("--arrivals", metavar="FILE",
@@ -127,6 +130,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise CliError(f"--seed must be 0 or more, got {args.seed}")
     for flag, value in (("--duration-s", args.duration_s), ("--warmup-s", args.warmup_s),
                         ("--mig-reconfig-ms", args.mig_reconfig_ms), ("--hop-ms", args.hop_ms),
+                        ("--hop-log-sd", getattr(args, "hop_log_sd", 0.0)),
                         ("--trace-minute-s", args.trace_minute_s),
                         ("--cold-start-scale", args.cold_start_scale)):
         if not math.isfinite(value) or value < 0:
@@ -280,7 +284,8 @@ def run_cell(args, cell, trace):
     cluster = ClusterSpec(args.nodes, args.vcpus, gpu)
     requests, rate = workload(args, load_level, base, trace)
     params = EmulatorParams(mig_reconfig_ms=args.mig_reconfig_ms, cold_start_scale=args.cold_start_scale,
-                            warmup_ms=args.warmup_s * 1e3, hop_ms=args.hop_ms)
+                            warmup_ms=args.warmup_s * 1e3, hop_ms=args.hop_ms,
+                            hop_log_sd=getattr(args, "hop_log_sd", EmulatorParams.hop_log_sd))
     online = online_learning(args, apps, profiles) if getattr(args, "profiles_online", False) else None
     policy = make_policy(policy_name, PolicyContext(apps, online.tables if online else profiles, seed=args.seed,
                                                     mig_reconfig_ms=args.mig_reconfig_ms,

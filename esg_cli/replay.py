@@ -6,8 +6,9 @@ sent at its time (from a pool of ``--concurrency`` client threads); each app's S
 ``esg-slo-ms`` annotation. Writes ``summary.csv`` and ``per_app.csv`` with ``esg emulate``'s columns,
 where a request's latency runs from the moment the scheduler accepted it to its answer (the scheduler's
 decision log, read from ``--redis``), and adds the end-to-end figures the client saw (``e2e_*``: POST to
-response, the controller's hops included). Cost, cold starts, MIG changes and batch sizes come from the
-decision log too (without ``--redis`` they are empty and the latency is the client's). Requests arriving
+response, the controller's hops included). Cost (execution from dispatch to answer, and MIG instances
+kept idle for warm workers within the measured window, as the emulator charges them), cold starts, MIG
+changes and batch sizes come from the decision log too (without ``--redis`` they are empty and the latency is the client's). Requests arriving
 before ``--warmup-s`` are sent but not measured, as in the emulator; ``decisions.csv`` lists the
 measured batches' configurations.
 """
@@ -27,10 +28,12 @@ from urllib.parse import quote
 
 from esg.arrivals import span_s
 from esg.cost import Prices
+from esg.emulator.config import EmulatorParams
 from esg.emulator.metrics import Metrics
+from esg.emulator.nodes import kept_idle_ms
 from esg.errors import EsgError
 from esg.events import RequestOutcome
-from esg.mig import DEFAULT_GPU_MODEL
+from esg.mig import DEFAULT_GPU_MODEL, compute_slices
 from esg.model import Config
 from esg_cli import checks
 from esg_cli.emulate import SUMMARY_COLUMNS, write_csv
@@ -40,7 +43,7 @@ from esg_files import read_arrivals
 E2E_COLUMNS = ["e2e_slo_hit_rate", "e2e_p50_ms", "e2e_p99_ms"]
 PER_APP_COLUMNS = ["policy", "slo", "load", "app", "requests", "slo_hit_rate", "p50_ms", "p99_ms"]
 DECISION_COLUMNS = ["batch_id", "app", "function", "node", "batch", "vcpus", "gpu", "slice", "warm", "cold",
-                    "reconfigured", "run_ms", "sent_ms", "done_ms"]
+                    "reconfigured", "run_ms", "ready_ms", "enqueued_ms", "decided_ms", "sent_ms", "done_ms"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -210,8 +213,14 @@ def measure(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]]
         if r is not None:
             sched.outcome(RequestOutcome(r["id"], c.app, r["arrival_ms"], r["finished_ms"], slos[c.app],
                                          bool(r["ok"]) and c.ok))
-    batches = [e for e in log if e.get("type") == "batch" and any(j in ids for j in e.get("jobs", ()))]
+    ready = ready_ms(log)
+    batches = [dict(e, ready_ms=ready.get(e.get("batch_id"))) for e in log
+               if e.get("type") == "batch" and any(j in ids for j in e.get("jobs", ()))]
     prices = Prices()
+    if calls and log:
+        window = (start_ms + warmup_s * 1000, start_ms + max(c.at_s for c in calls) * 1000)
+        for (profile, gpu_model), ms in idle_instance_ms(log, *window).items():
+            sched.cost_idle += prices.slice_rate(gpu_model) * compute_slices(gpu_model, profile) * ms
     for b in batches:
         sched.batches += 1
         sched.jobs += len(b["jobs"])
@@ -239,6 +248,77 @@ def measure(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]]
                         "e2e_slo_hit_rate": et.hits / et.requests if et.requests else 0.0,
                         "e2e_p50_ms": _pct(et.latencies_ms, 50), "e2e_p99_ms": _pct(et.latencies_ms, 99)})
     return summary, per_app, batches
+
+
+def ready_ms(log: list[dict[str, Any]]) -> dict[str, float]:
+    """Per batch of the decision log, when the scheduler could first have decided it: the latest of its
+    requests' accepts and of the results of their batches answered before it was sent (its
+    predecessors'). Sent to answered counts only the batch's own way; ready to answered, less its run,
+    is the whole overhead the live path puts on the batch -- the emulator's ``hop_ms``."""
+    accepted = {e["id"]: float(e["arrival_ms"]) for e in log if e.get("type") == "request"}
+    done: dict[str, list[float]] = {}
+    for e in log:
+        if e.get("type") == "batch":
+            for j in e.get("jobs", ()):
+                done.setdefault(j, []).append(float(e["done_ms"]))
+    out = {}
+    for e in log:
+        if e.get("type") != "batch":
+            continue
+        sent = float(e["sent_ms"])
+        times = [max([accepted[j]] + [t for t in done.get(j, ()) if t <= sent]) for j in e.get("jobs", ())
+                 if j in accepted]
+        if times:
+            out[e["batch_id"]] = max(times)
+    return out
+
+
+def idle_instance_ms(log: list[dict[str, Any]], lo_ms: float, hi_ms: float,
+                     keep_alive_ms: float = EmulatorParams.keep_alive_ms) -> dict[tuple[str, str], float]:
+    """Per (MIG profile, GPU model), the time within [``lo_ms``, ``hi_ms``] that MIG instances were kept
+    for idle warm workers, from the decision log, by the emulator's rule (``kept_idle_ms``): a batch's
+    worker waits idle on its instance from its answer until a batch of its function takes it there, its
+    instance is destroyed, or its keep-alive runs out; the instance's own batches are execution."""
+    events = []
+    for e in log:
+        if e.get("type") == "batch" and e.get("slice"):
+            events.append((float(e["sent_ms"]), 1, e))
+            events.append((float(e["done_ms"]), 0, e))
+    events.sort(key=lambda x: (x[0], x[1]))
+    idle: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    busy: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    pools: dict[tuple[str, str, str], list[float]] = {}
+    model: dict[tuple[str, str], str] = {}
+    now = events[-1][0] if events else hi_ms
+
+    def ended(instance: tuple[str, str], since: float, at: float) -> None:
+        idle.setdefault(instance, []).append((since, min(at, since + keep_alive_ms)))
+
+    for t, starting, e in events:
+        node, ref = e["node"], e["slice"]
+        instance = (node, ref)
+        model[instance] = e.get("gpu_model") or DEFAULT_GPU_MODEL
+        if starting:
+            for victim in e.get("destroyed") or ():
+                for key in [k for k in pools if k[0] == node and k[2] == victim]:
+                    for since in pools.pop(key):
+                        ended((node, victim), since, t)
+            pool = pools.get((node, e["function"], ref))
+            if pool:
+                ended(instance, pool.pop(), t)
+        else:
+            busy.setdefault(instance, []).append((float(e["sent_ms"]), t))
+            pools.setdefault((node, e["function"], ref), []).append(t)
+    for (node, _, ref), sinces in pools.items():
+        for since in sinces:
+            ended((node, ref), since, now)
+    out: dict[tuple[str, str], float] = {}
+    for instance, spans in idle.items():
+        kept = kept_idle_ms(spans, busy.get(instance, []), lo_ms, hi_ms)
+        if kept > 0:
+            key = (instance[1].split("@")[0], model[instance])
+            out[key] = out.get(key, 0.0) + kept
+    return out
 
 
 def _pct(xs: list[float], q: float) -> float:

@@ -66,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--slo", choices=tuple(SLO_LEVELS), default=None,
                    help="instead: each app's SLO = its file's slo_ms x the level (0.8, 1.0, 1.2), as esg emulate "
                         "--slo sets them (for replaying the emulator's workloads on a twin cluster)")
+    p.add_argument("--no-online-profiles", action="store_true",
+                   help="the scheduler plans with the --profiles tables only, learning and exploring nothing (as "
+                        "esg emulate without --profiles-online)")
     p.add_argument("--requests", type=checks.non_negative_int, default=3,
                    help="blocking calls per app before stopping")
     p.add_argument("--no-warmup", action="store_true",
@@ -205,7 +208,10 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
                ESG_OPENWHISK_AUTH=GUEST_KEY, ESG_ACTIVATION_STORE=store, PYTHONPATH=str(ROOT))
     procs: dict[str, subprocess.Popen] = {}
     stack.callback(_stop_all, procs)
-    procs["scheduler"] = _spawn(["scheduler", "--profiles", str(args.profiles)], env, logs / "scheduler.log")
+    scheduler = ["scheduler", "--profiles", str(args.profiles)]
+    if getattr(args, "no_online_profiles", False):
+        scheduler.append("--no-online-profiles")
+    procs["scheduler"] = _spawn(scheduler, env, logs / "scheduler.log")
     for i in range(args.nodes):
         cmd = ["agent", "--name", f"node{i}", "--fake-gpu", args.fake_gpu, "--journal", str(logs / f"node{i}.journal")]
         if args.vcpus:

@@ -217,7 +217,7 @@ class NodeModel:
             busy.setdefault(ref, []).append((since, now_ms))
         out: dict[str, float] = {}
         for ref, spans in idle.items():
-            kept = _subtract(_union(spans, start_ms, end_ms), _union(busy.get(ref, []), start_ms, end_ms))
+            kept = kept_idle_ms(spans, busy.get(ref, []), start_ms, end_ms)
             if kept > 0:
                 out[ref.profile] = out.get(ref.profile, 0.0) + kept
         return out
@@ -226,6 +226,13 @@ class NodeModel:
         if self.gpu_model is None:
             return not self.slices
         return mig.place(self.gpu_model, [], [(r.profile, r.start) for r in self.slices]) is not None
+
+
+def kept_idle_ms(idle: list[tuple[float, float]], busy: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """The time within [lo, hi] one MIG instance was kept for an idle warm worker: the union of its
+    workers' ``idle`` periods less the ``busy`` ones (its batches, paid as execution). The rule the
+    emulator charges idle instances by, and ``esg replay`` charges a live run's by."""
+    return _subtract(_union(idle, lo, hi), _union(busy, lo, hi))
 
 
 def _union(spans: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:

@@ -6,7 +6,7 @@ runner builds a :class:`~esg.cluster.ClusterSnapshot` from its node models and c
 before it runs: the modelled decision time of that step, the read of its inputs from the data store
 when they were produced on other nodes (in parallel with) the MIG changes its placement needs followed
 by a cold start when no idle worker of its kind is on the node, and the live path's hop to its agent
-and back (``EmulatorParams.hop_ms``). Its execution time is the profiled
+and back (``EmulatorParams.hop_ms``, with ``hop_log_sd`` a log-normal spread around it). Its execution time is the profiled
 latency times log-normal noise; a batch whose outputs go to successors completes after writing them
 to the store. Same node: the successor reads the producer's kept copy, free (as the live agents do).
 """
@@ -80,6 +80,9 @@ class Emulation:
         self._measured: set[str] = set()
         self._noise = lognormal_params(params.noise_cv)
         self._noise_buf: list[float] = []
+        self._hop_rng = (np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0])
+                         if params.hop_log_sd > 0 else None)
+        """The hop's own generator (the run's execution-time draws stay as they are)."""
 
     def run(self) -> EmulationResult:
         reqs, i, now = self.requests, 0, 0.0
@@ -163,7 +166,7 @@ class Emulation:
         if node.snapshot_stale:
             self._changed.add(d.node)
         cold_ms = cold_start_ms(self.profiles[d.function], self.params.cold_start_scale) if cost.cold else 0.0
-        wait = decision_ms + self.params.hop_ms + max(self._transfer_ms(d), cost.reconfig_ms + cold_ms)
+        wait = decision_ms + self._hop_ms() + max(self._transfer_ms(d), cost.reconfig_ms + cold_ms)
         run_ms = self._true_latency(d) * self._next_noise()
         if self.online is not None:
             self._runs[d.batch_id] = (run_ms, cost.cold, cold_ms)
@@ -202,6 +205,13 @@ class Emulation:
         if latency is None:
             raise KeyError(f"{d.function} has no configuration {d.config.label()}")
         return latency
+
+    def _hop_ms(self) -> float:
+        """The live path's overhead on one batch: ``hop_ms``, times a log-normal factor of median 1 when
+        ``hop_log_sd`` is set."""
+        if self._hop_rng is None:
+            return self.params.hop_ms
+        return self.params.hop_ms * float(np.exp(self.params.hop_log_sd * self._hop_rng.standard_normal()))
 
     def _next_noise(self) -> float:
         """The next execution-time factor. Drawn in blocks: the same numbers, in the same order, as

@@ -76,3 +76,40 @@ def test_two_idle_workers_on_one_instance_pay_it_once():
     node.idle_spans = [(0.0, 50.0, ref), (20.0, 80.0, ref)]
     node.busy_spans = [(60.0, 70.0, ref)]
     assert node.idle_instance_ms(0.0, 1000.0, 1000.0) == {"3g.20gb": pytest.approx(70.0)}
+
+
+def test_a_live_decision_log_is_charged_idle_instances_as_the_emulator_charges_them(apps, profiles):
+    """``esg replay`` charges the MIG instances a live run kept for idle warm workers from the scheduler's
+    decision log alone; given the batches of an emulated run as such a log, it finds the emulator's own
+    idle cost."""
+    from esg_cli.replay import idle_instance_ms
+
+    log: list[dict] = []
+    sent: dict[str, float] = {}
+
+    class Logging(Emulation):
+        def _start(self, d, now, decision_ms):
+            sent[d.batch_id] = now
+            super()._start(d, now, decision_ms)
+
+        def _finish(self, batch_id, now):
+            d = self._flight[batch_id][0]
+            log.append({"type": "batch", "batch_id": batch_id, "node": d.node, "function": d.function,
+                        "slice": None if d.fit.slice is None else f"{d.fit.slice.profile}@{d.fit.slice.start}",
+                        "destroyed": [f"{r.profile}@{r.start}" for r in d.fit.destroy], "gpu_model": "A100-40GB",
+                        "sent_ms": sent.pop(batch_id), "done_ms": now})
+            return super()._finish(batch_id, now)
+
+    requests = generate(list(apps), 30.0, 5.0, np.random.default_rng(1))
+    params = EmulatorParams(warmup_ms=1000.0, keep_alive_ms=2000.0, mig_reconfig_ms=100.0, cold_start_scale=0.2)
+    em = Logging(apps, profiles, make_policy("esg", PolicyContext(apps, profiles, mig_reconfig_ms=100.0,
+                                                                  cold_start_scale=0.2)),
+                 requests, np.random.default_rng(2), ClusterSpec(nodes=2), params)
+    m = em.run().metrics
+    assert not sent, "every batch finished"
+    assert any(e["destroyed"] for e in log) and m.cost_idle > 0, "the run destroys instances and keeps idle ones"
+    idle = idle_instance_ms(log, params.warmup_ms, requests[-1].arrival_ms, params.keep_alive_ms)
+    prices = Prices()
+    from esg.mig import compute_slices
+    charged = sum(prices.slice_rate(model) * compute_slices(model, profile) * ms for (profile, model), ms in idle.items())
+    assert charged == pytest.approx(m.cost_idle, rel=1e-9)

@@ -89,7 +89,9 @@ class EsgPolicy(Policy):
 
     def choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
         function = queue.key[1]
-        cap = len(queue)
+        # the jobs waiting cap every batch of the plan; beyond the app's largest batch the cap changes
+        # nothing, and one cache entry serves every longer queue (a burst's queue lengths all differ)
+        cap = min(len(queue), self.planners[app.name].largest_batch)
         head = queue.head
         budget = math.floor(head.deadline_ms - now_ms)
         warm = self._warm_kinds(function, snapshot)

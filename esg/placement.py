@@ -170,6 +170,22 @@ def may_scale_out(running: int, queued: int, priorities: Sequence[Config]) -> bo
     return running == 0 or queued > running * max((c.batch for c in priorities), default=1)
 
 
+def worth_starting(running: int, queued: int, priorities: Sequence[Config],
+                   latency_of: Callable[[Config], float], startup: StartupCosts) -> bool:
+    """Start another worker only when none of this queue runs, or when the running batches would take
+    longer to work off the backlog (rounds of the largest planned batch) than a new worker takes to
+    start (a cold start on an idle instance, the least start-up there is). A backlog that the running
+    workers clear within a cold start is served by them: a start-up would only take an instance from
+    another function and leave its jobs waiting."""
+    if running == 0:
+        return True
+    if not may_scale_out(running, queued, priorities):
+        return False
+    largest = max(priorities, key=lambda c: (c.batch, -latency_of(c)))
+    rounds = -(-queued // (running * largest.batch))
+    return rounds * latency_of(largest) > startup.cold_start_ms
+
+
 def latency_lookup(latencies: Mapping[Config, float], profile: Profile) -> Callable[[Config], float]:
     def latency_of(config: Config) -> float:
         lat = latencies.get(config)
@@ -191,10 +207,11 @@ class Hold:
     same but for the vCPUs, so the profile's fewest vCPUs decide whether one fits, and the fastest of
     those the node's free vCPUs allow decides the start."""
 
-    __slots__ = ("reason", "function", "deadline_ms", "rest_ms", "startup", "parts", "scales", "deep")
+    __slots__ = ("reason", "function", "deadline_ms", "rest_ms", "startup", "parts", "scale_out", "answers", "deep")
 
     def __init__(self, reason: str, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
-                 parts: list[tuple[tuple, set[str] | None]], scales: tuple[int, ...], deep: int):
+                 parts: list[tuple[tuple, set[str] | None]], deep: int,
+                 scale_out: Callable[[int, int], tuple[bool, ...]] | None, answers: tuple[bool, ...]):
         self.reason = reason
         self.function = function
         self.deadline_ms = deadline_ms
@@ -202,15 +219,19 @@ class Hold:
         """The head's budget at ``now`` is ``deadline_ms - now - rest_ms`` (as the placement computes it)."""
         self.startup = startup
         self.parts = parts
-        self.scales = scales
-        """The largest batch of each list (what :func:`may_scale_out` looks at)."""
+        self.scale_out = scale_out
+        """The policy's scale-out answer for each list walked, given (running, queued) batches; None: the
+        verdict does not depend on it."""
+        self.answers = answers
+        """Those answers when the hold was made."""
         self.deep = deep
         """The queue length from which more jobs change nothing (the lists, capped to it, stay)."""
 
     @classmethod
     def of(cls, reason: str, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
            lists: Sequence[tuple[Sequence[Config], Callable[[Config], float] | None | tuple, bool]],
-           snapshot: ClusterSnapshot, deep: int = 0) -> Hold:
+           snapshot: ClusterSnapshot, deep: int = 0,
+           scale_out: Callable[[int, int], tuple[bool, ...]] | None = None, answers: tuple[bool, ...] = ()) -> Hold:
         """``lists``: (configurations, their latency (None: any fit places) or their
         :func:`profile_groups` already made, whether one fits somewhere); ``deep``: see :attr:`deep`."""
         parts = []
@@ -220,13 +241,11 @@ class Hold:
             if fits_somewhere:
                 found = {n for n in snapshot.nodes if cls._fits(snapshot, n, groups, function)}
             parts.append((tuple(groups), found))
-        scales = tuple(max((c.batch for c in configs), default=1) for configs, _, _ in lists)
-        return cls(reason, function, deadline_ms, rest_ms, startup, parts, scales, deep)
+        return cls(reason, function, deadline_ms, rest_ms, startup, parts, deep, scale_out, answers)
 
-    def same_scale_out(self, running: int, queued: int, running_then: int, queued_then: int) -> bool:
-        """Whether :func:`may_scale_out` answers the same for each list with these counts as then."""
-        return all((running == 0 or queued > running * m) == (running_then == 0 or queued_then > running_then * m)
-                   for m in self.scales)
+    def same_scale_out(self, running: int, queued: int) -> bool:
+        """Whether the policy's scale-out rule answers as it did when the hold was made."""
+        return self.scale_out is None or self.scale_out(running, queued) == self.answers
 
     @staticmethod
     def _fits(snapshot: ClusterSnapshot, node: str, groups, function: str) -> bool:

@@ -69,6 +69,9 @@ class Planner:
         self._all_options = {f: build_options(self.profiles[f], self.prices) for f in self.app.functions}
         self._estimate = {f: median_latency(self.profiles[f], "upper") for f in self.app.functions}
         self._filtered: dict[tuple[str, Hashable], tuple[Option, ...]] = {}
+        self.largest_batch = max((o.config.batch for opts in self._all_options.values() for o in opts), default=1)
+        """The largest batch any function of the app has a configuration for: a batch cap above it
+        filters nothing more."""
 
     def options(self, function: str, allow: OptionFilter | None = None,
                 allow_key: Hashable | None = None) -> tuple[Option, ...]:

@@ -236,8 +236,7 @@ class Scheduler:
                 or (queued != held.queued and min(queued, held.queued) < hold.deep)
                 or (held.choice is not choice and held.choice != choice)):
             return False
-        if (queued != held.queued or running != held.running) and not hold.same_scale_out(
-                running, queued, held.running, held.queued):
+        if (queued != held.queued or running != held.running) and not hold.same_scale_out(running, queued):
             return False
         for node in snapshot.changed_since(held.seen):
             if not hold.holds_on(snapshot, node, now_ms):

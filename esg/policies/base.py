@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from esg import placement
@@ -127,30 +127,31 @@ class Policy(ABC):
         latency_of = placement.latency_lookup(choice.latencies, profile)
         running = self.running[queue.key]
         head = placement.HeadBatch(function, own, latency_of, preferred, budget, startup,
-                                   placement.may_scale_out(running, queued, own))
+                                   self.may_scale_out(running, queued, own, latency_of, startup))
         seen: set[str] | None = set() if holds is not None else None
         placed = placement.place(snapshot, head, no_fit, seen)
         if not isinstance(placed, str) or not all(c in no_fit for c in own):
             if isinstance(placed, str) and holds is not None and seen:
                 holds.append(self._hold(placed, head, [(own, True)], snapshot, queue.head.deadline_ms, rest,
-                                        choice.latencies))
+                                        choice.latencies, running, queued))
             return placed
         spare = placement.fallback(self._fastest_first(function), queued, set(own))
         if not spare:
             if holds is not None:
                 holds.append(self._hold(placed, head, [(own, False)], snapshot, queue.head.deadline_ms, rest,
-                                        choice.latencies))
+                                        choice.latencies, running, queued))
             return placed
-        head = replace(head, priorities=spare, may_scale_out=placement.may_scale_out(running, queued, spare))
+        head = replace(head, priorities=spare,
+                       may_scale_out=self.may_scale_out(running, queued, spare, latency_of, startup))
         seen2: set[str] | None = set() if holds is not None else None
         placed = placement.place(snapshot, head, no_fit, seen2)
         if isinstance(placed, str) and holds is not None:
             holds.append(self._hold(placed, head, [(own, False), (spare, bool(seen2))], snapshot,
-                                    queue.head.deadline_ms, rest, choice.latencies))
+                                    queue.head.deadline_ms, rest, choice.latencies, running, queued))
         return placed
 
     def _hold(self, reason: str, head: placement.HeadBatch, lists, snapshot: ClusterSnapshot, deadline_ms: float,
-              rest_ms: float, latencies: Mapping[Config, float]) -> placement.Hold:
+              rest_ms: float, latencies: Mapping[Config, float], running: int, queued: int) -> placement.Hold:
         made = []
         for configs, fits in lists:
             if not snapshot.tracks_workers:
@@ -166,7 +167,19 @@ class Policy(ABC):
             made.append((configs, groups, fits))
         # from the table's largest batch on, a longer queue caps and falls back to the same lists
         deep = max(e.config.batch for e in self.ctx.profiles[head.function].entries)
-        return placement.Hold.of(reason, head.function, deadline_ms, rest_ms, head.startup, made, snapshot, deep)
+        lists_ = tuple(configs for configs, _ in lists)
+
+        def scale_out(r: int, q: int) -> tuple[bool, ...]:
+            """This policy's scale-out answer for each list the walk used, with these counts."""
+            return tuple(self.may_scale_out(r, q, configs, head.latency_of, head.startup) for configs in lists_)
+        return placement.Hold.of(reason, head.function, deadline_ms, rest_ms, head.startup, made, snapshot, deep,
+                                 scale_out, scale_out(running, queued))
+
+    def may_scale_out(self, running: int, queued: int, priorities: Sequence[Config],
+                      latency_of: Callable[[Config], float], startup: placement.StartupCosts) -> bool:
+        """Whether the head batch may start a new worker when no idle one takes it: the shared scale-out
+        rule (:func:`esg.placement.may_scale_out`)."""
+        return placement.may_scale_out(running, queued, priorities)
 
     def _fastest_first(self, function: str) -> tuple[Config, ...]:
         """The function's allowed configurations, fastest first (remembered until an app is added)."""

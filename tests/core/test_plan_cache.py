@@ -73,3 +73,18 @@ def test_a_budget_gets_a_choice_whose_range_holds_it(puts, probe):
     if got is not None:
         lo, hi = ranges[got.reason]
         assert lo <= probe <= hi
+
+
+@pytest.mark.parametrize("name", sorted(APPS))
+def test_queues_longer_than_the_largest_batch_share_one_plan(name):
+    """A burst's queue lengths all differ; past the app's largest batch they plan as one, and the choice
+    is the one a fresh policy plans for that very length."""
+    app = APPS[name]
+    kept = _policy(app)
+    snapshot = nodes(2)
+    function = app.functions[0]
+    largest = kept.planners[app.name].largest_batch
+    for length in range(largest, largest + 12):
+        queue = _queue(app, function, length, 1000.0 + app.slo_ms)
+        assert kept.choose(app, queue, 1000.0, snapshot) == _policy(app).choose(app, queue, 1000.0, snapshot)
+    assert kept.searches == 1

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from esg_cli import checks
 from esg_cli.errors import CliError
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+#: How long the scheduler may take to stop once told to (SIGTERM, SIGHUP, its parent's death) before it
+#: exits anyway: a broker or store that died at the same moment can leave a client library waiting on
+#: it, and a process that outlives its parent is an orphan. What it did not finish stays in the ledger
+#: for the next start.
+STOP_GRACE_S = 20.0
 
 ENV = {"kafka": "ESG_KAFKA", "redis": "ESG_REDIS", "openwhisk_api": "ESG_OPENWHISK_API",
        "openwhisk_auth": "ESG_OPENWHISK_AUTH", "topic_prefix": "ESG_TOPIC_PREFIX",
@@ -131,8 +139,9 @@ def run(args: argparse.Namespace) -> int:
         svc = SchedulerService(settings)
     except ServiceError as exc:
         raise CliError(str(exc)) from None
+    on_stop = stop_within(svc.stop, STOP_GRACE_S, _exit_now)
     for sig in (signal.SIGTERM, signal.SIGHUP):  # a hang-up stops it as cleanly as a kill
-        signal.signal(sig, lambda *_: svc.stop())
+        signal.signal(sig, lambda *_: on_stop())
     try:
         try:
             svc.start()
@@ -145,3 +154,20 @@ def run(args: argparse.Namespace) -> int:
     finally:
         svc.close()
     return 0
+
+
+def stop_within(stop: Callable[[], None], grace_s: float, exit_now: Callable[[], None]) -> Callable[[], None]:
+    """A stop request: ``stop`` now, and ``exit_now`` unless the process has ended ``grace_s`` later."""
+    def request() -> None:
+        stop()
+        timer = threading.Timer(grace_s, exit_now)
+        timer.daemon = True
+        timer.start()
+    return request
+
+
+def _exit_now() -> None:
+    logging.getLogger("esg.scheduler").error(
+        "the scheduler did not stop within %.0f s; exiting (the ledger keeps what it did not finish)", STOP_GRACE_S)
+    logging.shutdown()
+    os._exit(1)

@@ -79,36 +79,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+def _started(start, what: str):
+    """A server the session owns, started by ``start``; a server that cannot start fails the test by name."""
+    try:
+        return start()
+    except ServerError as exc:
+        pytest.fail(f"cannot start {what}: {exc}", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     """``127.0.0.1:PORT`` of a Tansu broker (in-memory storage) shared by the session."""
-    try:
-        server = start_broker()
-    except ServerError as exc:
-        pytest.fail(f"cannot start the Kafka-protocol broker: {exc}", pytrace=False)
-    with server:
+    with _started(start_broker, "the Kafka-protocol broker") as server:
         yield server.address
 
 
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """``redis://127.0.0.1:PORT/0`` of a redis-server without persistence, shared by the session."""
-    try:
-        server = start_redis()
-    except ServerError as exc:
-        pytest.fail(f"cannot start redis-server: {exc}", pytrace=False)
-    with server:
+    with _started(start_redis, "redis-server") as server:
         yield server.url
 
 
 @pytest.fixture(scope="session")
 def redis_auth() -> Iterator[tuple[str, str]]:
     """``(url, password)`` of a redis-server that requires a password; the URL carries it."""
-    try:
-        server = start_redis(password=REDIS_TEST_PASSWORD)
-    except ServerError as exc:
-        pytest.fail(f"cannot start redis-server: {exc}", pytrace=False)
-    with server:
+    with _started(lambda: start_redis(password=REDIS_TEST_PASSWORD), "redis-server") as server:
         yield server.url, REDIS_TEST_PASSWORD
 
 
@@ -116,9 +112,5 @@ def redis_auth() -> Iterator[tuple[str, str]]:
 def couch_url() -> Iterator[str]:
     """``http://admin:password@127.0.0.1:PORT`` of a pouchdb-server (CouchDB's API, in memory), shared by
     the session: OpenWhisk's activation store."""
-    try:
-        server = start_couchdb()
-    except ServerError as exc:
-        pytest.fail(f"cannot start pouchdb-server: {exc}", pytrace=False)
-    with server:
+    with _started(start_couchdb, "pouchdb-server") as server:
         yield server.url

@@ -168,6 +168,11 @@ class BatchResult:
     reconfigured: int = 0
     """MIG instances the agent created or destroyed for this batch (its slice was carved here)."""
 
+    @property
+    def succeeded(self) -> bool:
+        """No batch error, and every activation answered with status 0."""
+        return self.error is None and bool(self.results) and all(r.status_code == 0 for r in self.results)
+
 
 @dataclass(frozen=True)
 class IdleWorkers:

@@ -87,6 +87,11 @@ def document_id(record: Mapping[str, Any]) -> str:
     return f"{record['namespace']}/{record['activationId']}"
 
 
+def record_of(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The WhiskActivation record a stored document holds (:func:`document`'s added fields removed)."""
+    return {k: v for k, v in doc.items() if k not in ("_id", "_rev", "entityType", "updated")}
+
+
 def document(record: Mapping[str, Any], updated_ms: int | None = None) -> dict[str, Any]:
     """The CouchDB document of a WhiskActivation record, as ``CouchDbRestStore.put`` writes it."""
     updated = int(time.time() * 1000) if updated_ms is None else updated_ms

@@ -53,9 +53,9 @@ class DecisionLog:
         self._staged: list[bytes] = []
         self._status: tuple[str, str] | None = None
 
-    def sent(self, dispatches: Sequence[Dispatch], now_ms: int | None = None, decided_ms: int | None = None) -> None:
-        """The batches written to their agents (at ``now_ms``), placed by the step at ``decided_ms``."""
-        t = int(time.time() * 1000) if now_ms is None else now_ms
+    def sent(self, dispatches: Sequence[Dispatch], decided_ms: int | None = None) -> None:
+        """The batches written to their agents (now), placed by the step at ``decided_ms``."""
+        t = int(time.time() * 1000)
         for d in dispatches:
             self._sent[d.batch_id] = (t, t if decided_ms is None else decided_ms)
 

@@ -128,11 +128,11 @@ class Dispatcher:
             return None  # a duplicate, or declared lost
         d = flight.dispatch
         self.finished[d.batch_id] = (d, time.monotonic())
-        if (rm.cold and d.fit.warm_worker is not None) or (rm.reconfigured and not d.fit.reconfigures):
+        cold_miss = bool(rm.cold and d.fit.warm_worker is not None)
+        if cold_miss or (rm.reconfigured and not d.fit.reconfigures):
             self.stale_starts += 1
             log.info("batch %s on %s: the view was stale; the agent %s", d.batch_id, d.node,
-                     "started a new worker" if rm.cold and d.fit.warm_worker is not None
-                     else f"carved its slice ({rm.reconfigured} MIG change(s))")
+                     "started a new worker" if cold_miss else f"carved its slice ({rm.reconfigured} MIG change(s))")
         return d
 
     def purge_earlier(self, nodes: Sequence[str]) -> None:

@@ -95,7 +95,7 @@ class PlanCache:
         mono = time.monotonic()
         with self._lock:
             hit = self._plans.get(key)
-        auth = msg.user.api_key if msg.user.api_key and ":" in msg.user.api_key else None
+        auth = msg.user.basic_auth
         try:
             meta = self.metadata.action(msg.action.qualified, msg.revision, cache=msg.revision is not None,
                                         auth=auth)

@@ -38,7 +38,6 @@ class RecordWriter:
     def __init__(self, store: ActivationStore, deliver: Callable[[Stored], None]) -> None:
         self.store = store
         self.deliver = deliver
-        self.count = 0
         self._queue: queue.Queue[Mapping[str, Any]] = queue.Queue()
 
     def put(self, record: Mapping[str, Any]) -> None:
@@ -77,7 +76,6 @@ class RecordWriter:
             failing = False
             for aid, reason in refused:
                 log.error("the activation store refused the record of %s: %s", aid, reason)
-            self.count += len(batch) - len(refused)
             self.deliver(Stored(tuple(r["activationId"] for r in batch)))
             batch = []
 
@@ -99,5 +97,4 @@ class RecordWriter:
             return []
         for aid, reason in refused:
             log.error("the activation store refused the record of %s: %s", aid, reason)
-        self.count += len(batch) - len(refused)
         return [r["activationId"] for r in batch]

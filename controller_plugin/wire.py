@@ -207,6 +207,11 @@ class Identity:
     limits: Mapping[str, Any]
     authkey: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
+    @property
+    def basic_auth(self) -> str | None:
+        """The ``uuid:key`` to call the REST API as this user, when the key has that form."""
+        return self.api_key if self.api_key and ":" in self.api_key else None
+
     @classmethod
     def from_json(cls, value: Any, path: str = "user") -> Identity:
         obj = _typed(value, dict, "an object", path)

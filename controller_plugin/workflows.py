@@ -117,8 +117,7 @@ class Workflows:
         """Fold in a batch's result; the activations it ends (a function failed: the app fails)."""
         by_id = {r.activation_id: r for r in rm.results}
         if self.scheduler.explorer is not None:
-            ok = rm.error is None and bool(rm.results) and all(r.status_code == 0 for r in rm.results)
-            warm = ok and rm.run_ms is not None and all(r.init_ms is None for r in rm.results)
+            warm = rm.succeeded and rm.run_ms is not None and all(r.init_ms is None for r in rm.results)
             self.scheduler.explorer.observed(d.function, d.config, warm)
         out = []
         for job in d.jobs:
@@ -150,8 +149,7 @@ class Workflows:
     def observation(self, d: Dispatch, rm: protocol.BatchResult) -> tuple[Observation, float | None] | None:
         """What the batch teaches its function's table (a successful batch with a measured run time), and
         the configuration's latency in the table the scheduler used. Call before :meth:`record`."""
-        if rm.run_ms is None or rm.error is not None or not rm.results \
-                or any(r.status_code != 0 for r in rm.results):
+        if rm.run_ms is None or not rm.succeeded:
             return None
         run = next((self.runs[j.request_id] for j in d.jobs if j.request_id in self.runs), None)
         if run is None or run.plan.plain:
@@ -220,7 +218,7 @@ class Workflows:
         reqs = []
         for r in runs:
             value, inputs = r.inputs_for(d.function)
-            key = r.msg.user.api_key if r.msg.user.api_key and ":" in r.msg.user.api_key else None
+            key = r.msg.user.basic_auth
             reqs.append(protocol.RunRequest(r.activation_id, str(r.msg.transid[0]), value, now_ms + meta.timeout_ms,
                                             r.msg.user.namespace, inputs, None if inputs else r.init_env or None,
                                             key))

@@ -62,9 +62,6 @@ class NodeState:
             return 0
         return mig.free_compute_slices(self.gpu_model, [(s.ref.profile, s.ref.start) for s in self.slices])
 
-    def has_idle_slice(self, profile: str | None) -> bool:
-        return any(not s.busy and s.ref.profile == profile for s in self.slices)
-
     def idle_compute_slices(self) -> int:
         if self.gpu_model is None:
             return 0

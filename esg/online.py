@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from statistics import median
 from typing import Any
 
 from esg.defaults import SOURCE_FIELD, default_profile
@@ -78,12 +79,6 @@ class ConfigStats:
 
     def median(self) -> float | None:
         return self.sketch.quantile(0.5)
-
-
-def median(values: Sequence[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 def drifted(recent: Sequence[float], table_ms: float, tolerance: float = DRIFT_TOLERANCE,

@@ -16,8 +16,6 @@ QueueKey = tuple[str, str]
 class AfwQueue:
     key: QueueKey
     jobs: deque[Job] = field(default_factory=deque)
-    version: int = 0
-    """Bumped whenever the jobs change (the scheduler remembers a waiting head's verdict per version)."""
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -28,14 +26,11 @@ class AfwQueue:
 
     def push(self, job: Job) -> None:
         self.jobs.append(job)
-        self.version += 1
 
     def push_front(self, job: Job) -> None:
         self.jobs.appendleft(job)
-        self.version += 1
 
     def take(self, n: int) -> tuple[Job, ...]:
-        self.version += 1
         return tuple(self.jobs.popleft() for _ in range(min(n, len(self.jobs))))
 
     def keep(self, wanted: Callable[[Job], bool]) -> None:
@@ -43,7 +38,6 @@ class AfwQueue:
         kept = deque(j for j in self.jobs if wanted(j))
         if len(kept) != len(self.jobs):
             self.jobs = kept
-            self.version += 1
 
     def peek(self, n: int) -> tuple[Job, ...]:
         return tuple(self.jobs[i] for i in range(min(n, len(self.jobs))))

@@ -36,10 +36,10 @@ import numpy as np
 
 from esg.emulator.workload import generate
 from esg_cli import emulate as emulate_cli
+from esg_cli.openwhisk_standin import GUEST_KEY
 from invoker_agent.lifetime import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent
-GUEST = "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:123zO3xZCLrMN6v2BKK1dXYFpXlPkccOFqm12CdAsMgRU4VrNZ9lyGVCGuMDGIwP"
 
 ConfigKey = tuple[str, int, int, str | None]
 
@@ -179,7 +179,7 @@ def twin_cluster(logs: Path, nodes: int = 2, vcpus: int = 16, slo: str = "modera
 
 def replay(cluster: Cluster, arrivals: Path, out: Path, warmup_s: float) -> dict[str, Any]:
     from esg_cli.main import main
-    rc = main(["replay", "--arrivals", str(arrivals), "--api", cluster.api, "--auth", GUEST, "--redis",
+    rc = main(["replay", "--arrivals", str(arrivals), "--api", cluster.api, "--auth", GUEST_KEY, "--redis",
                cluster.redis, "--warmup-s", f"{warmup_s:g}", "--out", str(out)])
     if rc != 0:
         raise RuntimeError(f"esg replay exited {rc}")

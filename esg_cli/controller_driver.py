@@ -38,7 +38,7 @@ from typing import Any
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from controller_plugin import wire
-from controller_plugin.activation_store import ActivationStore, StoreError
+from controller_plugin.activation_store import ActivationStore, StoreError, record_of
 
 GUEST = {"subject": "guest", "namespace": {"name": "guest", "uuid": "23bc46b1-71f6-4ed5-8c54-816aa4f8c502"},
          "authkey": {"api_key": "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:"
@@ -434,7 +434,7 @@ class ControllerDriver:
                 except StoreError:
                     doc = None
                 if doc is not None:
-                    return {k: v for k, v in doc.items() if k not in ("_id", "_rev", "entityType", "updated")}
+                    return record_of(doc)
                 if time.monotonic() > deadline:
                     return None
                 time.sleep(POLL_S)

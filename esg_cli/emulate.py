@@ -31,6 +31,7 @@ from esg_cli.errors import CliError
 from esg_files import load_app, load_profiles, read_arrivals, write_arrivals
 
 REPO = Path(__file__).resolve().parent.parent
+PER_APP_COLUMNS = ["policy", "slo", "load", "app", "requests", "slo_hit_rate", "p50_ms", "p99_ms"]
 SUMMARY_COLUMNS = ["policy", "slo", "load", "rate_rps", "requests", "completed", "slo_hit_rate", "cost",
                    "cost_norm_esg", "p50_ms", "p99_ms", "sched_overhead_ms", "cold_starts", "mig_changes",
                    "mean_batch", "cost_exec", "cost_idle", "cost_cold", "cost_mig"]
@@ -254,8 +255,7 @@ def run(args: argparse.Namespace) -> int:
     rows, per_app, lat = zip(*results)
     rows = _normalise(list(rows))
     write_csv(out / "summary.csv", SUMMARY_COLUMNS, rows)
-    write_csv(out / "per_app.csv", ["policy", "slo", "load", "app", "requests", "slo_hit_rate", "p50_ms",
-                                    "p99_ms"], [r for rs in per_app for r in rs])
+    write_csv(out / "per_app.csv", PER_APP_COLUMNS, [r for rs in per_app for r in rs])
     print(render(rows))
     if not args.no_plots:
         from esg_cli.emulate_plots import plot_cdf, plot_cost_split, plot_summary

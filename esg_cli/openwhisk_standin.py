@@ -53,7 +53,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from controller_plugin.activation_store import ActivationStore, StoreError
+from controller_plugin.activation_store import ActivationStore, StoreError, record_of
 from esg_cli import openwhisk_views as views
 
 BLOCKING_WAIT_S = 60.0
@@ -127,11 +127,6 @@ def _bump(version: str) -> str:
     except ValueError:
         return "0.0.1"
     return ".".join(parts)
-
-
-def _record(doc: dict[str, Any]) -> dict[str, Any]:
-    """A stored activation document as the record it holds (CouchDB's and OpenWhisk's fields removed)."""
-    return {k: v for k, v in doc.items() if k not in ("_id", "_rev", "entityType", "updated")}
 
 
 def _code() -> str:
@@ -377,7 +372,7 @@ class _Handler(BaseHTTPRequestHandler):
             docs = []
         finally:
             store.close()
-        return sorted((_record(d) for d in docs), key=lambda rec: rec.get("start", 0), reverse=True)
+        return sorted((record_of(d) for d in docs), key=lambda rec: rec.get("start", 0), reverse=True)
 
     def _list_activations(self, ns: str, _entity: str, query: dict[str, list[str]]) -> None:
         paging = views.page(query, "activations")
@@ -405,7 +400,7 @@ class _Handler(BaseHTTPRequestHandler):
                 doc = None
             finally:
                 store.close()
-            record = None if doc is None else _record(doc)
+            record = None if doc is None else record_of(doc)
         if not isinstance(record, dict) or str(record.get("namespace", "")).split("/")[0] != ns:
             return self._error(404, NOT_FOUND)
         if part == "result":

@@ -36,12 +36,11 @@ from esg.events import RequestOutcome
 from esg.mig import DEFAULT_GPU_MODEL, compute_slices
 from esg.model import Config
 from esg_cli import checks
-from esg_cli.emulate import SUMMARY_COLUMNS, write_csv
+from esg_cli.emulate import PER_APP_COLUMNS, SUMMARY_COLUMNS, write_csv
 from esg_cli.errors import CliError
 from esg_files import read_arrivals
 
 E2E_COLUMNS = ["e2e_slo_hit_rate", "e2e_p50_ms", "e2e_p99_ms"]
-PER_APP_COLUMNS = ["policy", "slo", "load", "app", "requests", "slo_hit_rate", "p50_ms", "p99_ms"]
 DECISION_COLUMNS = ["batch_id", "app", "function", "node", "batch", "vcpus", "gpu", "slice", "warm", "cold",
                     "reconfigured", "run_ms", "ready_ms", "enqueued_ms", "decided_ms", "sent_ms", "done_ms"]
 

@@ -98,6 +98,8 @@ class TwinWorker:
         self.init_ms: float | None = None
         self._alive = False
         self._last = b""
+        self._slice_profile: str | None = None
+        """Its MIG slice's profile, read once (a worker's slice is part of its key, and never changes)."""
 
     def start(self) -> None:
         if self.profile is None:
@@ -130,8 +132,9 @@ class TwinWorker:
     def _config(self, n: int) -> Config:
         """The batch's configuration: as dispatched (vCPUs, MIG profile), with the batch's size."""
         vcpus = self.config.vcpus if self.config is not None else len(self.spec.vcpus)
-        gpu = self.profile_of_slice(self.spec.mig_uuid) if self.spec.mig_uuid else None
-        return Config(n, vcpus, gpu)
+        if self.spec.mig_uuid and self._slice_profile is None:
+            self._slice_profile = self.profile_of_slice(self.spec.mig_uuid)
+        return Config(n, vcpus, self._slice_profile if self.spec.mig_uuid else None)
 
     def _reply(self, status: int, body: Any) -> tuple[int, Any]:
         self._last = json.dumps(body, separators=(",", ":")).encode()

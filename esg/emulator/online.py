@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from esg.defaults import is_default
 from esg.explore import Explorer
 from esg.model import App, Config
 from esg.online import Learner, Observation, config_order, learned_profile
@@ -89,8 +90,7 @@ class OnlineLearning:
         """A batch finished: learn from it; the functions whose tables changed."""
         self.explorer.observed(d.function, d.config, warm=not cold)
         table = self.tables[d.function]
-        table_ms = table.latency(d.config) if table.extra.get("source") != "default" \
-            and d.config in table.configs else None
+        table_ms = table.latency(d.config) if not is_default(table) and d.config in table.configs else None
         learned = self.learner.observe(Observation(d.function, d.config, run_ms, cold, init_ms), table_ms)
         if learned is None:
             return []

@@ -16,6 +16,7 @@ from esg.model import App, Config
 from esg.profiles import Profile
 from esg.queues import AfwQueue
 from esg.slo_split import group_latency
+from esg.timing import cold_start_ms
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class Policy(ABC):
         own = placement.cap_batches(choice.priorities, queued, profile)
         if not own:
             return choice.reason or "no configuration meets the remaining budget"
-        startup = placement.StartupCosts(self.ctx.mig_reconfig_ms, profile.cold_start_ms * self.ctx.cold_start_scale)
+        startup = placement.StartupCosts(self.ctx.mig_reconfig_ms, cold_start_ms(profile, self.ctx.cold_start_scale))
         rest = self.rest_ms(app, function)
         budget = queue.head.deadline_ms - now_ms - rest
         latency_of = placement.latency_lookup(choice.latencies, profile)

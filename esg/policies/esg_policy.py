@@ -54,6 +54,7 @@ from esg.policies.base import Choice, Policy, PolicyContext
 from esg.policies.plan_cache import PlanCache
 from esg.queues import AfwQueue
 from esg.slo_split import group_latency
+from esg.timing import cold_start_ms
 
 
 @register("esg")
@@ -152,7 +153,7 @@ class EsgPolicy(Policy):
 
     def _startup_ms(self, function: str) -> tuple[float, float]:
         """The least start-up of a new worker of ``function``: (on CPU, on a new MIG instance)."""
-        cold = self.ctx.profiles[function].cold_start_ms * self.ctx.cold_start_scale
+        cold = cold_start_ms(self.ctx.profiles[function], self.ctx.cold_start_scale)
         return cold, cold + self.ctx.mig_reconfig_ms
 
     def _gpu_kinds(self, function: str) -> tuple[str, ...]:

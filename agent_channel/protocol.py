@@ -8,6 +8,11 @@ raising :class:`ProtocolError` naming the one that is wrong.
   (``reply_to``), whether its outputs come back inline (``return_output``: the app's sinks) or stay in
   the data store, and per activation either the call's parameters (entry functions) or references to
   its predecessors' outputs (:class:`InputRef`) -- never the outputs themselves.
+* :class:`PrewarmMessage` (scheduler -> one node's agent, on the same stream as dispatches): start a
+  worker of one function in one configuration (its MIG slice carved as a dispatch's is, then the
+  runtime's cold start and ``/init``) and keep it idle for at most ``keep_alive_ms``; no job runs and
+  nothing is answered -- the worker shows in the agent's heartbeats as an idle warm worker, and the
+  pre-warm's id in their ``running`` / ``done`` lists, as a batch's.
 * :class:`BatchResult` (agent -> the scheduler named in ``reply_to``): per activation its status,
   timings, logs, and either the result inline or the key and size of the stored output; per batch the
   function, configuration and measured run time.
@@ -30,11 +35,9 @@ from typing import Any
 from esg.cluster import NodeState, Slice, SliceRef
 from esg.errors import EsgError
 from esg.model import Config
+from esg.nesting import MAX_MESSAGE_NESTING, MAX_NESTING, deeper_than
 from openwhisk_status import STATUS_CODES
 
-#: OpenWhisk's limit on an activation's result (``ActivationEntityLimit``: 1 MiB): an app's (or plain
-#: action's) result above it is a developer error, as OpenWhisk's invoker answers it.
-MAX_RESULT_BYTES = 1_048_576
 #: The limit on one function's output passed to its successors through the data store (Redis takes
 #: values up to 512 MB; intermediate tensors of the shipped apps are below 1 MB).
 MAX_DATA_BYTES = 64 * 1_048_576
@@ -42,26 +45,6 @@ MAX_DATA_BYTES = 64 * 1_048_576
 
 class ProtocolError(EsgError):
     """A scheduler/agent message is malformed."""
-
-
-#: How deeply a value inside a message may nest (an activation's parameters, an action's result). JSON
-#: parsers and encoders recurse once per level and stop near 1000, so a value nested close to that parses
-#: in one place and cannot be written again in the next; beyond this depth it is refused by name instead.
-MAX_NESTING = 200
-
-
-def deeper_than(value: Any, limit: int = MAX_NESTING) -> bool:
-    """Whether ``value`` (parsed JSON) nests more than ``limit`` levels of arrays and objects (iterative)."""
-    stack = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        children = v.values() if isinstance(v, dict) else v if isinstance(v, list | tuple) else None
-        if children is None:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((c, depth + 1) for c in children)
-    return False
 
 
 @dataclass(frozen=True)
@@ -129,6 +112,33 @@ class DispatchMessage:
     outputs are stored for the successors and only referenced."""
     data_ttl_s: int = 600
     """How long stored outputs live at most (the scheduler deletes them when the request ends)."""
+    keep_alive_ms: int | None = None
+    """How long the batch's worker may wait idle after it for the next batch (None: the agent's
+    ``--idle-ttl-s``)."""
+
+
+@dataclass(frozen=True)
+class PrewarmMessage:
+    """Start a worker of ``function`` (``action``) with ``config`` on ``node`` before a batch needs it:
+    the slice carved as for a dispatch (``slice``, ``destroy``), the runtime started and ``/init``-ed with
+    the action's code, then idle for at most ``keep_alive_ms``. Nothing runs and nothing is answered;
+    where an idle worker of the same action, revision and slice is already there, none is started and
+    that one stays idle for at least ``keep_alive_ms``. ``api_key``: a caller's ``uuid:key`` to read the action as (None: the agent's own key);
+    ``init_env``: the environment a worker started for the function's activations gets at ``/init``."""
+
+    prewarm_id: str
+    node: str
+    app: str
+    function: str
+    action: ActionRef
+    config: Config
+    slice: SliceRef | None
+    destroy: tuple[SliceRef, ...]
+    keep_alive_ms: int
+    reply_to: str = ""
+    """The results stream of the scheduler that sent it (nothing is answered there; it names the sender)."""
+    init_env: Mapping[str, Any] | None = None
+    api_key: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -217,21 +227,34 @@ class Heartbeat:
 
 # -- encoding --------------------------------------------------------------------------------------
 
-def encode(msg: DispatchMessage | BatchResult | Heartbeat) -> bytes:
+Message = DispatchMessage | PrewarmMessage | BatchResult | Heartbeat
+
+
+def encode(msg: Message) -> bytes:
     return json.dumps(to_dict(msg), separators=(",", ":")).encode()
 
 
-def to_dict(msg: DispatchMessage | BatchResult | Heartbeat) -> dict[str, Any]:
+def to_dict(msg: Message) -> dict[str, Any]:
     if isinstance(msg, DispatchMessage):
-        a = msg.action
-        return {"type": "dispatch", "batch_id": msg.batch_id, "node": msg.node, "app": msg.app,
-                "function": msg.function,
-                "action": {"namespace": a.namespace, "name": a.name, "revision": a.revision, "kind": a.kind,
-                           "timeout_ms": a.timeout_ms, "memory_mb": a.memory_mb},
-                "config": msg.config.to_dict(), "slice": _slice(msg.slice),
-                "destroy": [_slice(s) for s in msg.destroy], "reply_to": msg.reply_to,
-                "return_output": msg.return_output, "data_ttl_s": msg.data_ttl_s,
-                "requests": [_request(r) for r in msg.requests]}
+        out = {"type": "dispatch", "batch_id": msg.batch_id, "node": msg.node, "app": msg.app,
+               "function": msg.function, "action": _action(msg.action),
+               "config": msg.config.to_dict(), "slice": _slice(msg.slice),
+               "destroy": [_slice(s) for s in msg.destroy], "reply_to": msg.reply_to,
+               "return_output": msg.return_output, "data_ttl_s": msg.data_ttl_s,
+               "requests": [_request(r) for r in msg.requests]}
+        if msg.keep_alive_ms is not None:
+            out["keep_alive_ms"] = msg.keep_alive_ms
+        return out
+    if isinstance(msg, PrewarmMessage):
+        out = {"type": "prewarm", "prewarm_id": msg.prewarm_id, "node": msg.node, "app": msg.app,
+               "function": msg.function, "action": _action(msg.action), "config": msg.config.to_dict(),
+               "slice": _slice(msg.slice), "destroy": [_slice(s) for s in msg.destroy],
+               "keep_alive_ms": msg.keep_alive_ms, "reply_to": msg.reply_to}
+        if msg.init_env:
+            out["init_env"] = dict(msg.init_env)
+        if msg.api_key:
+            out["api_key"] = msg.api_key
+        return out
     if isinstance(msg, BatchResult):
         return {"type": "result", "batch_id": msg.batch_id, "node": msg.node, "error": msg.error,
                 "function": msg.function, "config": None if msg.config is None else msg.config.to_dict(),
@@ -245,6 +268,11 @@ def to_dict(msg: DispatchMessage | BatchResult | Heartbeat) -> dict[str, Any]:
             "idle": [{"function": w.function, "vcpus": w.vcpus, "slice": _slice(w.slice), "count": w.count}
                      for w in msg.idle],
             "running": list(msg.running), "done": list(msg.done)}
+
+
+def _action(a: ActionRef) -> dict[str, Any]:
+    return {"namespace": a.namespace, "name": a.name, "revision": a.revision, "kind": a.kind,
+            "timeout_ms": a.timeout_ms, "memory_mb": a.memory_mb}
 
 
 def _slice(ref: SliceRef | None) -> dict[str, Any] | None:
@@ -275,7 +303,7 @@ def _run_result(r: RunResult) -> dict[str, Any]:
 
 # -- decoding --------------------------------------------------------------------------------------
 
-def decode(raw: bytes | str) -> DispatchMessage | BatchResult | Heartbeat:
+def decode(raw: bytes | str) -> Message:
     try:
         data = json.loads(raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -284,12 +312,14 @@ def decode(raw: bytes | str) -> DispatchMessage | BatchResult | Heartbeat:
         raise ProtocolError("not JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise ProtocolError("a message must be a JSON object")
-    if deeper_than(data, MAX_NESTING + 10):
+    if deeper_than(data, MAX_MESSAGE_NESTING):
         raise ProtocolError(f"a value in the message nests deeper than {MAX_NESTING} levels")
     kind = data.get("type")
     try:
         if kind == "dispatch":
             return _dispatch(data)
+        if kind == "prewarm":
+            return _prewarm(data)
         if kind == "result":
             return _result(data)
         if kind == "heartbeat":
@@ -327,12 +357,46 @@ def _config(d: Any, where: str) -> Config:
         raise ProtocolError(f"{where}: config: {exc}") from None
 
 
+def _action_ref(d: dict, w: str) -> ActionRef:
+    a = _need(d, "action", dict, w)
+    revision, kind = a.get("revision"), a.get("kind", "python:3")
+    if (revision is not None and not isinstance(revision, str)) or not isinstance(kind, str):
+        raise ProtocolError(f"{w}.action: 'revision' and 'kind' must be strings")
+    return ActionRef(_need(a, "namespace", str, w + ".action"), _need(a, "name", str, w + ".action"),
+                     revision, kind, int(a.get("timeout_ms", 60000)), int(a.get("memory_mb", 256)))
+
+
+def _keep_alive(d: dict, w: str, required: bool) -> int | None:
+    """A message's ``keep_alive_ms``: a non-negative integer (absent: None, unless ``required``)."""
+    if "keep_alive_ms" not in d and not required:
+        return None
+    v = _need(d, "keep_alive_ms", int, w)
+    if v < 0:
+        raise ProtocolError(f"{w}: field 'keep_alive_ms' must be >= 0")
+    return v
+
+
+def _prewarm(d: dict) -> PrewarmMessage:
+    w = "prewarm"
+    return PrewarmMessage(_need(d, "prewarm_id", str, w), _need(d, "node", str, w), _need(d, "app", str, w),
+                          _need(d, "function", str, w), _action_ref(d, w), _config(d.get("config"), w),
+                          _opt_slice(d.get("slice"), w), _slices(d.get("destroy", []), w),
+                          _keep_alive(d, w, required=True), _need(d, "reply_to", str, w),
+                          _opt_env(d.get("init_env"), w + ".init_env"), _opt_str(d.get("api_key"), w + ".api_key"))
+
+
+def _slices(xs: Any, where: str) -> tuple[SliceRef, ...]:
+    if not isinstance(xs, list):
+        raise ProtocolError(f"{where}: field 'destroy' must be a list of slices")
+    out = tuple(_opt_slice(s, where) for s in xs)
+    if any(s is None for s in out):
+        raise ProtocolError(f"{where}: field 'destroy' holds a null slice")
+    return out  # type: ignore[return-value]
+
+
 def _dispatch(d: dict) -> DispatchMessage:
     w = "dispatch"
-    a = _need(d, "action", dict, w)
-    action = ActionRef(_need(a, "namespace", str, w + ".action"), _need(a, "name", str, w + ".action"),
-                       a.get("revision"), a.get("kind", "python:3"), int(a.get("timeout_ms", 60000)),
-                       int(a.get("memory_mb", 256)))
+    action = _action_ref(d, w)
     wr = w + ".requests"
     reqs = tuple(RunRequest(_need(r, "activation_id", str, wr), _need(r, "transaction_id", str, wr),
                             r.get("value"), _time_limit_at(r, wr), _need(r, "namespace", str, wr),
@@ -347,8 +411,9 @@ def _dispatch(d: dict) -> DispatchMessage:
     return DispatchMessage(_need(d, "batch_id", str, w), _need(d, "node", str, w), _need(d, "app", str, w),
                            _need(d, "function", str, w), action, _config(d.get("config"), w),
                            _opt_slice(d.get("slice"), w),
-                           tuple(_opt_slice(s, w) for s in d.get("destroy", [])), reqs,
-                           _need(d, "reply_to", str, w), bool(d.get("return_output", True)), ttl)
+                           _slices(d.get("destroy", []), w), reqs,
+                           _need(d, "reply_to", str, w), bool(d.get("return_output", True)), ttl,
+                           _keep_alive(d, w, required=False))
 
 
 def _time_limit_at(r: Any, where: str) -> int:

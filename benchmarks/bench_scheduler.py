@@ -108,11 +108,14 @@ def echo_agent(redis_url: str, prefix: str) -> None:
     channel = AgentChannel(client, keys, NODE)
     data = DataPlane(client, keys, LocalOutputs(64 << 20))
     seq, last = 0, 0.0
+    earlier: list[str] = []    # batches answered before the last heartbeat, and since: each is named in two
+    done: list[str] = []       # heartbeats, as a real agent names them (the scheduler's view forgets them then)
     print("ready", flush=True)
     while True:
         if time.monotonic() - last > 0.5:
             seq += 1
-            channel.heartbeat(protocol.Heartbeat(NODE, 4096, 4096, 65536, None, seq=seq))
+            channel.heartbeat(protocol.Heartbeat(NODE, 4096, 4096, 65536, None, seq=seq, done=(*earlier, *done)))
+            earlier, done = done, []
             last = time.monotonic()
         got = channel.take(1000, 100)
         pipe = client.pipeline(transaction=True)
@@ -124,6 +127,7 @@ def echo_agent(redis_url: str, prefix: str) -> None:
             results, writes = data.outputs(msg, results)
             channel.stage_answer(pipe, e.id, msg.reply_to, protocol.BatchResult(
                 msg.batch_id, NODE, tuple(results), None, msg.function, msg.config, 0.0), writes)
+            done.append(msg.batch_id)
         if got:
             pipe.execute()  # every answer of this read in one round trip
 

@@ -1,7 +1,7 @@
 """The scheduler's end of the agent channel (Redis streams; names in :mod:`agent_channel.keys`).
 
-* :meth:`SchedulerChannel.stage` adds dispatches to their nodes' streams, in the pipeline the
-  service's loop runs once per turn; each dispatch names this scheduler's results stream in
+* :meth:`SchedulerChannel.stage` adds dispatches and pre-warms to their nodes' streams, in the
+  pipeline the service's loop runs once per turn; each names this scheduler's results stream in
   ``reply_to``.
 * :meth:`SchedulerChannel.read` blocks on this scheduler's results stream and the deployment's
   heartbeat stream at once (``XREAD BLOCK``), from where it last read; the reader thread calls it in a
@@ -43,8 +43,8 @@ class SchedulerChannel:
     def reply_to(self) -> str:
         return self.keys.results
 
-    def stage(self, pipe, messages: Sequence[protocol.DispatchMessage]) -> int:
-        """Add each dispatch to its node's stream in ``pipe`` (the replies are the entry ids, in order)."""
+    def stage(self, pipe, messages: Sequence[protocol.DispatchMessage | protocol.PrewarmMessage]) -> int:
+        """Add each message to its node's stream in ``pipe`` (the replies are the entry ids, in order)."""
         for m in messages:
             pipe.xadd(self.keys.dispatch(m.node), fields(protocol.encode(m)))
         return len(messages)

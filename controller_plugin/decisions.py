@@ -10,7 +10,13 @@ destroy (instances), destroyed (their labels), warm (the plan took an idle warm 
 ids), enqueued_ms (the step that queued its last job), decided_ms (the step that placed it: the same when
 it waited for nothing), sent_ms, done_ms (epoch ms: dispatched, result read), run_ms (the agent's
 measured run), cold (the agent started a worker), reconfigured (MIG instances the agent changed), status
-(0 when every activation succeeded)``.
+(0 when every activation succeeded), keep_alive_ms (the policy's keep-alive for its worker; null: the
+agents' own)``.
+
+One per pre-warm a heartbeat named done (``type: "prewarm"``): ``prewarm_id, app, function, node,
+gpu_model, vcpus, gpu, slice, create, keep_alive_ms, sent_ms, done_ms`` (done: the heartbeat that named
+it read -- at most one heartbeat late), ``ready`` (that heartbeat showed an idle worker of the function
+on its slice; false: it failed or was taken already).
 
 ``esg replay`` reads it for the cost (idle MIG instances kept for warm workers included, by the
 emulator's rule), cold starts, MIG changes and batch sizes of its measured requests (what the emulator
@@ -25,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent_channel import protocol
-from esg.events import Dispatch, RequestOutcome
+from esg.events import Dispatch, Prewarm, RequestOutcome
 
 DECISIONS_MAXLEN = 200_000
 
@@ -73,13 +79,26 @@ class DecisionLog:
             "jobs": [j.request_id for j in d.jobs], "enqueued_ms": max((j.enqueued_ms for j in d.jobs), default=None),
             "decided_ms": decided, "sent_ms": sent,
             "done_ms": now_ms, "cold": rm.cold, "reconfigured": rm.reconfigured, "run_ms": rm.run_ms,
-            "status": max((r.status_code for r in rm.results), default=3 if rm.error else 0)}
+            "status": max((r.status_code for r in rm.results), default=3 if rm.error else 0),
+            "keep_alive_ms": d.keep_alive_ms}
         self._staged.append(json.dumps(entry, separators=(",", ":")).encode())
 
+    def prewarm(self, p: Prewarm, sent_ms: int, done_ms: int, gpu_model: str | None, ready: bool) -> None:
+        """A pre-warm a heartbeat named done at ``done_ms`` (sent at ``sent_ms``)."""
+        s = p.fit.slice
+        self._staged.append(json.dumps({
+            "type": "prewarm", "prewarm_id": p.prewarm_id, "app": p.app, "function": p.function, "node": p.node,
+            "gpu_model": gpu_model, "vcpus": p.config.vcpus, "gpu": p.config.gpu,
+            "slice": None if s is None else f"{s.profile}@{s.start}", "create": p.fit.create,
+            "keep_alive_ms": p.keep_alive_ms, "sent_ms": sent_ms, "done_ms": done_ms, "ready": ready},
+            separators=(",", ":")).encode())
+
     def outcome(self, o: RequestOutcome) -> None:
-        self._staged.append(json.dumps({"type": "request", "id": o.request_id, "app": o.app,
-                                        "arrival_ms": o.arrival_ms, "finished_ms": o.finished_ms,
-                                        "slo_ms": o.slo_ms, "ok": o.ok}, separators=(",", ":")).encode())
+        record = {"type": "request", "id": o.request_id, "app": o.app, "arrival_ms": o.arrival_ms,
+                  "finished_ms": o.finished_ms, "slo_ms": o.slo_ms, "ok": o.ok}
+        if o.rejected:
+            record["rejected"] = True  # answered at once by admission control, never run
+        self._staged.append(json.dumps(record, separators=(",", ":")).encode())
 
     def status(self, key: str, queues: dict, waiting: dict, now_ms: int) -> None:
         """Publish the queues (by (app, function)) and why the waiting ones wait, with the next writes."""

@@ -10,13 +10,19 @@ worker idle on its slice). So ESG_Dispatch's warm-start and reconfiguration pass
 emulator's see. A view that was stale anyway (a worker evicted, a slice gone) costs the batch a cold
 start or a MIG change at the agent, which says so in its result.
 
-* :meth:`Dispatcher.stage` puts a step's batches on their nodes' streams (in the loop's pipeline) and
-  :meth:`Dispatcher.sent` records them in flight;
+* :meth:`Dispatcher.stage` puts a step's batches and pre-warms on their nodes' streams (in the loop's
+  pipeline) and :meth:`Dispatcher.sent` records them in flight;
 * :meth:`Dispatcher.complete` matches a result to its batch (results of other incarnations, and
   duplicates, are ignored);
 * :meth:`Dispatcher.expire` finds agents silent past the agent timeout and hands back their batches,
   taken back from the streams, for the caller to run again or fail;
 * :meth:`Dispatcher.read_loop` is the body of the thread that reads results and heartbeats.
+
+**Pre-warms** are kept on their nodes' views as batches are -- their slice and vCPUs held while the
+worker starts -- until a heartbeat names them answered (``done``): that report shows the worker idle,
+or shows none if the pre-warm failed. Nothing else answers a pre-warm; one its agent never reports is
+dropped after :data:`PREWARM_KEEP_S` and with its agent, and never taken back from the stream (it
+costs an idle worker at most, within its keep-alive).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import redis
 
@@ -34,9 +40,9 @@ from controller_plugin.channel import SchedulerChannel
 from controller_plugin.deadletters import DeadLetters
 from controller_plugin.health import Agent, AgentRegistry
 from controller_plugin.metrics import Metrics
-from controller_plugin.workflows import Send
+from controller_plugin.workflows import PrewarmSend, Send
 from esg.cluster import Claim, ClusterSnapshot, NodeReport, tracked
-from esg.events import Dispatch
+from esg.events import Dispatch, Prewarm
 
 log = logging.getLogger("esg.scheduler")
 
@@ -44,6 +50,9 @@ READ_BLOCK_MS = 250
 #: How long an answered batch is kept on its node's view when no heartbeat says it was answered (a
 #: backstop: each heartbeat names the batches its agent answered recently).
 FINISHED_KEEP_S = 30.0
+#: How long a pre-warm stays on its node's view when no heartbeat says it was done (a backstop longer
+#: than any cold start).
+PREWARM_KEEP_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +60,8 @@ class InFlight:
     dispatch: Dispatch
     entry_id: str
     """The dispatch's entry in its node's stream."""
+    claim: Claim
+    """What the snapshot keeps on the node for it (made once, not at every turn)."""
 
 
 class Dispatcher:
@@ -61,9 +72,16 @@ class Dispatcher:
         self.incarnation = incarnation
         self.metrics = metrics
         self.inflight: dict[str, InFlight] = {}
-        self.finished: dict[str, tuple[Dispatch, float]] = {}
+        self.finished: dict[str, tuple[Dispatch, float, Claim]] = {}
         """Answered batches no heartbeat has shown answered yet, with when (monotonic s)."""
+        self._sets: dict[str, tuple[protocol.Heartbeat, frozenset[str], frozenset[str]]] = {}
+        self.prewarming: dict[str, tuple[Prewarm, float, int]] = {}
+        """Pre-warms sent that no heartbeat has named done yet, with when (monotonic s, epoch ms)."""
+        self.warmed: list[tuple[Prewarm, int, bool]] = []
+        """Pre-warms heartbeats named done since the caller last took them (:meth:`take_warmed`): each
+        with when it was sent (epoch ms) and whether the heartbeat showed an idle worker of it."""
         self.count = 0
+        self.prewarms = 0
         self.ignored = 0
         self.stale_starts = 0
         """Batches the agent had to start cold or carve a slice for, though the view said otherwise."""
@@ -74,10 +92,18 @@ class Dispatcher:
         joined = self.registry.heartbeat(hb, mono)
         for batch_id in hb.done:
             self.finished.pop(batch_id, None)
+            warming = self.prewarming.pop(batch_id, None)
+            if warming is not None:
+                p = warming[0]
+                ready = any(w.count > 0 and w.function == p.function and w.slice == p.fit.slice for w in hb.idle)
+                self.warmed.append((p, warming[2], ready))
         if self.finished:
-            old = [b for b, (_, t) in self.finished.items() if mono - t > FINISHED_KEEP_S]
+            old = [b for b, (_, t, _) in self.finished.items() if mono - t > FINISHED_KEEP_S]
             for b in old:
                 del self.finished[b]
+        if self.prewarming:
+            for p in [p for p, (_, t, _) in self.prewarming.items() if mono - t > PREWARM_KEEP_S]:
+                del self.prewarming[p]
         return joined
 
     def expire(self, mono: float) -> list[tuple[Agent, list[Dispatch]]]:
@@ -87,8 +113,10 @@ class Dispatcher:
             lost = [f for f in self.inflight.values() if f.dispatch.node == agent.node]
             for f in lost:
                 del self.inflight[f.dispatch.batch_id]
-            for b in [b for b, (d, _) in self.finished.items() if d.node == agent.node]:
+            for b in [b for b, (d, _, _) in self.finished.items() if d.node == agent.node]:
                 del self.finished[b]
+            for p in [p for p, (w, _, _) in self.prewarming.items() if w.node == agent.node]:
+                del self.prewarming[p]
             try:
                 self.channel.retract(agent.node, [f.entry_id for f in lost])
             except redis.RedisError as exc:  # the agent may still run them: their results are ignored
@@ -99,24 +127,45 @@ class Dispatcher:
     def snapshot(self) -> ClusterSnapshot:
         """The live agents as their heartbeats report them, with this process's batches the reports do
         not show yet kept on them (:func:`esg.cluster.tracked`)."""
-        reports = [NodeReport(a.heartbeat.node_state(), frozenset(a.heartbeat.running), frozenset(a.heartbeat.done))
-                   for a in self.registry.live()]
-        claims = [Claim(d.batch_id, d.function, d.config, d.fit, finished=True) for d, _ in self.finished.values()]
-        claims += [Claim(f.dispatch.batch_id, f.dispatch.function, f.dispatch.config, f.dispatch.fit)
-                   for f in self.inflight.values()]
+        reports = [NodeReport(a.heartbeat.node_state(), *self._batch_sets(a.heartbeat)) for a in self.registry.live()]
+        claims = [c for _, _, c in self.finished.values()]
+        claims += [f.claim for f in self.inflight.values()]
+        claims += [Claim(p.prewarm_id, p.function, p.config, p.fit) for p, _, _ in self.prewarming.values()]
         return tracked(reports, claims)
 
+    def _batch_sets(self, hb: protocol.Heartbeat) -> tuple[frozenset[str], frozenset[str]]:
+        """A heartbeat's running and answered batch ids as sets, made once per heartbeat (a burst's
+        heartbeat names thousands; every turn plans over them)."""
+        got = self._sets.get(hb.node)
+        if got is None or got[0] is not hb:
+            got = self._sets[hb.node] = (hb, frozenset(hb.running), frozenset(hb.done))
+        return got[1], got[2]
+
     # -- batches ------------------------------------------------------------------------------------
-    def stage(self, pipe, sends: Sequence[Send]) -> int:
-        return self.channel.stage(pipe, [s.message for s in sends])
+    def stage(self, pipe, sends: Sequence[Send], prewarms: Sequence[PrewarmSend] = ()) -> int:
+        """Add the batches, then the pre-warms, in ``pipe``; the replies are the entry ids, in that order."""
+        return self.channel.stage(pipe, [s.message for s in sends] + [p.message for p in prewarms])
+
+    def prewarmed(self, prewarms: Sequence[PrewarmSend], mono: float, sent_ms: int = 0) -> None:
+        """The pre-warms went out (at ``sent_ms``): kept on their nodes' views until a heartbeat names
+        them done."""
+        for p in prewarms:
+            self.prewarming[p.prewarm.prewarm_id] = (p.prewarm, mono, sent_ms)
+            self.metrics.prewarms.inc()
+        self.prewarms += len(prewarms)
 
     def sent(self, sends: Sequence[Send], entry_ids: Sequence) -> None:
         for s, entry_id in zip(sends, entry_ids):
             entry_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-            self.inflight[s.dispatch.batch_id] = InFlight(s.dispatch, entry_id)
+            d = s.dispatch
+            self.inflight[d.batch_id] = InFlight(d, entry_id, Claim(d.batch_id, d.function, d.config, d.fit))
             self.metrics.decisions.inc()
             self.metrics.batch_size.observe(len(s.dispatch.jobs))
         self.count += len(sends)
+
+    def take_warmed(self) -> list[tuple[Prewarm, int, bool]]:
+        out, self.warmed = self.warmed, []
+        return out
 
     def complete(self, rm: protocol.BatchResult) -> Dispatch | None:
         """The batch ``rm`` answers, if this incarnation is still waiting for it."""
@@ -127,7 +176,7 @@ class Dispatcher:
         if flight is None:
             return None  # a duplicate, or declared lost
         d = flight.dispatch
-        self.finished[d.batch_id] = (d, time.monotonic())
+        self.finished[d.batch_id] = (d, time.monotonic(), replace(flight.claim, finished=True))
         cold_miss = bool(rm.cold and d.fit.warm_worker is not None)
         if cold_miss or (rm.reconfigured and not d.fit.reconfigures):
             self.stale_starts += 1

@@ -15,9 +15,11 @@ class Metrics:
         self.queue_length = Gauge("esg_afw_queue_length", "Jobs waiting per AFW queue",
                                   ["app", "function"], registry=r)
         self.decisions = Counter("esg_decisions_total", "Batches dispatched", registry=r)
+        self.prewarms = Counter("esg_prewarms_total", "Pre-warms sent to agents (workers started ahead of a batch)",
+                                registry=r)
         self.batch_size = Histogram("esg_batch_size", "Jobs per dispatched batch",
                                     buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
-        self.slo = Counter("esg_slo_total", "Finished app activations by SLO result", ["result"], registry=r)
+        self.slo = Counter("esg_slo_total", "Finished app activations by SLO result (hit, miss, rejected)", ["result"], registry=r)
         self.ack_latency = Histogram("esg_ack_latency_seconds", "From acceptance to ack", registry=r,
                                      buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
         self.acks = Counter("esg_acks_total", "Acks produced by kind", ["kind"], registry=r)

@@ -59,7 +59,7 @@ from controller_plugin.online import OnlineStore
 from controller_plugin.plans import PlanCache
 from controller_plugin.record_writer import RecordWriter, Stored
 from controller_plugin.settings import Settings
-from controller_plugin.workflows import Send, Workflows
+from controller_plugin.workflows import PrewarmSend, Send, Workflows
 from esg.explore import Explorer
 from esg.online import Observation
 from esg.policies import make_policy
@@ -114,10 +114,14 @@ class SchedulerService:
             settings.parameter_keys)
         self.dispatcher = Dispatcher(SchedulerChannel(self.redis, keys), self.registry, settings.incarnation,
                                      self.metrics)
-        policy = make_policy(settings.policy, PolicyContext(apps={}, profiles={}))
+        policy = make_policy(settings.policy, PolicyContext(apps={}, profiles={},
+                                                            stage_overhead_ms=settings.stage_overhead_ms))
         explorer = Explorer(settings.explore_fraction) if settings.online_profiles else None
+        # pre-warm ids carry the incarnation too: an agent skips an id it has taken before
         core = Scheduler({}, policy, batch_ids=(f"{settings.incarnation}-{i}" for i in itertools.count()),
-                         explorer=explorer)
+                         explorer=explorer, admission_control=settings.admission_control,
+                         prewarm=settings.prewarm,
+                         prewarm_ids=(f"{settings.incarnation}-w{i}" for i in itertools.count()))
         self.workflows = Workflows(core, keys.results, self.metrics, settings.deadline_margin_s, settings.deadline)
         self.records = None
         if settings.activation_store:
@@ -142,7 +146,7 @@ class SchedulerService:
 
     @property
     def stats(self) -> dict[str, int]:
-        return {"acks": self.acks.count, "dispatches": self.dispatcher.count,
+        return {"acks": self.acks.count, "dispatches": self.dispatcher.count, "prewarms": self.dispatcher.prewarms,
                 "dead_letters": self.dead_letters.count, "ignored_results": self.dispatcher.ignored,
                 "stale_starts": self.dispatcher.stale_starts}
 
@@ -260,13 +264,14 @@ class SchedulerService:
             self.decisions.status(self.status_key, self.workflows.scheduler.queue_lengths(),
                                   self.workflows.last_waiting, t)
         sends: list[Send] = []
-        if self.workflows.busy():
-            sends, answers = self.workflows.step(t, self.dispatcher.snapshot())
+        prewarms: list[PrewarmSend] = []
+        if self.workflows.busy(t):
+            sends, prewarms, answers = self.workflows.step(t, self.dispatcher.snapshot())
             for o in self.workflows.last_outcomes:
                 self.decisions.outcome(o)
             self._answer(answers)
         self.acks.produce()
-        self._write(sends, t)
+        self._write(sends, t, prewarms)
         self.acks.confirm()
         self._learn()
 
@@ -292,12 +297,16 @@ class SchedulerService:
         if learned:
             self.plans.drop()
 
-    def _write(self, sends: list[Send], decided_ms: int | None = None) -> None:
-        """The turn's dispatches and ledger writes, one round trip; retried (whole) while Redis fails.
-        A repeated dispatch reaches its agent twice and runs once (agents skip a batch id they took)."""
+    def _write(self, sends: list[Send], decided_ms: int | None = None, prewarms: list[PrewarmSend] | None = None
+               ) -> None:
+        """The turn's dispatches, pre-warms and ledger writes, one round trip; retried (whole) while Redis
+        fails. A repeated dispatch or pre-warm reaches its agent twice and runs once (agents skip an id
+        they took)."""
+        prewarms = prewarms or []
         while True:
             pipe = self.redis.pipeline(transaction=False)
-            n = self.dispatcher.stage(pipe, sends)
+            n = self.dispatcher.stage(pipe, sends, prewarms)
+            n_batches = len(sends)
             if n + self.acks.stage(pipe) + self.decisions.stage(pipe) == 0:
                 return
             try:
@@ -307,7 +316,8 @@ class SchedulerService:
                 log.error("Redis refused the dispatches and ledger writes (%s); retrying", exc)
                 if self.stop_event.wait(0.5):
                     raise
-        self.dispatcher.sent(sends, replies[:n])
+        self.dispatcher.sent(sends, replies[:n_batches])
+        self.dispatcher.prewarmed(prewarms, time.monotonic(), now_ms())
         self.decisions.sent([s.dispatch for s in sends], decided_ms=decided_ms)
         self.decisions.written()
         self.acks.written()
@@ -347,6 +357,10 @@ class SchedulerService:
     # -- posing as the invokers -----------------------------------------------------------------------
     def _heartbeat(self, hb: protocol.Heartbeat, mono: float) -> None:
         joined = self.dispatcher.heartbeat(hb, mono)
+        if self.dispatcher.warmed:
+            t = now_ms()
+            for p, sent_ms, ready in self.dispatcher.take_warmed():
+                self.decisions.prewarm(p, sent_ms, t, hb.gpu_model, ready)
         if joined is None:
             return
         log.info("agent %s is alive as invoker%d (%d MB)", hb.node, joined.invoker_id, hb.memory_mb)

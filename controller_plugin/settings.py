@@ -14,6 +14,7 @@ from pathlib import Path
 from agent_channel.connect import redact_url
 from controller_plugin.activation_store import redact
 from controller_plugin.arguments import ParameterKeys
+from esg.timing import DEFAULT_STAGE_OVERHEAD_MS
 
 DEFAULT_GROUP = "esg-scheduler"
 DEFAULT_AGENT_TIMEOUT_S = 5.0
@@ -60,11 +61,18 @@ class Settings:
     online_profiles: bool = True
     #: The share of a function's calls that may run in configurations its table lacks.
     explore_fraction: float = 0.05
+    #: SLO admission control (esg.admission): reject at once what no plan can meet; off by default.
+    admission_control: bool = False
+    #: The per-batch overhead the scheduler plans with (ESG_1Q's path latencies, admission control).
+    stage_overhead_ms: float = DEFAULT_STAGE_OVERHEAD_MS
     #: OpenWhisk's activation store (CouchDB API), ``http://user:password@host:port[/database]``.
     activation_store: str | None = field(default=None, repr=False)
     deadline: Deadline = field(default_factory=Deadline)
     #: OpenWhisk's parameter-encryption keys, to unlock locked arguments.
     parameter_keys: ParameterKeys = field(default_factory=ParameterKeys, repr=False)
+    #: Let the policy start workers ahead of their batches and set its keep-alive (``esg emulate
+    #: --no-prewarm`` is the emulator's off switch); off: no pre-warms, every worker the agent's TTL.
+    prewarm: bool = True
 
     def describe(self) -> str:
         """One log line of the settings with every secret removed."""
@@ -72,7 +80,9 @@ class Settings:
         return (f"kafka={self.kafka} redis={redact_url(self.redis_url)} openwhisk_api={self.openwhisk_api} "
                 f"auth={auth} prefix={self.topic_prefix!r} controller={self.controller_id} "
                 f"profiles={self.profiles_dir} online_profiles={self.online_profiles} "
-                f"explore_fraction={self.explore_fraction} agent_timeout_s={self.agent_timeout_s} "
+                f"explore_fraction={self.explore_fraction} admission_control={self.admission_control} "
+                f"stage_overhead_ms={self.stage_overhead_ms:g} "
+                f"agent_timeout_s={self.agent_timeout_s} prewarm={self.prewarm} "
                 f"incarnation={self.incarnation} "
                 f"activation_store={redact(self.activation_store) if self.activation_store else 'none'} "
                 f"parameter_keys={','.join(sorted(self.parameter_keys.keys)) or 'none'}")

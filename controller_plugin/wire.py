@@ -20,11 +20,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent_channel.protocol import MAX_NESTING, deeper_than
-from openwhisk_status import STATUS_CODES, STATUS_WHISK_ERROR
+from esg.nesting import MAX_MESSAGE_NESTING, MAX_NESTING, deeper_than
+from openwhisk_status import MAX_RESULT_BYTES, STATUS_CODES, STATUS_WHISK_ERROR
 
-#: ``max.request.size`` of OpenWhisk's activation and ack producers: 1 MiB of result + 6068 B overhead.
-MAX_MESSAGE_BYTES = 1_054_644
+#: OpenWhisk's ``whisk.activation.serdes-overhead``: what a Kafka message adds around a payload.
+SERDES_OVERHEAD_BYTES = 6068
+#: ``max.request.size`` of OpenWhisk's activation and ack producers (``ActivationEntityLimit
+#: .MAX_ACTIVATION_LIMIT``): the largest result plus the overhead, 1_054_644 bytes.
+MAX_MESSAGE_BYTES = MAX_RESULT_BYTES + SERDES_OVERHEAD_BYTES
 #: Kafka's record-batch header (v2) and maximal per-record overhead, in bytes.
 _BATCH_HEADER_BYTES = 61
 _MAX_RECORD_OVERHEAD_BYTES = 21
@@ -66,7 +69,7 @@ def _load_object(data: bytes | str, what: str) -> dict[str, Any]:
         raise WireError(what, "nested too deeply") from None
     if not isinstance(value, dict):
         raise WireError(what, f"expected a JSON object, got {_json_type(value)}")
-    if deeper_than(value, MAX_NESTING + 10):
+    if deeper_than(value, MAX_MESSAGE_NESTING):
         raise WireError(what, f"a value nests deeper than {MAX_NESTING} levels")
     return value
 

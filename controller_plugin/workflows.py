@@ -3,7 +3,8 @@
 :class:`Workflows` is the only user of the core :class:`~esg.scheduler.Scheduler` in the service. It
 has no I/O: the service feeds it what happened (an activation accepted, a batch answered, a batch lost
 with its agent, time passing) and it returns what to do -- batches to dispatch (each with its
-:class:`~agent_channel.protocol.DispatchMessage`) and activations to answer (:class:`Answer`, for the ack
+:class:`~agent_channel.protocol.DispatchMessage`), workers to pre-warm (each with its
+:class:`~agent_channel.protocol.PrewarmMessage`) and activations to answer (:class:`Answer`, for the ack
 pipeline). Events are folded into the core's ``step`` the next time the service calls :meth:`step`.
 
 Status codes are the ones OpenWhisk's invoker would give (``isSystemError`` is true for status 3 alone,
@@ -22,6 +23,7 @@ before that point (:meth:`lost`), else its batch goes back to the front of its q
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
 
@@ -35,7 +37,7 @@ from controller_plugin.requests_state import FunctionResult, Outcome, Run
 from controller_plugin.settings import Deadline
 from esg.cluster import ClusterSnapshot
 from esg.defaults import is_default
-from esg.events import Arrival, BatchDone, BatchLost, Cancel, Dispatch, Request
+from esg.events import Arrival, BatchDone, BatchLost, Cancel, Dispatch, Prewarm, Request
 from esg.online import Observation
 from esg.scheduler import Scheduler
 from openwhisk_status import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
@@ -66,6 +68,19 @@ class Send:
     message: protocol.DispatchMessage
 
 
+@dataclass(frozen=True)
+class PrewarmSend:
+    """A worker to pre-warm, with the message its agent gets."""
+
+    prewarm: Prewarm
+    message: protocol.PrewarmMessage
+
+
+def keep_alive_ms(ms: float | None) -> int | None:
+    """A decision's keep-alive as the channel carries it: whole milliseconds, rounded up (None: the agent's)."""
+    return None if ms is None else max(0, math.ceil(ms))
+
+
 class Workflows:
     def __init__(self, scheduler: Scheduler, reply_to: str, metrics: Metrics, deadline_margin_s: float,
                  deadline: Deadline = OPENWHISK_DEADLINE) -> None:
@@ -75,6 +90,9 @@ class Workflows:
         self.metrics = metrics
         self.margin_ms = int(deadline_margin_s * 1000)
         self.runs: dict[str, Run] = {}
+        self._callers: dict[str, tuple[str | None, dict]] = {}
+        """Per app, its latest caller's key and init arguments: a pre-warm reads the action as that
+        caller and starts the worker with those arguments, as a worker started for its batch would be."""
         self._events: list = []
         self._registered: dict[str, AppPlan] = {}
         self._queues_shown_s = 0.0
@@ -85,9 +103,12 @@ class Workflows:
         """When a queue the core held (to fill a batch) wants to be looked at again (epoch ms)."""
         """The requests the last :meth:`step` ended (the core's outcomes, for the decision log)."""
 
-    def busy(self) -> bool:
-        """Whether a step has anything to do (events to fold in, or jobs waiting)."""
-        return bool(self._events) or self.scheduler.queues.total() > 0
+    def busy(self, now_ms: float | None = None) -> bool:
+        """Whether a step has anything to do: events to fold in, jobs waiting, or the time the last step
+        asked to be woken at (a policy's pre-warming window) has come at ``now_ms``."""
+        if self._events or self.scheduler.queues.total() > 0:
+            return True
+        return now_ms is not None and self.wake_at_ms is not None and now_ms >= self.wake_at_ms
 
     # -- what happened ------------------------------------------------------------------------------
     def accept(self, item: Accepted, now_ms: int) -> Answer | None:
@@ -105,6 +126,7 @@ class Workflows:
             self.scheduler.add_app(plan.app, plan.profiles, plan.specs)
             self._registered[plan.app.name] = plan
         self.runs[aid] = Run(item.msg, plan, item.entry, args=item.args, init_env=item.init_env)
+        self._callers[plan.app.name] = (item.msg.user.basic_auth, item.init_env)
         self._events.append(Arrival(Request(aid, plan.app.name, float(item.entry.accepted_ms))))
         return None
 
@@ -185,7 +207,7 @@ class Workflows:
                                                                  self.deadline)]
 
     # -- deciding -----------------------------------------------------------------------------------
-    def step(self, now_ms: int, snapshot: ClusterSnapshot) -> tuple[list[Send], list[Answer]]:
+    def step(self, now_ms: int, snapshot: ClusterSnapshot) -> tuple[list[Send], list[PrewarmSend], list[Answer]]:
         events, self._events = self._events, []
         explored = self.scheduler.explorer.batches if self.scheduler.explorer is not None else 0
         result = self.scheduler.step(now_ms, snapshot, events)
@@ -195,12 +217,13 @@ class Workflows:
         self.wake_at_ms = result.wake_at_ms
         self.last_waiting = result.waiting
         sends = [Send(d, self._message(d, now_ms)) for d in result.dispatches]
+        prewarms = [PrewarmSend(p, m) for p in result.prewarms if (m := self._prewarm_message(p)) is not None]
         answers = []
         for o in result.outcomes:
             run = self.runs.get(o.request_id)
             if run is None:
                 continue
-            self.metrics.slo.labels("hit" if o.slo_hit else "miss").inc()
+            self.metrics.slo.labels("rejected" if o.rejected else "hit" if o.slo_hit else "miss").inc()
             outcome = run.final() if o.ok else acks.error_outcome(o.error or "failed", STATUS_APPLICATION_ERROR,
                                                                   now_ms)
             answers.append(self._finish(run, outcome))
@@ -208,7 +231,7 @@ class Workflows:
         if mono - self._queues_shown_s >= QUEUE_METRICS_EVERY_S:
             self._queues_shown_s = mono
             self.metrics.set_queues(self.scheduler.queue_lengths())
-        return sends, answers
+        return sends, prewarms, answers
 
     def _message(self, d: Dispatch, now_ms: int) -> protocol.DispatchMessage:
         runs = [self.runs[j.request_id] for j in d.jobs]
@@ -226,7 +249,23 @@ class Workflows:
         ttl = max(1, (last - now_ms) // 1000 + DATA_TTL_SLACK_S)
         return protocol.DispatchMessage(d.batch_id, d.node, d.app, d.function, action, d.config, d.fit.slice,
                                         d.fit.destroy, tuple(reqs), self.reply_to,
-                                        d.function in plan.app.sinks, int(ttl))
+                                        d.function in plan.app.sinks, int(ttl),
+                                        keep_alive_ms(d.keep_alive_ms))
+
+    def _prewarm_message(self, p: Prewarm) -> protocol.PrewarmMessage | None:
+        """The message for a pre-warm of a function of an app this scheduler has planned (None: an app it
+        has no plan for, so no action to name -- not expected, since the core plans only apps it was given)."""
+        plan, caller = self._registered.get(p.app), self._callers.get(p.app)
+        if plan is None or caller is None or p.function not in plan.functions:
+            log.warning("pre-warm %s of %s/%s: no plan for that app here; not sent", p.prewarm_id, p.app, p.function)
+            return None
+        api_key, init_env = caller
+        meta = plan.functions[p.function].action
+        action = protocol.ActionRef(meta.path, meta.name, meta.version, meta.kind, meta.timeout_ms, meta.memory_mb)
+        entry = not plan.app.predecessors(p.function)
+        return protocol.PrewarmMessage(p.prewarm_id, p.node, p.app, p.function, action, p.config, p.fit.slice,
+                                       p.fit.destroy, keep_alive_ms(p.keep_alive_ms) or 0, self.reply_to,
+                                       (init_env or None) if entry else None, api_key)
 
     # -- ending -------------------------------------------------------------------------------------
     def _fail(self, run: Run, message: str, now_ms: int) -> Answer:

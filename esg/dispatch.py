@@ -3,21 +3,23 @@
 For each configuration, best first, the nodes are tried in locality order -- the app's *home invoker*
 for its entry functions (a stable hash of app and function over the node names), the predecessor's node
 for the others, then every other node by free capacity -- and the first node where the configuration
-fits is reserved. When no configuration fits anywhere, the batch waits and the caller learns why.
+fits is reserved. When no configuration fits anywhere, the batch waits and the caller learns why (a
+:class:`Wait` with its reason: a placement's answer is a :class:`Placement` or a :class:`Wait`, never a
+bare string).
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 from esg.cluster import ClusterSnapshot, Fit
-from esg.model import Config
+from esg.model import Config, Job
 
 
-def home_node(app: str, function: str, nodes: Sequence[str]) -> str:
+def home_node(app: str, function: str, nodes: Collection[str]) -> str:
     """A stable choice of node for (app, function): the same on every run and in every process."""
     return _home_node(app, function, tuple(nodes))
 
@@ -28,6 +30,16 @@ def _home_node(app: str, function: str, nodes: tuple[str, ...]) -> str:
     return ordered[zlib.crc32(f"{app}/{function}".encode()) % len(ordered)]
 
 
+def locality_order(app: str, head: Job, nodes: Collection[str]) -> list[str]:
+    """ESG_Dispatch's locality: the predecessor's node for a job with one, else the app's home node for
+    the function (nothing when there are no nodes). The rest follow by free capacity (:func:`node_order`)."""
+    if not nodes:
+        return []
+    if head.pred_node is not None:
+        return [head.pred_node]
+    return [home_node(app, head.function, nodes)]
+
+
 def node_order(snapshot: ClusterSnapshot, preferred: Sequence[str], config: Config) -> list[str]:
     """Preferred nodes first (in the given order), then the rest by free capacity for ``config``."""
     return snapshot.route(tuple(preferred), config.gpu is not None)
@@ -35,25 +47,44 @@ def node_order(snapshot: ClusterSnapshot, preferred: Sequence[str], config: Conf
 
 @dataclass(frozen=True)
 class Placement:
+    """Where a batch runs: ``config`` on ``fit.node`` (reserved on the snapshot it was found on)."""
+
     config: Config
     fit: Fit
 
 
+@dataclass(frozen=True)
+class Wait:
+    """The head batch of a queue is not placed now; ``reason`` says why (the scheduler reports it per
+    queue in ``StepResult.waiting``)."""
+
+    reason: str
+
+
+NO_CONFIGURATION = Wait("no configuration meets the remaining budget")
+"""The wait of a head with no configuration to try."""
+
+
+def fits_nowhere(configs: int, nodes: int) -> Wait:
+    """The wait of a head none of whose ``configs`` configurations fits on any of ``nodes`` nodes."""
+    return Wait(f"none of {configs} configurations fits on any of {nodes} nodes")
+
+
 def dispatch(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred: Sequence[str],
-             no_fit: set[Config] | None = None) -> Placement | str:
-    """The first (configuration, node) that fits, reserved on ``snapshot``; else the reason it waits.
+             no_fit: set[Config] | None = None) -> Placement | Wait:
+    """The first (configuration, node) that fits, reserved on ``snapshot``; else why it waits.
 
     ``no_fit`` remembers, for the rest of one scheduling step, the configurations that fit nowhere:
     within a step capacity only shrinks, so they cannot fit later in it either.
     """
     if not priorities:
-        return "no configuration meets the remaining budget"
+        return NO_CONFIGURATION
     if not snapshot.nodes:
-        return "no nodes"
+        return Wait("no nodes")
     for config, fit in candidate_fits(snapshot, priorities, preferred, no_fit):
         snapshot.reserve(config, fit)
         return Placement(config, fit)
-    return f"none of {len(priorities)} configurations fits on any of {len(snapshot.nodes)} nodes"
+    return fits_nowhere(len(priorities), len(snapshot.nodes))
 
 
 def candidate_fits(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred: Sequence[str],

@@ -5,7 +5,8 @@ The vocabulary shared by :mod:`esg.scheduler`, the policies (:mod:`esg.policies.
 scheduler never import each other (an import contract keeps it so).
 
 * in (:data:`Event`): a request arrived, a batch finished or was lost, a request is cancelled;
-* out: a batch to run (:class:`Dispatch`), a function done (:class:`FunctionDone`), a request finished
+* out: a batch to run (:class:`Dispatch`), a worker to start ahead of its first batch
+  (:class:`Prewarm`), a function done (:class:`FunctionDone`), a request finished
   (:class:`RequestOutcome`).
 """
 
@@ -66,6 +67,31 @@ class Dispatch:
     config: Config
     fit: Fit
     planned_latency_ms: float | None = None
+    keep_alive_ms: float | None = None
+    """How long its worker stays warm after the batch (the policy's keep-alive); None: the driver's
+    default."""
+
+    @property
+    def node(self) -> str:
+        return self.fit.node
+
+
+@dataclass(frozen=True)
+class Prewarm:
+    """Start a worker of ``app``/``function`` with ``config`` on ``fit.node`` before a batch needs it.
+
+    No job runs: the worker starts (a MIG instance created where ``fit`` needs one, then the cold start)
+    and waits idle for at most ``keep_alive_ms`` for a batch, as a worker does after one. ``ready_by_ms``
+    is when the policy expects its first batch (None: not known).
+    """
+
+    prewarm_id: str
+    app: str
+    function: str
+    config: Config
+    fit: Fit
+    keep_alive_ms: float
+    ready_by_ms: float | None = None
 
     @property
     def node(self) -> str:
@@ -81,6 +107,8 @@ class RequestOutcome:
     slo_ms: float
     ok: bool
     error: str | None = None
+    rejected: bool = False
+    """Answered at once by SLO admission control (:mod:`esg.admission`), never run; ``ok`` is False."""
 
     @property
     def latency_ms(self) -> float:

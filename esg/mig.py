@@ -76,13 +76,22 @@ def _ampere_hopper(model: str, names: tuple[str, ...], gb: tuple[int, ...],
     ], slice_price)
 
 
-# Slice prices: public on-demand list prices (AWS us-east, 2024) of an 8-GPU instance, less its vCPUs at
-# the price of a vCPU of a CPU-only instance (c6i.24xlarge: 96 vCPUs for $4.08/h, about $0.0425 per
-# vCPU-hour), per GPU, per compute slice, in vCPUs:
-# A100-40GB  p4d.24xlarge  (96 vCPUs)  $32.77/h: ($32.77 - $4.08) / 8 / 7 = $0.512/h = 12.1 vCPUs
-# A100-80GB  p4de.24xlarge (96 vCPUs)  $40.97/h: ($40.97 - $4.08) / 8 / 7 = $0.659/h = 15.5 vCPUs
-# H100-80GB  p5.48xlarge   (192 vCPUs) $98.32/h: ($98.32 - $8.16) / 8 / 7 = $1.610/h = 37.9 vCPUs
-# H200 and A30 had no such on-demand price there: they carry none.
+# Slice prices, in vCPUs (the cost model's unit: a vCPU costs 1.0).
+#
+# Source: Amazon EC2 On-Demand Pricing, Linux, US East (N. Virginia), the hourly prices as listed in 2024,
+# when these figures were taken. They have not been checked against the list since (list prices change:
+# re-derive them from the current list before reading cost differences between GPU models as today's).
+#
+# Derivation, per 8-GPU instance: its price less its vCPUs at a CPU-only instance's price per vCPU
+# (c6i.24xlarge: 96 vCPUs for $4.08/h, $0.0425 per vCPU-hour), divided by 8 GPUs and by 7 compute slices
+# per GPU, then by $0.0425 to express it in vCPUs. Assumptions: a GPU instance's vCPUs cost what a CPU-only
+# instance's do; everything else it includes (GPU memory, host memory, NVLink, network, local disk) is
+# counted with the GPUs; a GPU's price is shared evenly by its compute slices (a MIG profile costs its
+# compute slices, whatever its memory).
+#   A100-40GB  p4d.24xlarge  (96 vCPUs)  $32.77/h: ($32.77 - $4.08) / 8 / 7 = $0.512/h = 12.1 vCPUs
+#   A100-80GB  p4de.24xlarge (96 vCPUs)  $40.97/h: ($40.97 - $4.08) / 8 / 7 = $0.659/h = 15.5 vCPUs
+#   H100-80GB  p5.48xlarge   (192 vCPUs) $98.32/h: ($98.32 - $8.16) / 8 / 7 = $1.610/h = 37.9 vCPUs
+# H200 and A30 had no on-demand list price there in 2024: they carry none (:func:`slice_price`).
 GEOMETRIES: dict[str, GpuGeometry] = {
     "A100-40GB": _ampere_hopper(
         "A100-40GB",

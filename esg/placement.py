@@ -1,7 +1,8 @@
-"""The placement machinery every policy shares: whole batches, warm workers, start-up versus budget.
+"""The placement machinery every placer shares: whole batches, warm workers, start-up versus budget.
 
-A policy says *which configurations* to try for the head batch of a queue and *which nodes* to try
-first; everything after that is the same rule for every policy (ESG and the baselines alike):
+A policy's proposing part says *which configurations* to try for the head batch of a queue; its placer
+(:class:`esg.policies.placer.Placer`) says *which nodes* to try first and whether a new worker may be
+started, and binds the batch with the rules here, the same for every policy (ESG and the baselines):
 
 1. **Whole batches** (:func:`cap_batches`): a configuration planned for more jobs than the queue
    holds is replaced by the same resources at the largest profiled batch the queue can fill, so a
@@ -12,13 +13,14 @@ first; everything after that is the same rule for every policy (ESG and the base
    or destroyed (``mig_reconfig_ms`` each) plus a cold start when no idle worker waits on that slice --
    plus its run time and the fastest rest of the app still fits the head job's budget.
 4. **Scale-out rule**: otherwise a new worker is started (the placement that starts soonest) only when
-   no batch of this queue runs, or more jobs wait than the running batches can take next; else the
-   queue waits for a worker to free up.
+   the placer's scale-out rule allows it -- the shared one (:func:`may_scale_out`): no batch of this
+   queue runs, or more jobs wait than the running batches can take next; else the queue waits for a
+   worker to free up.
 5. **Fallback** (:func:`fallback`): when none of the policy's configurations fits on any node, the
    function's four fastest other configurations (batch at most the queue length) are tried the same way.
 
 Without worker tracking (a driver that does not know the workers) the first placement that fits is
-taken, in the same order.
+taken, in the same order. A head that is not placed gets a :class:`~esg.dispatch.Wait` with its reason.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from esg.cluster import ClusterSnapshot, Fit
-from esg.dispatch import Placement, candidate_fits, dispatch, node_order
+from esg.dispatch import NO_CONFIGURATION, Placement, Wait, candidate_fits, dispatch, fits_nowhere, node_order
 from esg.model import Config
 from esg.profiles import Profile
 
@@ -109,13 +111,13 @@ def fallback(fastest: Sequence[Config], queued: int, exclude: AbstractSet[Config
 
 
 def place(snapshot: ClusterSnapshot, req: HeadBatch, no_fit: set[Config],
-          seen: set[str] | None = None) -> Placement | str:
+          seen: set[str] | None = None) -> Placement | Wait:
     """Where the head batch runs (reserved on ``snapshot``), or why it waits. ``seen`` collects the
     nodes where one of its configurations was found to fit."""
     if not snapshot.tracks_workers:
         return dispatch(snapshot, req.priorities, req.preferred, no_fit)
     if not req.priorities:
-        return "no configuration meets the remaining budget"
+        return NO_CONFIGURATION
     warm_nodes = snapshot.nodes_with_warm(req.function)
     warm = first_warm(snapshot, req.priorities, req.preferred, no_fit, req.function, warm_nodes)
     if warm is not None:
@@ -137,8 +139,8 @@ def place(snapshot: ClusterSnapshot, req: HeadBatch, no_fit: set[Config],
         chosen = soonest[1:]
     if chosen is None:
         if soonest is None:
-            return f"none of {len(req.priorities)} configurations fits on any of {len(snapshot.nodes)} nodes"
-        return f"waiting for a warm worker of {req.function}: starting another would take longer"
+            return fits_nowhere(len(req.priorities), len(snapshot.nodes))
+        return Wait(f"waiting for a warm worker of {req.function}: starting another would take longer")
     snapshot.reserve(*chosen)
     return Placement(*chosen)
 
@@ -196,7 +198,7 @@ def latency_lookup(latencies: Mapping[Config, float], profile: Profile) -> Calla
 class Hold:
     """A head batch that waits, kept so that the next steps need not place it again while nothing it
     depends on changed (the scheduler checks its queue, the policy's choice and the running batches;
-    this checks the nodes).
+    this checks the nodes). Its :attr:`wait` is the verdict given meanwhile.
 
     Whether :func:`place` (with its fallback) waits is a function of per-node facts about the lists
     it walked: on a node, does a configuration fit, and does one take an idle warm worker or start
@@ -207,12 +209,13 @@ class Hold:
     same but for the vCPUs, so the profile's fewest vCPUs decide whether one fits, and the fastest of
     those the node's free vCPUs allow decides the start."""
 
-    __slots__ = ("reason", "function", "deadline_ms", "rest_ms", "startup", "parts", "scale_out", "answers", "deep")
+    __slots__ = ("wait", "function", "deadline_ms", "rest_ms", "startup", "parts", "scale_out", "answers", "deep")
 
-    def __init__(self, reason: str, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
+    def __init__(self, wait: Wait, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
                  parts: list[tuple[tuple, set[str] | None]], deep: int,
                  scale_out: Callable[[int, int], tuple[bool, ...]] | None, answers: tuple[bool, ...]):
-        self.reason = reason
+        self.wait = wait
+        """The verdict, given again while the hold holds."""
         self.function = function
         self.deadline_ms = deadline_ms
         self.rest_ms = rest_ms
@@ -220,7 +223,7 @@ class Hold:
         self.startup = startup
         self.parts = parts
         self.scale_out = scale_out
-        """The policy's scale-out answer for each list walked, given (running, queued) batches; None: the
+        """The placer's scale-out answer for each list walked, given (running, queued) batches; None: the
         verdict does not depend on it."""
         self.answers = answers
         """Those answers when the hold was made."""
@@ -228,7 +231,7 @@ class Hold:
         """The queue length from which more jobs change nothing (the lists, capped to it, stay)."""
 
     @classmethod
-    def of(cls, reason: str, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
+    def of(cls, wait: Wait, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
            lists: Sequence[tuple[Sequence[Config], Callable[[Config], float] | None | tuple, bool]],
            snapshot: ClusterSnapshot, deep: int = 0,
            scale_out: Callable[[int, int], tuple[bool, ...]] | None = None, answers: tuple[bool, ...] = ()) -> Hold:
@@ -241,10 +244,10 @@ class Hold:
             if fits_somewhere:
                 found = {n for n in snapshot.nodes if cls._fits(snapshot, n, groups, function)}
             parts.append((tuple(groups), found))
-        return cls(reason, function, deadline_ms, rest_ms, startup, parts, deep, scale_out, answers)
+        return cls(wait, function, deadline_ms, rest_ms, startup, parts, deep, scale_out, answers)
 
     def same_scale_out(self, running: int, queued: int) -> bool:
-        """Whether the policy's scale-out rule answers as it did when the hold was made."""
+        """Whether the placer's scale-out rule answers as it did when the hold was made."""
         return self.scale_out is None or self.scale_out(running, queued) == self.answers
 
     @staticmethod

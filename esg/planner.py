@@ -23,9 +23,12 @@ OptionFilter = Callable[[str, Config], bool]
 """Whether function ``f`` may use configuration ``c`` (e.g. batch caps, CPU-only functions)."""
 
 
-def build_options(profile: Profile, prices: Prices, allow: Callable[[Config], bool] | None = None
-                  ) -> tuple[Option, ...]:
-    out = [Option(config_cost(prices, profile.gpu_model, e.config, e.latency_ms), e.latency_ms, e.config)
+def build_options(profile: Profile, prices: Prices, allow: Callable[[Config], bool] | None = None,
+                  overhead_ms: float = 0.0) -> tuple[Option, ...]:
+    """The profile's configurations as search options: cost from the cost model (on the profiled run
+    time), latency the profiled run time plus ``overhead_ms``, what the system adds to every batch."""
+    out = [Option(config_cost(prices, profile.gpu_model, e.config, e.latency_ms), e.latency_ms + overhead_ms,
+                  e.config)
            for e in profile.entries if allow is None or allow(e.config)]
     return tuple(sorted(out))
 
@@ -61,13 +64,18 @@ class Planner:
     max_group: int = DEFAULT_MAX_GROUP
     exact: bool = False
     brute_force: bool = False
+    stage_overhead_ms: float = 0.0
+    """What the system adds to every batch beyond its profiled run time (the way to the worker and the
+    result's way back): each function's latency on a path counts it once."""
 
     def __post_init__(self) -> None:
         missing = [f for f in self.app.functions if f not in self.profiles]
         if missing:
             raise ProfileError(f"app {self.app.name!r}: function {missing[0]!r} has no profile")
-        self._all_options = {f: build_options(self.profiles[f], self.prices) for f in self.app.functions}
-        self._estimate = {f: median_latency(self.profiles[f], "upper") for f in self.app.functions}
+        over = self.stage_overhead_ms
+        self._all_options = {f: build_options(self.profiles[f], self.prices, overhead_ms=over)
+                             for f in self.app.functions}
+        self._estimate = {f: median_latency(self.profiles[f], "upper") + over for f in self.app.functions}
         self._filtered: dict[tuple[str, Hashable], tuple[Option, ...]] = {}
         self.largest_batch = max((o.config.batch for opts in self._all_options.values() for o in opts), default=1)
         """The largest batch any function of the app has a configuration for: a batch cap above it
@@ -151,7 +159,8 @@ class Planner:
         fs = [f for f in self.app.topo_order if f in configs]
         pos = {f: i for i, f in enumerate(fs)}
         preds = [tuple(pos[p] for p in self.app.predecessors(f) if p in pos) for f in fs]
-        return longest_path([self.profiles[f].latency(configs[f]) for f in fs], preds)
+        over = self.stage_overhead_ms
+        return longest_path([self.profiles[f].latency(configs[f]) + over for f in fs], preds)
 
 
 def _quickest(options: Mapping[str, tuple[Option, ...]]) -> dict[str, float]:

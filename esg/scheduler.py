@@ -4,9 +4,12 @@ Both drivers -- the live service (wall clock, Kafka) and the emulator (virtual c
 ``Scheduler.step(now_ms, snapshot, events)`` with what happened since the last step (requests that
 arrived, batches that finished) and the cluster as they know it. The scheduler folds the events in
 (entry jobs enqueued, successors enqueued once all their predecessors are done, finished requests
-reported), then walks the non-empty AFW queues, earliest head deadline first: the policy gives a
-configuration priority list for the head of a queue and ESG_Dispatch places a batch. It reserves on
-the snapshot it is given, so one step never over-commits a node.
+reported), then walks the non-empty AFW queues, earliest head deadline first: the policy proposes a
+configuration priority list for the head of a queue and its placer places a batch, or answers why the
+head waits (a :class:`~esg.dispatch.Wait`). It reserves on the snapshot it is given, so one step never
+over-commits a node. After the dispatches, the policy may ask for workers to be started ahead of their
+first batch (:mod:`esg.prewarm`; ``StepResult.prewarms``, reserved on the same snapshot), and each
+dispatch carries the policy's keep-alive for its worker.
 """
 
 from __future__ import annotations
@@ -15,15 +18,27 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from esg import admission
 from esg.cluster import ClusterSnapshot
 from esg.defaults import default_choice, is_default
-from esg.dispatch import Placement, candidate_fits, dispatch, home_node
+from esg.dispatch import Placement, Wait, candidate_fits, dispatch, locality_order
 from esg.errors import AppError
-from esg.events import Arrival, BatchDone, BatchLost, Dispatch, Event, FunctionDone, Request, RequestOutcome
+from esg.events import (
+    Arrival,
+    BatchDone,
+    BatchLost,
+    Dispatch,
+    Event,
+    FunctionDone,
+    Prewarm,
+    Request,
+    RequestOutcome,
+)
 from esg.explore import Explorer
 from esg.model import App, Config, Job
 from esg.placement import Hold, StartupCosts
 from esg.policies.base import FunctionSpec, Policy
+from esg.prewarm import place_warmup, prewarm_of
 from esg.profiles import Profile
 from esg.queues import AfwQueue, AfwQueues, QueueKey
 from esg.slo_split import group_latency
@@ -32,14 +47,21 @@ from esg.slo_split import group_latency
 @dataclass
 class StepResult:
     dispatches: list[Dispatch] = field(default_factory=list)
+    prewarms: list[Prewarm] = field(default_factory=list)
+    """Workers to start ahead of their first batch (capacity reserved on the step's snapshot)."""
     outcomes: list[RequestOutcome] = field(default_factory=list)
     completed: list[FunctionDone] = field(default_factory=list)
     waiting: dict[QueueKey, str] = field(default_factory=dict)
+    """Why each queue whose head was not placed waits (the :class:`~esg.dispatch.Wait`'s reason)."""
     wake_at_ms: float | None = None
     """The earliest time a held queue asked to be looked at again (drivers set a timer)."""
 
 
 _NO_STARTUP = StartupCosts(0.0, 0.0)
+REJECTED_KEPT = 100_000
+"""How many rejected request ids the scheduler remembers against redelivery."""
+_NO_VCPUS = Wait("nothing fits: no free vCPUs on any node")
+_POLICY_HOLDS = Wait("the policy holds the queue")
 
 
 @dataclass(slots=True)
@@ -67,11 +89,21 @@ class _RequestState:
 
 
 class Scheduler:
-    """AFW queues, the policy, ESG_Dispatch, and per-request progress through the DAG."""
+    """AFW queues, the policy (what to run, and its placer: where), and per-request progress through the
+    DAG."""
 
     def __init__(self, apps: Mapping[str, App], policy: Policy, batch_ids: Iterable[str] | None = None,
-                 explorer: Explorer | None = None, keep_holds: bool = True):
+                 explorer: Explorer | None = None, keep_holds: bool = True, admission_control: bool = False,
+                 prewarm: bool = True, prewarm_ids: Iterable[str] | None = None,
+                 default_keep_alive_ms: float = 600_000.0):
         self.apps = dict(apps)
+        self.admission_control = admission_control
+        """Answer a request no plan can meet at once, with an error, instead of running it late
+        (:mod:`esg.admission`; off by default)."""
+        self._fastest_app: dict[str, float] = {}
+        self._rejected: dict[str, None] = {}
+        """Ids of requests admission control answered (the latest :data:`REJECTED_KEPT`, oldest first): a
+        redelivered one is not answered again."""
         self.policy = policy
         self.explorer = explorer
         """Tries configurations the tables lack (online profiles); None: never."""
@@ -88,13 +120,19 @@ class Scheduler:
         self._held: dict[QueueKey, _Held] = {}
         self._last_snapshot: ClusterSnapshot | None = None
         self._holding = False
+        self.prewarm = prewarm
+        """Ask the policy for pre-warms and its keep-alive (False: no worker is started ahead of a batch,
+        and every worker keeps the driver's default keep-alive)."""
+        self.default_keep_alive_ms = default_keep_alive_ms
+        """The driver's keep-alive: a pre-warm whose policy gives none waits idle this long."""
+        self._prewarm_ids = iter(prewarm_ids) if prewarm_ids is not None else (f"w{i}" for i in itertools.count())
 
     # -- folding events in ------------------------------------------------------------------------
     def step(self, now_ms: float, snapshot: ClusterSnapshot, events: Sequence[Event] = ()) -> StepResult:
         out = StepResult()
         for event in events:
             if isinstance(event, Arrival):
-                self._arrive(event.request, now_ms)
+                self._arrive(event.request, now_ms, out)
             elif isinstance(event, BatchDone):
                 self._finish(event, now_ms, out)
             elif isinstance(event, BatchLost):
@@ -107,20 +145,53 @@ class Scheduler:
         self._holding = self.keep_holds and snapshot is self._last_snapshot
         self._last_snapshot = snapshot
         self._decide(now_ms, snapshot, out)
+        if self.prewarm:
+            self._prewarms(now_ms, snapshot, out)
         out.wake_at_ms = self._wake
         return out
 
-    def _arrive(self, request: Request, now_ms: float) -> None:
+    def _prewarms(self, now_ms: float, snapshot: ClusterSnapshot, out: StepResult) -> None:
+        """The policy's pre-warms after this step's dispatches, each placed and reserved on the snapshot
+        (:func:`esg.prewarm.place_warmup`); one that fits nowhere it may is dropped."""
+        for want in self.policy.prewarm(now_ms, snapshot, out.dispatches):
+            fit = place_warmup(snapshot, want)
+            if fit is not None:
+                p = prewarm_of(want, fit, next(self._prewarm_ids), self.default_keep_alive_ms)
+                out.prewarms.append(p)
+                self.policy.on_prewarm(p, now_ms)
+        wake = self.policy.prewarm_wake_ms()
+        if wake is not None and wake > now_ms:
+            self._wake = wake if self._wake is None else min(self._wake, wake)
+
+    def _arrive(self, request: Request, now_ms: float, out: StepResult) -> None:
         app = self.apps.get(request.app)
         if app is None:
             raise AppError(f"unknown app {request.app!r}")
-        if request.request_id in self._requests:
-            return  # a redelivered request: already known, never enqueued twice
+        if request.request_id in self._requests or request.request_id in self._rejected:
+            return  # a redelivered request: already known, never enqueued (or answered) twice
         slo = app.slo_ms
+        if self.admission_control:
+            reason = admission.verdict(app, self._fastest_ms(app), request.arrival_ms + slo, now_ms)
+            if reason is not None:
+                out.outcomes.append(RequestOutcome(request.request_id, app.name, request.arrival_ms, now_ms, slo,
+                                                   False, reason, rejected=True))
+                self._rejected[request.request_id] = None
+                if len(self._rejected) > REJECTED_KEPT:
+                    del self._rejected[next(iter(self._rejected))]
+                return
         self._requests[request.request_id] = _RequestState(request, slo)
         self.policy.on_arrival(request, app, now_ms)
         for f in app.entries:
             self.queues.push(self._job(request, f, now_ms, slo, None))
+
+    def _fastest_ms(self, app: App) -> float:
+        """The least time ``app`` can take (:func:`esg.admission.fastest_path_ms`), per app."""
+        found = self._fastest_app.get(app.name)
+        if found is None:
+            ctx = self.policy.ctx
+            found = self._fastest_app[app.name] = admission.fastest_path_ms(
+                app, ctx.profiles, lambda f, c: ctx.spec(f).allows(c), ctx.stage_overhead_ms)
+        return found
 
     def _job(self, request: Request, function: str, now_ms: float, slo: float, pred_node: str | None) -> Job:
         if self.explorer is not None:
@@ -174,14 +245,14 @@ class Scheduler:
         self._no_fit: set[Config] = set()
         if snapshot.max_free_vcpus() <= 0:
             for queue in self.queues.non_empty():  # every configuration needs a vCPU: nothing can fit
-                out.waiting[queue.key] = "nothing fits: no free vCPUs on any node"
+                out.waiting[queue.key] = _NO_VCPUS.reason
             return
         self._drop_dead()
         for queue in self.queues.non_empty():
             while queue.jobs:
                 placed = self._place_head(queue, now_ms, snapshot)
-                if isinstance(placed, str):
-                    out.waiting[queue.key] = placed
+                if isinstance(placed, Wait):
+                    out.waiting[queue.key] = placed.reason
                     break
                 out.dispatches.append(placed)
 
@@ -192,7 +263,7 @@ class Scheduler:
                 queue.keep(lambda j: j.request_id in self._requests)
             self._dead_jobs = False
 
-    def _place_head(self, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Dispatch | str:
+    def _place_head(self, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Dispatch | Wait:
         app = self.apps[queue.key[0]]
         probe = self._explore(app, queue, now_ms, snapshot)
         if probe is not None:
@@ -201,30 +272,28 @@ class Scheduler:
         if not choice.priorities:
             if choice.retry_at_ms is not None:
                 self._wake = choice.retry_at_ms if self._wake is None else min(self._wake, choice.retry_at_ms)
-            return choice.reason or "the policy holds the queue"
+            return Wait(choice.reason) if choice.reason else _POLICY_HOLDS
         key = queue.key
         held = self._held.pop(key, None)
         if held is not None and self._still_waits(held, queue, choice, snapshot, now_ms):
             self._held[key] = held
-            return held.hold.reason
-        preferred = self.policy.node_preference(app, key[1], snapshot)
-        if preferred is None:
-            preferred = self._preferred(app, queue.head, snapshot)
+            return held.hold.wait
+        preferred = self.policy.preferred_nodes(app, queue.head, snapshot)
         holds: list[Hold] | None = [] if self._holding else None
         if is_default(self.policy.ctx.profiles.get(key[1])):
             # the default rule places too: its configurations in order, the first that fits
             placed = dispatch(snapshot, choice.priorities, preferred, self._no_fit)
-            if isinstance(placed, str) and holds is not None and snapshot.nodes:
+            if isinstance(placed, Wait) and holds is not None and snapshot.nodes:
                 holds.append(Hold.of(placed, key[1], 0.0, 0.0, _NO_STARTUP, [(choice.priorities, None, False)],
                                      snapshot))
         else:
             placed = self.policy.place(app, queue, choice, snapshot, preferred, now_ms, self._no_fit, holds)
-        if isinstance(placed, str):
+        if isinstance(placed, Wait):
             if holds:
                 self._held[key] = _Held(holds[0], queue.head, len(queue), self.policy.running[key], choice,
                                         snapshot, len(snapshot.nodes), snapshot.version)
             return placed
-        return self._commit(app, queue, placed, choice.latency_of(placed.config))
+        return self._commit(app, queue, placed, choice.latency_of(placed.config), now_ms)
 
     def _still_waits(self, held: _Held, queue: AfwQueue, choice, snapshot: ClusterSnapshot, now_ms: float) -> bool:
         """Whether placing the head again would wait for the same reason: the same head job, a queue
@@ -260,14 +329,14 @@ class Scheduler:
                                       ctx.top_k)
         if not probes:
             return None
-        preferred = self._preferred(app, queue.head, snapshot)
+        preferred = locality_order(app.name, queue.head, snapshot.nodes)
         for probe in probes:
             for config, fit in candidate_fits(snapshot, (probe.config,), preferred, self._no_fit):
                 if fit.destroy:
                     continue  # idle capacity only: never take down another function's MIG instance
                 snapshot.reserve(config, fit)
                 self.explorer.spent(function, config)
-                return self._commit(app, queue, Placement(config, fit), probe.bound_ms)
+                return self._commit(app, queue, Placement(config, fit), probe.bound_ms, now_ms)
         return None
 
     def _rest_ms(self, app: App, function: str) -> float:
@@ -289,17 +358,11 @@ class Scheduler:
             return default_choice(profile, self.policy.ctx.spec(function), len(queue))
         return self.policy.choose(app, queue, now_ms, snapshot)
 
-    def _preferred(self, app: App, head: Job, snapshot: ClusterSnapshot) -> list[str]:
-        nodes = list(snapshot.nodes)
-        if not nodes:
-            return []
-        if head.pred_node is not None:
-            return [head.pred_node]
-        return [home_node(app.name, head.function, nodes)]
-
-    def _commit(self, app: App, queue: AfwQueue, placed: Placement, latency: float | None) -> Dispatch:
+    def _commit(self, app: App, queue: AfwQueue, placed: Placement, latency: float | None,
+                now_ms: float) -> Dispatch:
         jobs = queue.take(placed.config.batch)
-        d = Dispatch(next(self._ids), app.name, queue.key[1], jobs, placed.config, placed.fit, latency)
+        keep = self.policy.keep_alive_ms(app.name, queue.key[1], now_ms) if self.prewarm else None
+        d = Dispatch(next(self._ids), app.name, queue.key[1], jobs, placed.config, placed.fit, latency, keep)
         self._in_flight[d.batch_id] = d
         self.policy.on_dispatch(d)
         return d
@@ -311,6 +374,7 @@ class Scheduler:
         self.policy.add_app(app, profiles, specs or {})
         self._held.clear()
         self._rest = {k: v for k, v in self._rest.items() if k[0] != app.name}
+        self._fastest_app.pop(app.name, None)
 
     # -- introspection for drivers and metrics ------------------------------------------------------
     def in_flight(self) -> list[Dispatch]:

@@ -142,7 +142,7 @@ def run_agent(args: argparse.Namespace) -> int:
     from invoker_agent.batch import BatchRunner
     from invoker_agent.channel import AgentChannel
     from invoker_agent.data import DataPlane, LocalOutputs
-    from invoker_agent.heartbeat import HeartbeatBuilder, WarmRegistry
+    from invoker_agent.heartbeat import BatchTrack, HeartbeatBuilder, WarmRegistry
     from invoker_agent.mig_backend import MigOperationError
     from invoker_agent.node import NodeAgent
     from invoker_agent.service import AgentService, ServiceSettings
@@ -199,7 +199,9 @@ def run_agent(args: argparse.Namespace) -> int:
     fetcher = ActionFetcher(args.openwhisk_api, args.openwhisk_auth)
     data = DataPlane(client, keys, LocalOutputs(int(args.local_data_mb * 1024 * 1024)))
     runner = BatchRunner(node, fetcher, slices, allocator, warm, data)
-    heartbeats = HeartbeatBuilder(args.name, memory_mb, allocator, slices, node.pool, warm)
+    # every answered batch is named in at least two heartbeats (the scheduler forgets its claim then)
+    heartbeats = HeartbeatBuilder(args.name, memory_mb, allocator, slices, node.pool, warm,
+                                  BatchTrack(keep_s=max(3.0, 2.5 * args.heartbeat_s)))
     service = AgentService(ServiceSettings(args.name, args.heartbeat_s, args.max_batches), node, runner,
                            heartbeats, channel)
 

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from esg.emulator.workload import generate
+from esg.timing import DEFAULT_STAGE_OVERHEAD_MS
 from esg_cli import emulate as emulate_cli
 from esg_cli.openwhisk_standin import GUEST_KEY
 from invoker_agent.lifetime import die_with_parent
@@ -65,6 +66,8 @@ def emulate_args(out: Path, arrivals: Path, nodes: int, vcpus: int, slo: str, lo
     return parser.parse_args(["emulate", "--policies", "esg", "--slo", slo, "--load", load, "--nodes", str(nodes),
                               "--vcpus", str(vcpus), "--duration-s", f"{duration_s:g}", "--warmup-s",
                               f"{warmup_s:g}", "--seed", str(seed), "--hop-ms", f"{hop_ms:g}", "--hop-log-sd", f"{hop_log_sd:g}",
+                              # planned with what the live scheduler plans with by default (esg up passes none)
+                              "--stage-overhead-ms", f"{DEFAULT_STAGE_OVERHEAD_MS:g}",
                               "--out", str(out),
                               "--no-plots", "--jobs", "1", "--write-arrivals", str(arrivals)])
 

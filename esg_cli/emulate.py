@@ -35,8 +35,10 @@ PER_APP_COLUMNS = ["policy", "slo", "load", "app", "requests", "slo_hit_rate", "
 SUMMARY_COLUMNS = ["policy", "slo", "load", "rate_rps", "requests", "completed", "slo_hit_rate", "cost",
                    "cost_norm_esg", "p50_ms", "p99_ms", "sched_overhead_ms", "cold_starts", "mig_changes",
                    "mean_batch", "cost_exec", "cost_idle", "cost_cold", "cost_mig"]
-"""The DESIGN contract's columns and the earlier ones first; the cost split (per request: execution,
+"""The columns every earlier summary had, first and in their order; the cost split (per request: execution,
 idle warm workers, cold starts, MIG reconfiguration; they add up to ``cost``) after them."""
+ADMISSION_COLUMNS = ["rejected", "rejected_rate"]
+"""With --admission-control: the measured requests answered at once with a rejection, and their share."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -75,6 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hop-log-sd", type=float, default=EmulatorParams.hop_log_sd,
                    help="spread of that overhead: each batch pays --hop-ms times a log-normal factor of median 1 "
                         "with this standard deviation of its logarithm (0: exactly --hop-ms)")
+    p.add_argument("--stage-overhead-ms", type=float, default=None, metavar="MS",
+                   help="the per-batch overhead the scheduler plans with (ESG_1Q's path latencies, admission "
+                        "control); default: --hop-ms, what the emulated system adds to every batch")
     p.add_argument("--cold-start-scale", type=float, default=EmulatorParams.cold_start_scale,
                    help="factor on the profiled cold starts (0: no cold starts)")
     p.add_argument("--arrivals", metavar="FILE",
@@ -83,6 +88,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--write-arrivals", metavar="FILE",
                    help="also write the generated arrivals of the (one) --load level to FILE (CSV time_s,app), "
                         "for esg replay or a later --arrivals")
+    p.add_argument("--no-prewarm", action="store_true",
+                   help="no policy starts a worker ahead of a batch, and every worker is kept warm the "
+                        "platform's 10 minutes (default: each policy pre-warms and keeps workers alive as "
+                        "docs/baselines.md says)")
     p.add_argument("--jobs", type=int, default=2, help="cells run in parallel processes")
     p.add_argument("--no-plots", action="store_true", help="write the CSV files only")
     p.add_argument("--profiles-online", action="store_true",
@@ -94,6 +103,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "factor up to 1+S, instead of unprofiled")
     p.add_argument("--explore-fraction", type=float, default=0.05, metavar="F",
                    help="with --profiles-online: the share of a function's calls that may be explored")
+    p.add_argument("--admission-control", action="store_true",
+                   help="answer a request at once with an error when not even its app's fastest path fits what "
+                        "is left of its SLO, instead of running it late (docs/emulator.md); reported in the "
+                        "rejected and rejected_rate columns, never as SLO hits")
     p.set_defaults(func=run)
 
 
@@ -132,6 +145,7 @@ def check_args(args: argparse.Namespace) -> None:
     for flag, value in (("--duration-s", args.duration_s), ("--warmup-s", args.warmup_s),
                         ("--mig-reconfig-ms", args.mig_reconfig_ms), ("--hop-ms", args.hop_ms),
                         ("--hop-log-sd", getattr(args, "hop_log_sd", 0.0)),
+                        ("--stage-overhead-ms", stage_overhead_ms(args)),
                         ("--trace-minute-s", args.trace_minute_s),
                         ("--cold-start-scale", args.cold_start_scale)):
         if not math.isfinite(value) or value < 0:
@@ -254,7 +268,8 @@ def run(args: argparse.Namespace) -> int:
             results = list(tqdm(pool.map(_run_packed, jobs), total=len(jobs), desc="cells", unit="cell"))
     rows, per_app, lat = zip(*results)
     rows = _normalise(list(rows))
-    write_csv(out / "summary.csv", SUMMARY_COLUMNS, rows)
+    columns = SUMMARY_COLUMNS + (ADMISSION_COLUMNS if getattr(args, "admission_control", False) else [])
+    write_csv(out / "summary.csv", columns, rows)
     write_csv(out / "per_app.csv", PER_APP_COLUMNS, [r for rs in per_app for r in rs])
     print(render(rows))
     if not args.no_plots:
@@ -273,6 +288,12 @@ def _run_packed(job):
     return run_cell(*job)
 
 
+def stage_overhead_ms(args: argparse.Namespace) -> float:
+    """What the scheduler counts per batch beyond its run time: --stage-overhead-ms, else --hop-ms."""
+    given = getattr(args, "stage_overhead_ms", None)
+    return args.hop_ms if given is None else given
+
+
 def run_cell(args, cell, trace):
     policy_name, slo_level, load_level = cell
     base = {a.name: a for a in (load_app(p) for p in sorted(Path(args.apps).glob("*.json")))}
@@ -285,13 +306,16 @@ def run_cell(args, cell, trace):
     requests, rate = workload(args, load_level, base, trace)
     params = EmulatorParams(mig_reconfig_ms=args.mig_reconfig_ms, cold_start_scale=args.cold_start_scale,
                             warmup_ms=args.warmup_s * 1e3, hop_ms=args.hop_ms,
-                            hop_log_sd=getattr(args, "hop_log_sd", EmulatorParams.hop_log_sd))
+                            hop_log_sd=getattr(args, "hop_log_sd", EmulatorParams.hop_log_sd),
+                            prewarm=not getattr(args, "no_prewarm", False))
     online = online_learning(args, apps, profiles) if getattr(args, "profiles_online", False) else None
     policy = make_policy(policy_name, PolicyContext(apps, online.tables if online else profiles, seed=args.seed,
                                                     mig_reconfig_ms=args.mig_reconfig_ms,
-                                                    cold_start_scale=args.cold_start_scale))
+                                                    cold_start_scale=args.cold_start_scale,
+                                                    stage_overhead_ms=stage_overhead_ms(args)))
     rng = np.random.default_rng([args.seed, _stable(policy_name), _stable(slo_level), _stable(load_level)])
-    result = Emulation(apps, profiles, policy, requests, rng, cluster, params, online=online).run()
+    result = Emulation(apps, profiles, policy, requests, rng, cluster, params, online=online,
+                       admission_control=getattr(args, "admission_control", False)).run()
     s = result.summary
     row = {"policy": policy_name, "slo": slo_level, "load": load_level, "rate_rps": rate, **s}
     per_app, lat = [], {}

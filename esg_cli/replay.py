@@ -6,9 +6,10 @@ sent at its time (from a pool of ``--concurrency`` client threads); each app's S
 ``esg-slo-ms`` annotation. Writes ``summary.csv`` and ``per_app.csv`` with ``esg emulate``'s columns,
 where a request's latency runs from the moment the scheduler accepted it to its answer (the scheduler's
 decision log, read from ``--redis``), and adds the end-to-end figures the client saw (``e2e_*``: POST to
-response, the controller's hops included). Cost (execution from dispatch to answer, and MIG instances
-kept idle for warm workers within the measured window, as the emulator charges them), cold starts, MIG
-changes and batch sizes come from the decision log too (without ``--redis`` they are empty and the latency is the client's). Requests arriving
+response, the controller's hops included). Cost (execution from dispatch to answer, pre-warms' start-up
+from sent to ready, and MIG instances kept idle for warm workers within the measured window -- each for
+its own keep-alive -- as the emulator charges them), cold starts, pre-warms, MIG changes and batch sizes
+come from the decision log too (without ``--redis`` they are empty and the latency is the client's). Requests arriving
 before ``--warmup-s`` are sent but not measured, as in the emulator; ``decisions.csv`` lists the
 measured batches' configurations.
 """
@@ -36,7 +37,7 @@ from esg.events import RequestOutcome
 from esg.mig import DEFAULT_GPU_MODEL, compute_slices
 from esg.model import Config
 from esg_cli import checks
-from esg_cli.emulate import PER_APP_COLUMNS, SUMMARY_COLUMNS, write_csv
+from esg_cli.emulate import ADMISSION_COLUMNS, PER_APP_COLUMNS, SUMMARY_COLUMNS, write_csv
 from esg_cli.errors import CliError
 from esg_files import read_arrivals
 
@@ -121,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
         rclient.close()
     summary, per_app, batches = measure(calls, slos, log, args.warmup_s, start_ms,
                                         args.policy, args.slo, Path(args.arrivals).stem)
-    write_csv(out / "summary.csv", SUMMARY_COLUMNS + E2E_COLUMNS, [summary])
+    # requests the scheduler's admission control rejected: reported apart, as esg emulate does with the flag
+    admission = ADMISSION_COLUMNS if summary.get("rejected") else []
+    write_csv(out / "summary.csv", SUMMARY_COLUMNS + E2E_COLUMNS + admission, [summary])
     write_csv(out / "per_app.csv", PER_APP_COLUMNS + E2E_COLUMNS, per_app)
     with open(out / "decisions.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, DECISION_COLUMNS, extrasaction="ignore", lineterminator="\n")
@@ -211,7 +214,7 @@ def measure(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]]
         r = requests.get(c.activation_id or "")
         if r is not None:
             sched.outcome(RequestOutcome(r["id"], c.app, r["arrival_ms"], r["finished_ms"], slos[c.app],
-                                         bool(r["ok"]) and c.ok))
+                                         bool(r["ok"]) and c.ok, rejected=bool(r.get("rejected"))))
     ready = ready_ms(log)
     batches = [dict(e, ready_ms=ready.get(e.get("batch_id"))) for e in log
                if e.get("type") == "batch" and any(j in ids for j in e.get("jobs", ()))]
@@ -220,6 +223,15 @@ def measure(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]]
         window = (start_ms + warmup_s * 1000, start_ms + max(c.at_s for c in calls) * 1000)
         for (profile, gpu_model), ms in idle_instance_ms(log, *window).items():
             sched.cost_idle += prices.slice_rate(gpu_model) * compute_slices(gpu_model, profile) * ms
+        for p in log:
+            if p.get("type") == "prewarm" and window[0] <= float(p["sent_ms"]) <= window[1]:
+                # a pre-warm's whole time held, hop to ready, is its start-up: the cold-start column (the
+                # log does not split a MIG instance's creation from it)
+                sched.prewarms += 1
+                sched.reconfigured_instances += int(bool(p.get("create")))
+                config = Config(1, p["vcpus"], p["gpu"])
+                sched.cost_cold += (prices.rate(p.get("gpu_model") or DEFAULT_GPU_MODEL, config)
+                                    * (float(p["done_ms"]) - float(p["sent_ms"])))
     for b in batches:
         sched.batches += 1
         sched.jobs += len(b["jobs"])
@@ -276,22 +288,28 @@ def idle_instance_ms(log: list[dict[str, Any]], lo_ms: float, hi_ms: float,
                      keep_alive_ms: float = EmulatorParams.keep_alive_ms) -> dict[tuple[str, str], float]:
     """Per (MIG profile, GPU model), the time within [``lo_ms``, ``hi_ms``] that MIG instances were kept
     for idle warm workers, from the decision log, by the emulator's rule (``kept_idle_ms``): a batch's
-    worker waits idle on its instance from its answer until a batch of its function takes it there, its
-    instance is destroyed, or its keep-alive runs out; the instance's own batches are execution."""
+    worker (or a pre-warmed one, from when it was ready) waits idle on its instance until a batch of its
+    function takes it there (the one that would stay longest), its instance is destroyed, or its own
+    keep-alive runs out (the batch's or pre-warm's ``keep_alive_ms``, else ``keep_alive_ms``); the
+    instance's own batches are execution."""
     events = []
     for e in log:
         if e.get("type") == "batch" and e.get("slice"):
             events.append((float(e["sent_ms"]), 1, e))
             events.append((float(e["done_ms"]), 0, e))
+        elif e.get("type") == "prewarm" and e.get("slice") and e.get("ready"):
+            events.append((float(e["done_ms"]), 0, e))
     events.sort(key=lambda x: (x[0], x[1]))
     idle: dict[tuple[str, str], list[tuple[float, float]]] = {}
     busy: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    pools: dict[tuple[str, str, str], list[float]] = {}
+    pools: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    """Idle workers by (node, function, instance): (since, keep-alive) each."""
     model: dict[tuple[str, str], str] = {}
-    now = events[-1][0] if events else hi_ms
+    now = max(events[-1][0], hi_ms) if events else hi_ms   # idle workers left at the end: to the window's end
 
-    def ended(instance: tuple[str, str], since: float, at: float) -> None:
-        idle.setdefault(instance, []).append((since, min(at, since + keep_alive_ms)))
+    def ended(instance: tuple[str, str], worker: tuple[float, float], at: float) -> None:
+        since, keep = worker
+        idle.setdefault(instance, []).append((since, min(at, since + keep)))
 
     for t, starting, e in events:
         node, ref = e["node"], e["slice"]
@@ -300,17 +318,22 @@ def idle_instance_ms(log: list[dict[str, Any]], lo_ms: float, hi_ms: float,
         if starting:
             for victim in e.get("destroyed") or ():
                 for key in [k for k in pools if k[0] == node and k[2] == victim]:
-                    for since in pools.pop(key):
-                        ended((node, victim), since, t)
+                    for worker in pools.pop(key):
+                        ended((node, victim), worker, t)
             pool = pools.get((node, e["function"], ref))
             if pool:
-                ended(instance, pool.pop(), t)
+                live = [w for w in pool if w[0] + w[1] >= t]
+                if live:
+                    taken = max(live, key=lambda w: w[0] + w[1])
+                    pool.remove(taken)
+                    ended(instance, taken, t)
         else:
-            busy.setdefault(instance, []).append((float(e["sent_ms"]), t))
-            pools.setdefault((node, e["function"], ref), []).append(t)
-    for (node, _, ref), sinces in pools.items():
-        for since in sinces:
-            ended((node, ref), since, now)
+            busy.setdefault(instance, []).append((float(e["sent_ms"]), t))   # a pre-warm's start-up too
+            keep = e.get("keep_alive_ms")
+            pools.setdefault((node, e["function"], ref), []).append((t, keep_alive_ms if keep is None else float(keep)))
+    for (node, _, ref), workers in pools.items():
+        for worker in workers:
+            ended((node, ref), worker, now)
     out: dict[tuple[str, str], float] = {}
     for instance, spans in idle.items():
         kept = kept_idle_ms(spans, busy.get(instance, []), lo_ms, hi_ms)

@@ -72,6 +72,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-online-profiles", action="store_true",
                    help="plan with the offline tables only: learn nothing, explore nothing")
     p.add_argument("--policy", default="esg", choices=policy_names(), help="scheduling policy (default esg)")
+    p.add_argument("--admission-control", action="store_true",
+                   help="answer an activation at once with an application error when not even its app's fastest "
+                        "path fits what is left of its SLO, instead of running it late (off by default)")
+    p.add_argument("--stage-overhead-ms", type=checks.non_negative_float, default=None, metavar="MS",
+                   help="the per-batch overhead the scheduler plans with: dispatch to the agent and the result "
+                        "back (default 2.5, as esg emulate's --hop-ms; docs/live-vs-emulated.md measures it)")
+    p.add_argument("--no-prewarm", action="store_true",
+                   help="the policy starts no worker ahead of a batch and every worker keeps the agent's "
+                        "--idle-ttl-s (as esg emulate --no-prewarm; default: the policy pre-warms and keeps "
+                        "workers alive as docs/baselines.md says)")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS, help="logging level")
     p.set_defaults(func=run)
 
@@ -79,7 +89,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def settings_from(args: argparse.Namespace):
     """The service settings from the flags and their environment fallbacks, every one checked, and the
     profile tables read: no connection is made here."""
-    from controller_plugin.settings import Deadline, Settings, shipped_profiles_dir
+    from controller_plugin.settings import DEFAULT_STAGE_OVERHEAD_MS, Deadline, Settings, shipped_profiles_dir
 
     kafka = checks.from_env(args.kafka, ENV["kafka"], checks.kafka_address)
     redis_url = checks.from_env(args.redis, ENV["redis"], checks.redis_url)
@@ -98,8 +108,10 @@ def settings_from(args: argparse.Namespace):
                     controller_id=checks.from_env(args.controller_id, ENV["controller_id"], checks.controller_id,
                                                   "0"),
                     profiles_dir=profiles, metrics_port=args.metrics_port, agent_timeout_s=args.agent_timeout_s,
-                    policy=args.policy, online_profiles=not args.no_online_profiles,
-                    explore_fraction=args.explore_fraction,
+                    policy=args.policy, online_profiles=not args.no_online_profiles, prewarm=not args.no_prewarm,
+                    explore_fraction=args.explore_fraction, admission_control=args.admission_control,
+                    stage_overhead_ms=(DEFAULT_STAGE_OVERHEAD_MS if args.stage_overhead_ms is None
+                                       else args.stage_overhead_ms),
                     activation_store=checks.from_env(args.activation_store, ENV["activation_store"],
                                                      checks.activation_store_url),
                     deadline=Deadline(args.timeout_factor, args.timeout_addon_s, args.std_time_limit_s),

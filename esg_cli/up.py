@@ -69,6 +69,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-online-profiles", action="store_true",
                    help="the scheduler plans with the --profiles tables only, learning and exploring nothing (as "
                         "esg emulate without --profiles-online)")
+    p.add_argument("--admission-control", action="store_true",
+                   help="the scheduler rejects at once, with an application error, an activation whose app cannot "
+                        "meet what is left of its SLO even at its fastest (esg scheduler --admission-control)")
+    p.add_argument("--no-prewarm", action="store_true",
+                   help="the scheduler's policy starts no worker ahead of a batch and every worker keeps the "
+                        "agents' TTL (as esg emulate --no-prewarm)")
     p.add_argument("--requests", type=checks.non_negative_int, default=3,
                    help="blocking calls per app before stopping")
     p.add_argument("--no-warmup", action="store_true",
@@ -211,6 +217,10 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
     scheduler = ["scheduler", "--profiles", str(args.profiles)]
     if getattr(args, "no_online_profiles", False):
         scheduler.append("--no-online-profiles")
+    if getattr(args, "admission_control", False):
+        scheduler.append("--admission-control")
+    if getattr(args, "no_prewarm", False):
+        scheduler.append("--no-prewarm")
     procs["scheduler"] = _spawn(scheduler, env, logs / "scheduler.log")
     for i in range(args.nodes):
         cmd = ["agent", "--name", f"node{i}", "--fake-gpu", args.fake_gpu, "--journal", str(logs / f"node{i}.journal")]

@@ -7,6 +7,11 @@ the data store or an agent fault is a whisk error (3). Each result carries its s
 ms), the cold start it paid (``init_ms``) and the lines the action printed; the message carries the
 batch's function, configuration and measured run time. Outputs go through
 :class:`~invoker_agent.data.DataPlane`: inline for an app's sink, otherwise stored and referenced.
+
+:meth:`BatchRunner.prewarm` does a batch's first half for a :class:`~agent_channel.protocol.PrewarmMessage`
+-- the action's code, the slice, vCPUs for the start, a worker started and ``/init``-ed -- and stops
+there: the worker waits idle under the pre-warm's keep-alive, and the outcome is only logged and
+counted (a pre-warm that fails costs the next batch a cold start, nothing else).
 """
 
 from __future__ import annotations
@@ -16,18 +21,22 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from agent_channel.protocol import MAX_NESTING, BatchResult, DispatchMessage, RunResult, deeper_than
+from agent_channel.protocol import BatchResult, DispatchMessage, PrewarmMessage, RunResult
+from esg.nesting import MAX_NESTING, deeper_than
 from invoker_agent import runtime_client as rt
 from invoker_agent.actions import ActionFetcher, ActionFetchError, ActionNotFound
 from invoker_agent.data import DataPlane, MissingInput, Write
 from invoker_agent.heartbeat import WarmRegistry
 from invoker_agent.node import NodeAgent
-from invoker_agent.runner import WorkerKey, WorkerSpec
+from invoker_agent.runner import PrewarmOutcome, WorkerKey, WorkerSpec
 from invoker_agent.slices import SliceError, SliceManager
 from invoker_agent.vcpus import VcpuAllocator, VcpuError
 from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.agent")
+
+#: How long a pre-warm waits for its vCPUs while batches hold them (a batch waits as long as it takes).
+PREWARM_VCPU_WAIT_S = 5.0
 
 
 class BatchRunner:
@@ -105,7 +114,8 @@ class BatchRunner:
                 log.info("batch %s: %s x%d on vCPUs %s%s", msg.batch_id, action.fqn, len(reqs), list(ids),
                          f", MIG {uuid}" if uuid else "")
                 t0 = time.perf_counter()
-                out = self.node.run_batch(key, spec, action, reqs, msg.action.timeout_ms)
+                keep_alive = None if msg.keep_alive_ms is None else msg.keep_alive_ms / 1000
+                out = self.node.run_batch(key, spec, action, reqs, msg.action.timeout_ms, keep_alive)
                 elapsed_ms = (time.perf_counter() - t0) * 1000
             finally:
                 self.vcpus.release(ids)
@@ -116,6 +126,45 @@ class BatchRunner:
                               run_ms=round(max(0.0, elapsed_ms - init_ms), 3),
                               cold=any(r.init_ms is not None for r in out), reconfigured=changes),
                 {r.activation_id: r.raw for r in out if r.raw is not None})
+
+
+    def prewarm(self, msg: PrewarmMessage) -> PrewarmOutcome:
+        """Start a worker for ``msg`` and leave it idle; never raises."""
+        try:
+            return self._prewarm(msg)
+        except Exception as e:  # noqa: BLE001 - an agent bug fails the pre-warm, never the agent
+            log.exception("pre-warm %s failed inside the agent", msg.prewarm_id)
+            return PrewarmOutcome(error=f"agent error: {type(e).__name__}: {e}")
+
+    def _prewarm(self, msg: PrewarmMessage) -> PrewarmOutcome:
+        fqn = f"/{msg.action.namespace}/{msg.action.name}"
+        try:
+            action = self.fetcher.get(fqn, msg.action.revision, auth=msg.api_key)
+        except ActionFetchError as e:
+            return PrewarmOutcome(error=str(e))
+        uuid = None
+        if msg.slice is not None:
+            try:
+                uuid, _ = self.slices.carve(msg.slice, msg.destroy)
+            except SliceError as e:
+                return PrewarmOutcome(error=str(e))
+        try:
+            try:
+                ids = self.vcpus.acquire(msg.config.vcpus, PREWARM_VCPU_WAIT_S)
+            except VcpuError as e:
+                return PrewarmOutcome(error=str(e))
+            if ids is None:
+                return PrewarmOutcome(error=f"{msg.config.vcpus} vCPUs not free within {PREWARM_VCPU_WAIT_S:.0f} s")
+            try:
+                key = WorkerKey(action.fqn, action.revision, msg.config.gpu or "cpu", uuid)
+                spec = WorkerSpec(self.vcpus.host_ids(ids), uuid, msg.action.memory_mb, msg.config)
+                self.warm.note(key, msg.function, msg.config)
+                return self.node.pool.prewarm(key, spec, action, msg.keep_alive_ms / 1000,
+                                              dict(msg.init_env) if msg.init_env else None, msg.action.timeout_ms)
+            finally:
+                self.vcpus.release(ids)
+        finally:
+            self.slices.release(uuid)
 
 
 def _result(r: rt.RuntimeResult) -> RunResult:

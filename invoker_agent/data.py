@@ -14,7 +14,7 @@ node's copy when there is one (its producer ran here and the copy was not evicte
 with one ``MGET`` for the whole batch. A reference that is nowhere (expired, or the request already
 ended) answers that activation with a whisk error naming the input.
 
-**Limits.** An inline result above OpenWhisk's 1 MiB (:data:`agent_channel.protocol.MAX_RESULT_BYTES`) is a
+**Limits.** An inline result above OpenWhisk's 1 MiB (:data:`openwhisk_status.MAX_RESULT_BYTES`) is a
 developer error worded as OpenWhisk's invoker words it; a stored output above
 :data:`agent_channel.protocol.MAX_DATA_BYTES` is a developer error naming that limit.
 
@@ -36,8 +36,8 @@ from typing import Any
 import redis
 
 from agent_channel.keys import Keys
-from agent_channel.protocol import MAX_DATA_BYTES, MAX_RESULT_BYTES, DispatchMessage, RunResult, compose_input
-from openwhisk_status import STATUS_DEVELOPER_ERROR
+from agent_channel.protocol import MAX_DATA_BYTES, DispatchMessage, RunResult, compose_input
+from openwhisk_status import MAX_RESULT_BYTES, STATUS_DEVELOPER_ERROR
 
 log = logging.getLogger("esg.agent")
 

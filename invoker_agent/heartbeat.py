@@ -59,12 +59,23 @@ class WarmRegistry:
 
 
 class BatchTrack:
-    """The batches taken and not yet answered, and the last ``keep`` answered."""
+    """The batches taken and not yet answered, and those answered in the last ``keep_s`` seconds.
 
-    def __init__(self, keep: int = 256) -> None:
+    A scheduler keeps each batch it got a result for on its node's view (the worker idle there) until a
+    heartbeat names it answered; one it never sees named stays until a 30 s backstop, and every turn of
+    its main loop plans over it. So every answered batch must appear in a heartbeat: the window is a
+    time (a few heartbeats), not a count, which a burst of more batches per heartbeat than the count
+    used to overflow (thousands of stale claims after a 3,000-activation burst). ``cap`` bounds a
+    heartbeat's size under extreme rates; batches beyond it fall back to the scheduler's backstop.
+    """
+
+    def __init__(self, keep_s: float = 3.0, cap: int = 20000, clock=time.monotonic) -> None:
+        self.keep_s = keep_s
+        self.cap = cap
+        self.clock = clock
         self._lock = threading.Lock()
         self._running: set[str] = set()
-        self._done: deque[str] = deque(maxlen=keep)
+        self._done: deque[tuple[float, str]] = deque()
 
     def taken(self, batch_id: str) -> None:
         with self._lock:
@@ -73,11 +84,16 @@ class BatchTrack:
     def answered(self, batch_id: str) -> None:
         with self._lock:
             self._running.discard(batch_id)
-            self._done.append(batch_id)
+            self._done.append((self.clock(), batch_id))
+            if len(self._done) > self.cap:
+                self._done.popleft()
 
     def view(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         with self._lock:
-            return tuple(sorted(self._running)), tuple(self._done)
+            horizon = self.clock() - self.keep_s
+            while self._done and self._done[0][0] < horizon:
+                self._done.popleft()
+            return tuple(sorted(self._running)), tuple(b for _, b in self._done)
 
 
 class HeartbeatBuilder:

@@ -77,8 +77,8 @@ class NodeAgent:
         return self.reconciler.reconcile(desired)
 
     def run_batch(self, key: WorkerKey, spec: WorkerSpec, action: ActionCode, requests: Sequence[RunRequest],
-                  time_limit_ms: int | None = None) -> list[RuntimeResult]:
-        return self.pool.run(key, spec, action, requests, time_limit_ms)
+                  time_limit_ms: int | None = None, keep_alive_s: float | None = None) -> list[RuntimeResult]:
+        return self.pool.run(key, spec, action, requests, time_limit_ms, keep_alive_s)
 
     def heartbeat(self) -> dict[str, Any]:
         """A JSON-ready report of this node: GPUs, MIG slices (busy or not), warm workers."""

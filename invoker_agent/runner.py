@@ -17,8 +17,10 @@ worker that dies or replies garbage gives result 3 and is replaced on the next r
 (e.g. an import error) gives result 2 naming it, and the pool keeps working.
 
 :class:`WorkerPool` keys warm workers by :class:`WorkerKey` (action, revision, config, slice UUID),
-reuses idle ones, evicts those idle longer than a TTL, and reports which MIG slices are busy (the
-reconciler never destroys those).
+reuses idle ones, evicts those idle longer than their TTL, and reports which MIG slices are busy (the
+reconciler never destroys those). Each worker has its own TTL: the keep-alive of the batch (or
+pre-warm) that last left it idle, else the pool's ``idle_ttl_s``. :meth:`WorkerPool.prewarm` starts
+and ``/init``-s a worker without running anything, leaving it idle under its keep-alive.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,6 +232,19 @@ class _Entry:
     worker: Worker
     last_used: float
     busy: bool = False
+    ttl_s: float | None = None
+    """How long it may stay idle (None: the pool's ``idle_ttl_s``)."""
+
+
+@dataclass(frozen=True)
+class PrewarmOutcome:
+    """What a pre-warm did: ``started`` a worker (its cold start ``init_ms``), found one ``warm`` already,
+    or failed (``error``)."""
+
+    started: bool = False
+    warm: bool = False
+    init_ms: float | None = None
+    error: str | None = None
 
 
 @dataclass
@@ -269,7 +285,7 @@ class WorkerPool:
         return {k: n for k, n in counts.items() if n}
 
     def evict_idle(self) -> int:
-        """Kill workers idle longer than the TTL; returns how many went."""
+        """Kill workers idle longer than their TTL; returns how many went."""
         now = self.clock()
         gone: list[Worker] = []
         with self._lock:
@@ -277,7 +293,8 @@ class WorkerPool:
                 slots = self._workers[key]
                 keep = []
                 for e in slots.entries:
-                    if not e.busy and now - e.last_used > self.idle_ttl_s:
+                    ttl = self.idle_ttl_s if e.ttl_s is None else e.ttl_s
+                    if not e.busy and now - e.last_used > ttl:
                         gone.append(e.worker)
                     else:
                         keep.append(e)
@@ -311,20 +328,29 @@ class WorkerPool:
 
     # --- running ---------------------------------------------------------------------------------
     def _checkout(self, key: WorkerKey) -> _Entry | None:
+        """An idle live worker of ``key``, taken: the one that would stay longest (the others keep their
+        expiry order, as the emulator takes them)."""
         with self._lock:
             slots = self._workers.get(key)
             if slots is None:
                 return None
-            for e in slots.entries:
-                if not e.busy and e.worker.alive():
-                    e.busy = True
-                    return e
-            return None
+            now = self.clock()
+            # one past its keep-alive is gone, as in the emulator, though eviction waits for a heartbeat
+            idle = [e for e in slots.entries if not e.busy and e.worker.alive() and self._expiry(e) > now]
+            if not idle:
+                return None
+            e = max(idle, key=self._expiry)
+            e.busy = True
+            return e
 
-    def _checkin(self, key: WorkerKey, entry: _Entry, keep: bool) -> None:
+    def _expiry(self, e: _Entry) -> float:
+        return e.last_used + (self.idle_ttl_s if e.ttl_s is None else e.ttl_s)
+
+    def _checkin(self, key: WorkerKey, entry: _Entry, keep: bool, ttl_s: float | None = None) -> None:
         with self._lock:
             entry.busy = False
             entry.last_used = self.clock()
+            entry.ttl_s = ttl_s
             slots = self._workers.setdefault(key, _Slots())
             if keep and entry not in slots.entries:
                 slots.entries.append(entry)
@@ -334,19 +360,53 @@ class WorkerPool:
                     del self._workers[key]
 
     def run(self, key: WorkerKey, spec: WorkerSpec, action: ActionCode, requests: Sequence[RunRequest],
-            time_limit_ms: int | None = None) -> list[RuntimeResult]:
-        """Run ``requests`` as one batch of ``action`` on a warm (or new) worker; one result each."""
+            time_limit_ms: int | None = None, keep_alive_s: float | None = None) -> list[RuntimeResult]:
+        """Run ``requests`` as one batch of ``action`` on a warm (or new) worker; one result each. The
+        worker then waits idle for at most ``keep_alive_s`` (None: the pool's ``idle_ttl_s``)."""
         if not requests:
             return []
         limit_ms = int(time_limit_ms or action.timeout_ms)
         if key.slice_uuid is not None and self.slice_exists is not None and not self.slice_exists(key.slice_uuid):
             return [_fail(r, STATUS_WHISK_ERROR, {"error": f"MIG slice {key.slice_uuid} does not exist on this node"},
                           len(requests)) for r in requests]
+        with self._slice_busy(key):
+            return self._run(key, spec, action, list(requests), limit_ms, keep_alive_s)
+
+    def prewarm(self, key: WorkerKey, spec: WorkerSpec, action: ActionCode, keep_alive_s: float,
+                init_env: dict[str, Any] | None = None, time_limit_ms: int | None = None) -> PrewarmOutcome:
+        """Start and ``/init`` a worker for ``key`` without running anything; it then waits idle for at
+        most ``keep_alive_s``. An idle worker of ``key`` already there is left as it is (``warm``)."""
+        with self._lock:
+            slots = self._workers.get(key)
+            now = self.clock()
+            idle = [] if slots is None else [e for e in slots.entries
+                                             if not e.busy and e.worker.alive() and self._expiry(e) > now]
+            if idle:    # (a stale view: the scheduler places none beside an idle worker) it stays this long
+                e = max(idle, key=self._expiry)
+                if self._expiry(e) < now + keep_alive_s:
+                    e.last_used, e.ttl_s = now, keep_alive_s
+                return PrewarmOutcome(warm=True)
+        if key.slice_uuid is not None and self.slice_exists is not None and not self.slice_exists(key.slice_uuid):
+            return PrewarmOutcome(error=f"MIG slice {key.slice_uuid} does not exist on this node")
+        limit_ms = int(time_limit_ms or action.timeout_ms)
+        with self._slice_busy(key):
+            entry, init_ms, failure = self._ready_worker(key, spec, action, limit_ms, init_env)
+        if failure is not None:
+            return PrewarmOutcome(init_ms=init_ms, error=str(failure[1].get("error", failure[1])))
+        if init_ms is None:         # an idle worker appeared meanwhile and was taken: back idle, kept this long
+            self._checkin(key, entry, keep=True, ttl_s=keep_alive_s)
+            return PrewarmOutcome(warm=True)
+        self._checkin(key, entry, keep=True, ttl_s=keep_alive_s)
+        return PrewarmOutcome(started=True, init_ms=init_ms)
+
+    @contextmanager
+    def _slice_busy(self, key: WorkerKey) -> Iterator[None]:
+        """The key's MIG slice counts as busy while the block runs (the reconciler leaves it alone)."""
         with self._lock:
             if key.slice_uuid:
                 self._busy[key.slice_uuid] += 1
         try:
-            return self._run(key, spec, action, list(requests), limit_ms)
+            yield
         finally:
             with self._lock:
                 if key.slice_uuid:
@@ -354,7 +414,7 @@ class WorkerPool:
                     if self._busy[key.slice_uuid] <= 0:
                         del self._busy[key.slice_uuid]
 
-    def _run(self, key, spec, action, requests, limit_ms) -> list[RuntimeResult]:
+    def _run(self, key, spec, action, requests, limit_ms, keep_alive_s=None) -> list[RuntimeResult]:
         results: list[RuntimeResult] = []
         pending = list(requests)
         while pending:
@@ -374,7 +434,7 @@ class WorkerPool:
             alive = worker.alive() and not results[-1].timeout  # a crashed worker was killed
             if not alive:
                 worker.kill()
-            self._checkin(key, entry, keep=alive)
+            self._checkin(key, entry, keep=alive, ttl_s=keep_alive_s)
         return results
 
     def _ready_worker(self, key, spec, action, limit_ms, init_env=None):

@@ -18,6 +18,15 @@ A batch id this process has already taken is not run twice (:class:`RecentBatche
 dispatch is answered with status 3 for each activation whose id can be read, when it says where to
 answer; otherwise it is logged and retired.
 
+**Pre-warms** (:class:`~agent_channel.protocol.PrewarmMessage`) come on the same stream and are read
+by the same threads. A pre-warm is retired from the stream as soon as it is read (at most once: one
+lost with a crash costs a later batch a cold start, nothing else, so it is neither resumed nor
+answered; one an earlier incarnation took and never retired is retired unstarted and named done), then
+:meth:`~invoker_agent.batch.BatchRunner.prewarm` starts its worker; its id is in the
+heartbeats' ``running`` list meanwhile and in ``done`` after, as a batch's, so the scheduler knows
+when the reported idle workers include it. Outcomes are counted (:class:`PrewarmCounts`) and logged;
+none is fatal.
+
 **Draining.** :meth:`AgentService.stop` (SIGTERM / SIGINT) stops taking dispatches; running batches
 finish and are answered; then a final heartbeat with ``draining: true`` goes out and the pool closes.
 Dispatches not yet taken stay in the stream for the next incarnation.
@@ -35,7 +44,7 @@ from typing import Any
 
 import redis
 
-from agent_channel.protocol import BatchResult, DispatchMessage, ProtocolError, decode
+from agent_channel.protocol import BatchResult, DispatchMessage, PrewarmMessage, ProtocolError, decode
 from agent_channel.streams import Entry
 from invoker_agent.batch import BatchRunner, failed_ids
 from invoker_agent.channel import AgentChannel
@@ -81,6 +90,18 @@ class RecentBatches:
         return batch_id in self._ids
 
 
+@dataclass
+class PrewarmCounts:
+    """Pre-warms taken by this agent, by outcome."""
+
+    started: int = 0
+    warm: int = 0
+    """Already warm there: nothing done."""
+    failed: int = 0
+    repeated: int = 0
+    """Delivered again, or taken before a restart: not started."""
+
+
 class AgentService:
     def __init__(self, settings: ServiceSettings, node: NodeAgent, runner: BatchRunner,
                  heartbeats: HeartbeatBuilder, channel: AgentChannel) -> None:
@@ -90,6 +111,8 @@ class AgentService:
         self.heartbeats = heartbeats
         self.channel = channel
         self.recent = RecentBatches()
+        self.prewarms = PrewarmCounts()
+        self._count_lock = threading.Lock()
         self._stop = threading.Event()          # stop taking dispatches (drain)
         self._hb_stop = threading.Event()       # stop heartbeating (after the drain)
         self._draining = False
@@ -126,7 +149,9 @@ class AgentService:
             self._hb_thread.join(timeout=self.settings.heartbeat_s + 5)
             self._beat(draining=True)
             self.node.close()
-            log.info("agent %s: stopped", self.settings.node)
+            p = self.prewarms
+            log.info("agent %s: stopped (pre-warms: %d started, %d already warm, %d failed, %d repeated)",
+                     self.settings.node, p.started, p.warm, p.failed, p.repeated)
         return 0
 
     def _pending(self) -> list[Entry]:
@@ -141,9 +166,11 @@ class AgentService:
 
     def _batch_loop(self) -> None:
         while not self._stop.is_set():
+            resumed = True
             try:
                 entry = self._resumed.popleft()
             except IndexError:
+                resumed = False
                 try:
                     got = self.channel.take(1, READ_BLOCK_MS)
                 except redis.RedisError as e:
@@ -154,18 +181,27 @@ class AgentService:
                     continue
                 entry = got[0]
             try:
-                self._handle(entry)
+                self._handle(entry, resumed)
             except Exception:  # noqa: BLE001 - left pending: the next incarnation runs it again
                 log.exception("dispatch %s could not be answered", entry.id)
 
     # --- dispatches ------------------------------------------------------------------------------
-    def _handle(self, entry: Entry) -> None:
+    def _handle(self, entry: Entry, resumed: bool = False) -> None:
         try:
             msg = decode(entry.raw or b"")
-            if not isinstance(msg, DispatchMessage):
-                raise ProtocolError(f"expected a dispatch message, got a {type(msg).__name__}")
+            if not isinstance(msg, DispatchMessage | PrewarmMessage):
+                raise ProtocolError(f"expected a dispatch or pre-warm message, got a {type(msg).__name__}")
         except ProtocolError as e:
             self._malformed(entry, e)
+            return
+        if isinstance(msg, PrewarmMessage):
+            if resumed:     # taken by an earlier incarnation that died before retiring it: at most once
+                log.info("pre-warm %s was taken before a restart: retired, not started", msg.prewarm_id)
+                self._answer_safely(entry.id, "", None)
+                self.heartbeats.batches.answered(msg.prewarm_id)    # the scheduler's claim ends with it
+                self._count("repeated")
+                return
+            self._prewarm(entry, msg)
             return
         if not self.recent.add(msg.batch_id):
             log.warning("batch %s delivered again (entry %s): already taken, not run twice", msg.batch_id, entry.id)
@@ -181,6 +217,34 @@ class AgentService:
                  f" ({result.error})" if result.error else "")
         self._answer_safely(entry.id, msg.reply_to, result, writes)
         self.heartbeats.batches.answered(msg.batch_id)
+
+    def _prewarm(self, entry: Entry, msg: PrewarmMessage) -> None:
+        self._answer_safely(entry.id, "", None)      # retired first: a pre-warm runs at most once
+        if not self.recent.add(msg.prewarm_id):
+            log.info("pre-warm %s delivered again: already taken", msg.prewarm_id)
+            self.heartbeats.batches.answered(msg.prewarm_id)
+            self._count("repeated")
+            return
+        self.heartbeats.batches.taken(msg.prewarm_id)
+        try:
+            out = self.runner.prewarm(msg)
+        finally:
+            self.heartbeats.batches.answered(msg.prewarm_id)
+        where = f"{msg.config.label()}" + (f" on MIG {msg.slice.profile}@{msg.slice.start}" if msg.slice else "")
+        if out.error is not None:
+            self._count("failed")
+            log.warning("pre-warm %s of %s (%s) failed: %s", msg.prewarm_id, msg.function, where, out.error)
+        elif out.warm:
+            self._count("warm")
+            log.info("pre-warm %s of %s (%s): already warm, nothing to do", msg.prewarm_id, msg.function, where)
+        else:
+            self._count("started")
+            log.info("pre-warm %s of %s (%s): worker ready in %.0f ms, idle for at most %d ms", msg.prewarm_id,
+                     msg.function, where, out.init_ms or 0.0, msg.keep_alive_ms)
+
+    def _count(self, outcome: str) -> None:
+        with self._count_lock:
+            setattr(self.prewarms, outcome, getattr(self.prewarms, outcome) + 1)
 
     def _malformed(self, entry: Entry, e: ProtocolError) -> None:
         log.warning("skipping malformed dispatch %s: %s", entry.id, e)

@@ -1,4 +1,5 @@
-"""OpenWhisk's activation status codes (``ActivationResponse``: a WhiskActivation's ``response.statusCode``).
+"""OpenWhisk's activation response: its status codes (``ActivationResponse``: a WhiskActivation's
+``response.statusCode``) and the limit on the size of its result.
 
 Defined here once for every side that speaks them: OpenWhisk's wire shapes and its REST API's views,
 action metadata errors, the scheduler's answers, the scheduler<->agent messages, the agent and the action
@@ -14,3 +15,9 @@ STATUS_WHISK_ERROR = 3
 
 #: Every status code, in order.
 STATUS_CODES = (STATUS_SUCCESS, STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR)
+
+#: OpenWhisk's limit on an activation's payload (``whisk.activation.payload.max``, its
+#: ``ActivationEntityLimit.MAX_ACTIVATION_ENTITY_LIMIT``: 1 MiB by default). The agent answers a result
+#: above it with a developer error, as OpenWhisk's invoker does; OpenWhisk's Kafka messages are sized
+#: from it (:data:`controller_plugin.wire.MAX_MESSAGE_BYTES`).
+MAX_RESULT_BYTES = 1_048_576

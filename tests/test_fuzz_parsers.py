@@ -3,7 +3,7 @@ crash or a hang (tests/fuzz.py makes the mutations).
 
 * OpenWhisk's Kafka shapes (``controller_plugin.wire``): the ActivationMessage the scheduler reads on
   ``invoker{N}``, acks and pings -> a parsed message or :class:`WireError`;
-* the scheduler/agent messages (``agent_channel.protocol.decode``): dispatches, results, heartbeats ->
+* the scheduler/agent messages (``agent_channel.protocol.decode``): dispatches, pre-warms, results, heartbeats ->
   a message or :class:`ProtocolError`; the agent's salvage of a malformed dispatch never raises;
 * app files and profile tables (``esg.model``, ``esg.profiles``) -> an app/profile or AppError/ProfileError;
 * the emulator's trace files -> rows or a one-line CliError.
@@ -73,6 +73,13 @@ HEARTBEAT = {"type": "heartbeat", "node": "node0", "vcpus_total": 16, "vcpus_fre
              "gpu_model": "A100-40GB", "slices": [{"profile": "1g.5gb", "start": 0, "busy": True, "uuid": "MIG-1"}],
              "warm": [{"function": "guest/resnet50", "config": {"batch": 1, "vcpus": 1, "gpu": None}}],
              "draining": False, "seq": 3, "sent_ms": 5}
+PREWARM = {"type": "prewarm", "prewarm_id": "inc-w1", "node": "node0", "app": "guest/imgclass",
+           "function": "guest/resnet50",
+           "action": {"namespace": "guest", "name": "resnet50", "revision": "0.0.1", "kind": "python:3",
+                      "timeout_ms": 60000, "memory_mb": 512},
+           "config": {"batch": 1, "vcpus": 1, "gpu": "1g.5gb"}, "slice": {"profile": "1g.5gb", "start": 0},
+           "destroy": [], "keep_alive_ms": 30000, "reply_to": "esg:0:results", "init_env": {"MODEL": "r"},
+           "api_key": "u:k"}
 APP = json.loads((ROOT / "apps" / "expanded-image-classification.json").read_text())
 PROFILE = json.loads((ROOT / "profiles" / "tables" / "a100" / "resnet50.json").read_text())
 
@@ -105,7 +112,7 @@ def test_acks_and_pings(raw):
 
 
 @settings(FUZZ, max_examples=600)
-@given(st.one_of(mutated(DISPATCH), mutated(RESULT), mutated(HEARTBEAT)))
+@given(st.one_of(mutated(DISPATCH), mutated(PREWARM), mutated(RESULT), mutated(HEARTBEAT)))
 def test_scheduler_agent_messages(raw):
     try:
         msg = protocol.decode(raw)

@@ -1,4 +1,5 @@
-"""OpenWhisk's status codes are defined once, in :mod:`openwhisk_status`, with OpenWhisk's numbers.
+"""OpenWhisk's status codes and its result limit are defined once, in :mod:`openwhisk_status`, with
+OpenWhisk's numbers.
 
 The import contracts (``pyproject.toml``) keep that module free of imports, so every part can use it;
 that no other module writes the codes again is checked here, in the sources.
@@ -18,7 +19,7 @@ from openwhisk_status import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMES = {name for name in vars(openwhisk_status) if name.startswith("STATUS_")}
+NAMES = {name for name in vars(openwhisk_status) if name.startswith("STATUS_")} | {"MAX_RESULT_BYTES"}
 
 
 def test_the_codes_are_openwhisks():
@@ -27,7 +28,16 @@ def test_the_codes_are_openwhisks():
     assert openwhisk_status.STATUS_CODES == (0, 1, 2, 3)
 
 
-def test_no_other_module_defines_a_status_code():
+def test_the_result_limit_is_openwhisks():
+    """``whisk.activation.payload.max`` (1 MiB) and, for its Kafka messages, that plus
+    ``whisk.activation.serdes-overhead`` (6068 B): the producers' ``max.request.size``."""
+    from controller_plugin import wire
+
+    assert openwhisk_status.MAX_RESULT_BYTES == 1024 * 1024
+    assert wire.MAX_MESSAGE_BYTES == 1_054_644 == openwhisk_status.MAX_RESULT_BYTES + 6068
+
+
+def test_no_other_module_defines_a_status_code_or_the_result_limit():
     found = []
     for top in sorted(ROOT.iterdir()):
         if not top.is_dir() or top.name.startswith(".") or top.name == "openwhisk_status":

@@ -1,5 +1,7 @@
 """Scheduler/agent messages round-trip, malformed ones are named, and inputs compose as ``docs/architecture.md`` §5 says."""
 
+from dataclasses import replace
+
 import pytest
 
 from agent_channel.protocol import (
@@ -9,6 +11,7 @@ from agent_channel.protocol import (
     Heartbeat,
     IdleWorkers,
     InputRef,
+    PrewarmMessage,
     ProtocolError,
     RunRequest,
     RunResult,
@@ -18,6 +21,10 @@ from agent_channel.protocol import (
 )
 from esg.cluster import ClusterSnapshot, Slice, SliceRef
 from esg.model import Config
+
+PREWARM = PrewarmMessage("inc-p0", "n0", "app", "cls", ActionRef("guest", "cls", "0.0.1"), Config(4, 2, "1g.5gb"),
+                         SliceRef("1g.5gb", 6), (SliceRef("2g.10gb", 4),), 30000, "esg:0:results",
+                         {"MODEL": "r"}, "u:s3cretkey")
 
 
 def test_round_trips():
@@ -84,6 +91,53 @@ def test_malformed_heartbeat_tracking_fields_are_named(field, value, needle):
     raw = {"type": "heartbeat", "node": "n", "vcpus_total": 1, "vcpus_free": 1, "memory_mb": 1, field: value}
     with pytest.raises(ProtocolError, match=needle):
         decode(json.dumps(raw))
+
+
+def test_a_prewarm_round_trips_and_a_dispatch_may_carry_its_keep_alive():
+    assert decode(encode(PREWARM)) == PREWARM
+    assert "s3cretkey" not in repr(PREWARM)
+    bare = PrewarmMessage("p1", "n0", "app", "f", ActionRef("guest", "f"), Config(1, 1, None), None, (), 0)
+    assert decode(encode(bare)) == bare and b"api_key" not in encode(bare) and b"init_env" not in encode(bare)
+    d = DispatchMessage("b1", "n0", "app", "f", ActionRef("guest", "f"), Config(1, 1, None), None, (),
+                        (RunRequest("a" * 32, "tx", {}, 1, "guest"),), "r")
+    assert d.keep_alive_ms is None and b"keep_alive_ms" not in encode(d) and decode(encode(d)) == d
+    assert decode(encode(replace(d, keep_alive_ms=1500))).keep_alive_ms == 1500
+
+
+def _prewarm_with(**change) -> str:
+    import json
+    raw = json.loads(encode(PREWARM))
+    for k, v in change.items():
+        if v is KeyError:
+            del raw[k]
+        else:
+            raw[k] = v
+    return json.dumps(raw)
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"prewarm_id": KeyError}, "prewarm_id"), ({"prewarm_id": 7}, "prewarm_id"),
+    ({"node": KeyError}, "node"), ({"function": None}, "function"),
+    ({"action": "guest/cls"}, "action"), ({"action": {"namespace": "guest"}}, "name"),
+    ({"action": {"namespace": "guest", "name": "cls", "revision": 3}}, "revision"),
+    ({"config": None}, "config"), ({"config": {"batch": 0, "vcpus": 1}}, "config"),
+    ({"slice": "1g.5gb"}, "slice"), ({"slice": {"profile": "1g.5gb", "start": "6"}}, "start"),
+    ({"destroy": {"profile": "1g.5gb", "start": 6}}, "destroy"), ({"destroy": [None]}, "destroy"),
+    ({"keep_alive_ms": KeyError}, "keep_alive_ms"), ({"keep_alive_ms": -1}, "keep_alive_ms"),
+    ({"keep_alive_ms": 1.5}, "keep_alive_ms"), ({"keep_alive_ms": True}, "keep_alive_ms"),
+    ({"reply_to": KeyError}, "reply_to"), ({"init_env": "MODEL=r"}, "init_env"), ({"api_key": 5}, "api_key"),
+])
+def test_malformed_prewarms_are_named(change, needle):
+    with pytest.raises(ProtocolError, match=needle):
+        decode(_prewarm_with(**change))
+
+
+def test_a_dispatch_with_a_bad_keep_alive_is_named():
+    d = DispatchMessage("b1", "n0", "app", "f", ActionRef("guest", "f"), Config(1, 1, None), None, (),
+                        (RunRequest("a" * 32, "tx", {}, 1, "guest"),), "r")
+    for bad in (b'"keep_alive_ms":-5', b'"keep_alive_ms":"5"'):
+        with pytest.raises(ProtocolError, match="keep_alive_ms"):
+            decode(encode(d)[:-1] + b"," + bad + b"}")
 
 
 def test_inputs_compose_as_the_data_flow_rule_says():

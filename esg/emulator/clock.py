@@ -11,8 +11,10 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-DONE, ARRIVAL, TIMER = 0, 1, 2
-"""Priorities at equal times: completions free resources before arrivals and timers look for them."""
+DONE, ARRIVAL, TIMER, WARM = 0, 1, 2, 3
+"""Priorities at equal times: completions free resources before arrivals and timers look for them (a
+pre-warmed worker's end of start-up, ``WARM``, is folded into the same step as them: its order among
+them changes nothing)."""
 
 
 @dataclass(frozen=True)

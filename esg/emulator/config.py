@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from esg.mig import DEFAULT_GPU_MODEL
+from esg.timing import DEFAULT_STAGE_OVERHEAD_MS
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class EmulatorParams:
     """Coefficient of variation of execution time around the profiled latency (lognormal, mean 1)."""
     keep_alive_ms: float = 600_000.0
     """An idle warm worker is kept this long (OpenWhisk's default idle container timeout is 10 min)."""
+    prewarm: bool = True
+    """Policies pre-warm workers and set their own keep-alive (``esg.prewarm``); False: no worker starts
+    ahead of a batch and every worker is kept ``keep_alive_ms`` (``esg emulate --no-prewarm``)."""
     store_write_ms: float = 0.08
     """Data passing, as the live agents do it: a batch whose outputs go to successors writes them to the
     data store (Redis) in the same MULTI as its result, so its result reaches the scheduler this much
@@ -49,7 +53,7 @@ class EmulatorParams:
     and a full re-partition several seconds; 2 s per changed instance covers GI + CI create/destroy)."""
     cold_start_scale: float = 1.0
     """Multiplier on each profile's ``cold_start_ms`` (0 disables cold starts)."""
-    hop_ms: float = 2.5
+    hop_ms: float = DEFAULT_STAGE_OVERHEAD_MS
     """The live path's overhead per batch, beyond the decision itself: the dispatch's way to its agent
     (the main loop's pipeline, the agent's blocking read waking) and the result's way back to the next
     step (the reader thread, the main loop waking). From the traces of single activations in

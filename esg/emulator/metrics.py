@@ -21,6 +21,8 @@ class Metrics:
     requests: int = 0
     completed: int = 0
     failed: int = 0
+    rejected: int = 0
+    """Requests answered at once by SLO admission control (counted in ``failed`` too: never a hit)."""
     hits: int = 0
     cost_exec: float = 0.0
     """Σ over measured batches of (price of the resources held) × (time held from dispatch to completion,
@@ -36,6 +38,9 @@ class Metrics:
     jobs: int = 0
     cold_starts: int = 0
     reconfigured_instances: int = 0
+    prewarms: int = 0
+    """Workers started ahead of a batch (their cold start and MIG instance are in ``cost_cold`` and
+    ``cost_mig``, their idle time in ``cost_idle``; ``cold_starts`` counts the batches that waited for one)."""
     decisions: int = 0
     sched_ms: float = 0.0
     events: int = 0
@@ -49,6 +54,7 @@ class Metrics:
         stats = self.per_app.setdefault(o.app, AppStats())
         if not o.ok:
             self.failed += 1
+            self.rejected += o.rejected
             return
         self.completed += 1
         stats.latencies_ms.append(o.latency_ms)
@@ -83,6 +89,9 @@ class Metrics:
             "sched_overhead_ms": self.sched_ms / self.decisions if self.decisions else 0.0,
             "cold_starts": self.cold_starts,
             "mig_changes": self.reconfigured_instances,
+            "prewarms": self.prewarms,
             "batches": self.batches,
             "mean_batch": self.jobs / self.batches if self.batches else 0.0,
+            "rejected": self.rejected,
+            "rejected_rate": self.rejected / n if n else 0.0,
         }

@@ -5,7 +5,9 @@ destroyed, one created), and each changed instance costs ``mig_reconfig_ms``. A 
 (function, MIG instance or CPU): it serves any batch size on any vCPU count (a container's CPU quota
 can be changed in place), one batch at a time; a batch with no
 idle worker of its kind on the node pays the function's cold start, and a worker idle for longer than
-the keep-alive is gone. Destroying an instance kills its workers.
+its keep-alive (the policy's for that batch, else the driver's) is gone. Destroying an instance kills
+its workers. A pre-warmed worker (:meth:`NodeModel.start_prewarm`) holds its instance and vCPUs while
+it starts, then waits idle like a worker after a batch (:meth:`NodeModel.warmed`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from dataclasses import dataclass, field
 
 from esg import mig
 from esg.cluster import NodeState, Slice, SliceRef
-from esg.events import Dispatch
+from esg.events import Dispatch, Prewarm
+from esg.model import Config
 
 WorkerKey = tuple[str, SliceRef | None]
 
@@ -38,10 +41,8 @@ class NodeModel:
     vcpus_free: int = -1
     slices: dict[SliceRef, bool] = field(default_factory=dict)
     """Existing MIG instances -> busy."""
-    idle_workers: dict[WorkerKey, list[float]] = field(default_factory=dict)
-    """Idle warm workers by kind -> the times they expire."""
-    keep_alive_ms: float = 0.0
-    """How long a worker stays idle before it expires (set by :meth:`finish`)."""
+    idle_workers: dict[WorkerKey, list[tuple[float, float]]] = field(default_factory=dict)
+    """Idle warm workers by kind -> (the time each expires, the time it became idle), in that order."""
     idle_spans: list[tuple[float, float, SliceRef]] = field(default_factory=list)
     """(from, to, MIG instance) of every idle period of a GPU warm worker that has ended: taken by a
     batch, expired, or killed with its instance (what idle warm workers cost is computed from these)."""
@@ -81,7 +82,7 @@ class NodeModel:
         if self._refs is None:
             self._refs = sorted(self.slices)
         slices = self.slices
-        idle = {k: n for k, ts in self.idle_workers.items() if (n := len(ts) - bisect.bisect_left(ts, now_ms))}
+        idle = {k: n for k, ts in self.idle_workers.items() if (n := len(ts) - bisect.bisect_left(ts, (now_ms,)))}
         return NodeState(self.name, self.vcpus_total, self.vcpus_free, self.gpu_model,
                          [Slice(ref, slices[ref]) for ref in self._refs], idle_workers=idle)
 
@@ -94,7 +95,7 @@ class NodeModel:
     def next_expiry_ms(self) -> float:
         """When the first idle worker expires (infinite: none idle); it is gone just after."""
         if not self._expiry_known:
-            self._next_expiry = min((ts[0] for ts in self.idle_workers.values()), default=math.inf)
+            self._next_expiry = min((ts[0][0] for ts in self.idle_workers.values()), default=math.inf)
             self._expiry_known = True
         return self._next_expiry
 
@@ -134,21 +135,51 @@ class NodeModel:
 
     def finish(self, d: Dispatch, now_ms: float, keep_alive_ms: float) -> None:
         """Give the batch's resources back; its worker becomes idle until the keep-alive expires."""
-        self.vcpus_free += d.config.vcpus
-        self.keep_alive_ms = keep_alive_ms
-        if d.fit.slice is not None:
-            self.slices[d.fit.slice] = False
-            self.busy_spans.append((self._busy_since.pop(d.fit.slice), now_ms, d.fit.slice))
-        key = (d.function, d.fit.slice)
+        self._idle(d.function, d.config, d.fit.slice, now_ms, keep_alive_ms)
+
+    def start_prewarm(self, p: Prewarm, now_ms: float, reconfig_ms: float) -> StartCost:
+        """Start a worker ahead of its first batch: claim its vCPUs and instance (created where its fit
+        says; a pre-warm never destroys one) while it starts. It always pays a cold start."""
+        cfg, fit = p.config, p.fit
+        if cfg.vcpus > self.vcpus_free:
+            raise AssertionError(f"{self.name}: {cfg.vcpus} vCPUs asked, {self.vcpus_free} free")
+        if fit.destroy:
+            raise AssertionError(f"{self.name}: a pre-warm destroys no MIG instance")
+        self.vcpus_free -= cfg.vcpus
+        changed = 0
+        if fit.slice is not None:
+            if fit.create:
+                if fit.slice in self.slices:
+                    raise AssertionError(f"{self.name}: MIG instance {fit.slice} created twice")
+                self._refs = None
+                changed = 1
+            elif self.slices.get(fit.slice) is not False:
+                raise AssertionError(f"{self.name}: MIG instance {fit.slice} is busy or absent")
+            self.slices[fit.slice] = True
+            self._busy_since[fit.slice] = now_ms
+        self._state = None
+        return StartCost(changed * reconfig_ms, changed, True)
+
+    def warmed(self, p: Prewarm, now_ms: float) -> None:
+        """A pre-warmed worker finished starting: its resources are given back and it waits idle for its
+        keep-alive, as a worker does after a batch (its start-up is paid as a batch's is)."""
+        self._idle(p.function, p.config, p.fit.slice, now_ms, p.keep_alive_ms)
+
+    def _idle(self, function: str, config: Config, ref: SliceRef | None, now_ms: float, keep_alive_ms: float) -> None:
+        self.vcpus_free += config.vcpus
+        if ref is not None:
+            self.slices[ref] = False
+            self.busy_spans.append((self._busy_since.pop(ref), now_ms, ref))
+        key = (function, ref)
         expiry = now_ms + keep_alive_ms
-        self.idle_workers.setdefault(key, []).append(expiry)
+        bisect.insort(self.idle_workers.setdefault(key, []), (expiry, now_ms))
         self._next_expiry = min(self._next_expiry, expiry)
         state = self._state
         if state is not None:
             state.memo.clear()
-            state.vcpus_free += d.config.vcpus
+            state.vcpus_free += config.vcpus
             for s in state.slices:
-                if s.ref == d.fit.slice:
+                if s.ref == ref:
                     s.busy = False
             state.idle_workers[key] = state.idle_workers.get(key, 0) + 1
 
@@ -157,7 +188,7 @@ class NodeModel:
         with ``now + keep_alive`` as time goes forward, and leave it from the end. No list is left
         empty."""
         for key, ts in list(self.idle_workers.items()):
-            gone = bisect.bisect_left(ts, now_ms)
+            gone = bisect.bisect_left(ts, (now_ms,))
             if gone:
                 self._idle_ended(key, ts[:gone], None)
             if gone == len(ts):
@@ -172,14 +203,14 @@ class NodeModel:
         pool = self.idle_workers.get(key)
         if not pool:
             return False, True
-        gone = bisect.bisect_left(pool, now_ms)
+        gone = bisect.bisect_left(pool, (now_ms,))
         if gone:
             self._idle_ended(key, pool[:gone], None)
             del pool[:gone]
             self._expiry_known = False
         taken = bool(pool)
         if taken:
-            self._idle_ended(key, [pool.pop()], now_ms)  # the most recently idle worker: the others keep their expiry order
+            self._idle_ended(key, [pool.pop()], now_ms)  # the one that would stay longest: the others keep their order
         if not pool:
             del self.idle_workers[key]
             self._expiry_known = False
@@ -191,14 +222,14 @@ class NodeModel:
             del self.idle_workers[key]
         self._expiry_known = False
 
-    def _idle_ended(self, key: WorkerKey, expiries: list[float], now_ms: float | None) -> None:
+    def _idle_ended(self, key: WorkerKey, workers: list[tuple[float, float]], now_ms: float | None) -> None:
         """Record the idle periods of GPU workers leaving the pool (``now_ms`` None: they expired)."""
         ref = key[1]
         if ref is None:
             return
-        for expiry in expiries:
+        for expiry, since in workers:
             end = expiry if now_ms is None else min(now_ms, expiry)
-            self.idle_spans.append((expiry - self.keep_alive_ms, end, ref))
+            self.idle_spans.append((since, end, ref))
 
     def idle_instance_ms(self, start_ms: float, end_ms: float, now_ms: float) -> dict[str, float]:
         """Per MIG profile, the time within [``start_ms``, ``end_ms``] that an instance was kept for an
@@ -209,7 +240,7 @@ class NodeModel:
             idle.setdefault(ref, []).append((a, b))
         for (_, ref), ts in self.idle_workers.items():
             if ref is not None:
-                idle.setdefault(ref, []).extend((e - self.keep_alive_ms, min(now_ms, e)) for e in ts)
+                idle.setdefault(ref, []).extend((since, min(now_ms, e)) for e, since in ts)
         busy: dict[SliceRef, list[tuple[float, float]]] = {}
         for a, b, ref in self.busy_spans:
             busy.setdefault(ref, []).append((a, b))

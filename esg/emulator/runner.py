@@ -9,6 +9,11 @@ by a cold start when no idle worker of its kind is on the node, and the live pat
 and back (``EmulatorParams.hop_ms``, with ``hop_log_sd`` a log-normal spread around it). Its execution time is the profiled
 latency times log-normal noise; a batch whose outputs go to successors completes after writing them
 to the store. Same node: the successor reads the producer's kept copy, free (as the live agents do).
+
+A pre-warm (``StepResult.prewarms``) holds its instance and vCPUs from the step that placed it, over the
+hop, the MIG instance created where its fit needs one, and the cold start; then its worker waits idle
+for its keep-alive like a worker after a batch. Its start-up is charged in the cold-start and MIG
+columns (at its configuration's price, as a batch's start-up is), its idle time in the idle column.
 """
 
 from __future__ import annotations
@@ -22,12 +27,12 @@ import numpy as np
 
 from esg.cluster import ClusterSnapshot
 from esg.cost import Prices
-from esg.emulator.clock import DONE, TIMER, EventHeap
+from esg.emulator.clock import DONE, TIMER, WARM, EventHeap
 from esg.emulator.config import ClusterSpec, EmulatorParams
 from esg.emulator.metrics import Metrics
 from esg.emulator.nodes import NodeModel
 from esg.emulator.online import OnlineLearning
-from esg.events import Arrival, BatchDone, Dispatch, Request
+from esg.events import Arrival, BatchDone, Dispatch, Prewarm, Request
 from esg.mig import DEFAULT_GPU_MODEL, compute_slices
 from esg.model import App, Config
 from esg.policies.base import Policy
@@ -51,18 +56,21 @@ class Emulation:
                  requests: Sequence[Request], rng: np.random.Generator,
                  cluster: ClusterSpec | None = None, params: EmulatorParams | None = None,
                  prices: Prices | None = None, invariant_hook: InvariantHook | None = None,
-                 online: OnlineLearning | None = None):
+                 online: OnlineLearning | None = None, admission_control: bool = False):
         cluster = cluster or ClusterSpec()
         params = params or EmulatorParams()
         prices = prices or Prices()
         self.apps, self.profiles, self.policy = apps, profiles, policy
         self.requests = requests
+        self._last_arrival = requests[-1].arrival_ms if requests else 0.0
         self.rng, self.cluster, self.params, self.prices = rng, cluster, params, prices
         self.hook = invariant_hook
         self.online = online
         """Online profiles (``esg emulate --profiles-online``): the scheduler learns its tables."""
         self._runs: dict[str, tuple[float, bool, float]] = {}
-        self.scheduler = Scheduler(apps, policy, explorer=online.explorer if online is not None else None)
+        self.scheduler = Scheduler(apps, policy, explorer=online.explorer if online is not None else None,
+                                   admission_control=admission_control, prewarm=params.prewarm,
+                                   default_keep_alive_ms=params.keep_alive_ms)
         self.nodes = {n: NodeModel(n, cluster.vcpus, cluster.gpu_model) for n in cluster.node_names()}
         self._snapshot = ClusterSnapshot({n: m.snapshot(0.0) for n, m in self.nodes.items()}, tracks_workers=True)
         self._changed: set[str] = set()
@@ -107,6 +115,8 @@ class Emulation:
                 ev = self.heap.pop()
                 if ev.kind == DONE:
                     events.append(self._finish(ev.payload, now))
+                elif ev.kind == WARM:
+                    self._warmed(ev.payload, now)
                 else:
                     self._timers.discard(now)
             self._step(now, events)
@@ -136,6 +146,8 @@ class Emulation:
             self.metrics.decisions += len(result.dispatches)
         for d in result.dispatches:
             self._start(d, now, decision_ms)
+        for p in result.prewarms:
+            self._prewarm(p, now)
         wake = result.wake_at_ms
         if wake is not None and wake > now and wake not in self._timers:
             self._timers.add(wake)
@@ -185,6 +197,26 @@ class Emulation:
         m.cost_mig += rate * cost.reconfig_ms
         m.cost_cold += rate * cold_ms
         m.cost_exec += rate * (done - now - cost.reconfig_ms - cold_ms)
+
+    def _prewarm(self, p: Prewarm, now: float) -> None:
+        """Start a pre-warmed worker; it is idle and warm once the hop, its MIG instance (where created)
+        and its cold start are over. Charged when started inside the measured window."""
+        cost = self.nodes[p.node].start_prewarm(p, now, self.params.mig_reconfig_ms)
+        self._changed.add(p.node)
+        cold_ms = cold_start_ms(self.profiles[p.function], self.params.cold_start_scale)
+        self.heap.push(now + self._hop_ms() + cost.reconfig_ms + cold_ms, WARM, p)
+        if not self.params.warmup_ms <= now <= self._last_arrival:
+            return
+        m = self.metrics
+        m.prewarms += 1
+        m.reconfigured_instances += cost.reconfigured
+        rate = self.prices.rate(self.cluster.gpu_model or DEFAULT_GPU_MODEL, p.config)
+        m.cost_mig += rate * cost.reconfig_ms
+        m.cost_cold += rate * cold_ms
+
+    def _warmed(self, p: Prewarm, now: float) -> None:
+        self.nodes[p.node].warmed(p, now)
+        self._changed.add(p.node)
 
     def _charge_idle(self, start_ms: float, end_ms: float, now: float) -> None:
         """Idle warm workers cost the price of the MIG instance they keep, for the time inside the
@@ -247,7 +279,8 @@ class Emulation:
     def _finish(self, batch_id: str, now: float) -> BatchDone:
         d, _ = self._flight.pop(batch_id)
         self._changed.add(d.node)
-        self.nodes[d.node].finish(d, now, self.params.keep_alive_ms)
+        keep = d.keep_alive_ms if d.keep_alive_ms is not None else self.params.keep_alive_ms
+        self.nodes[d.node].finish(d, now, keep)
         if self.online is not None:
             run_ms, cold, init_ms = self._runs.pop(batch_id)
             changed = self.online.observe(d, run_ms, cold, init_ms)

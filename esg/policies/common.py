@@ -1,4 +1,5 @@
-"""Helpers the baseline policies share: per-stage SLO shares, weighted resources, config ladders."""
+"""Helpers the baseline policies share: per-stage SLO shares, weighted resources, config ladders, the
+bin-packing placer."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from collections.abc import Mapping
 from esg.cluster import ClusterSnapshot
 from esg.cost import Prices, config_cost
 from esg.mig import compute_slices
-from esg.model import App, Config
+from esg.model import App, Config, Job
+from esg.policies.placer import Placer
 from esg.profiles import Profile
 from esg.search import longest_path
 
@@ -62,3 +64,11 @@ def packing_order(snapshot: ClusterSnapshot, gpu: bool) -> list[str]:
         s = snapshot.nodes[n]
         return ((snapshot.idle_compute(n) if gpu else 0), s.vcpus_free, n)
     return sorted(snapshot.nodes, key=key)
+
+
+class PackingPlacer(Placer):
+    """The shared placer with a bin-packing node order: the fullest GPU node that fits first (INFless's
+    and FaST-GShare's placement, :func:`packing_order`)."""
+
+    def preferred_nodes(self, app: App, head: Job, snapshot: ClusterSnapshot) -> list[str]:
+        return packing_order(snapshot, gpu=True)

@@ -11,6 +11,11 @@ profile, or CPU) where none of its workers exists only when the head's budget co
 (and, on a GPU, a MIG instance created) -- with SLOs of tens of milliseconds and start-ups of seconds,
 that keeps ESG on the instances it has, the cheapest of which the search then picks.
 
+Every function on a path counts the per-batch overhead the system adds beyond its profiled run time
+(``PolicyContext.stage_overhead_ms``: the dispatch's way to its worker and the result's way back), which
+the emulator charges and the live path pays; a plan that fits the budget only on run times alone is
+tried next (the fastest chance a head near its deadline still has) before the queue is planned as late.
+
 When no path meets the head's budget (the head is late), the queue's batch is planned as for a
 request arriving now (its SLO less the fastest its predecessors can run), on the existing workers
 first, then on any instance: the backlog drains in batches sized to the queue on the planned
@@ -33,62 +38,126 @@ budget was split into group shares. A plain action's queue is then planned once,
 millisecond of its budget.
 
 ESG_Dispatch walks that priority list with locality: the app's home node for entry functions, the
-predecessor's node for the others, then the rest by free capacity. Warm workers, start-up against the
-budget and the fallback are the machinery every policy shares (:mod:`esg.placement`); what is ESG's
-own is the priority list, the locality order and the scale-out rule above.
+predecessor's node for the others, then the rest by free capacity. ESG's placer (:class:`EsgPlacer`) is
+the shared placer (:class:`esg.policies.placer.Placer`: warm workers, start-up against the budget, the
+fallback) with that locality order and the scale-out rule above; what is ESG's own is the priority list
+(:class:`EsgPolicy`, the proposing part), the locality order and the scale-out rule.
+
+JIT pre-warming along the DAG (after Xanadu): when a batch of f is dispatched, each successor g whose
+configuration on the planned cheapest path is of a kind of instance with no worker of g near f's batch
+(idle, running or starting, on f's node -- where ESG_Dispatch looks first for g's batch) gets one
+started there, timed to be ready when f's batch ends: it starts at max(now, f's planned end - g's
+start-up). With start-ups of seconds against batches of milliseconds that is at once: the worker serves
+g's later batches, not this one's. A bound on idle cost is available (``bounded_keep_alive=True``, off
+by default: on the trace it cost hit rate in most cells): a worker is kept as long as the app's next
+request is likely to come (twice the 99th percentile of its last 256 request gaps), never shorter than a
+re-warm takes (until then, keeping it costs no more than starting it again) and never longer than the
+platform's 10 minutes; with fewer than 16 gaps seen, the platform's.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from esg.cluster import ClusterSnapshot
+from esg.dispatch import locality_order
 from esg.events import Dispatch
-from esg.model import App, Config
+from esg.model import App, Config, Job
 from esg.placement import StartupCosts, worth_starting
 from esg.planner import Planner
 from esg.policies import register
 from esg.policies.base import Choice, Policy, PolicyContext
+from esg.policies.placer import Placer
 from esg.policies.plan_cache import PlanCache
+from esg.prewarm import Gaps, Timed, Warming, WarmUp, idle_of_kind, smallest_of_kind
 from esg.queues import AfwQueue
 from esg.slo_split import group_latency
 from esg.timing import cold_start_ms
 
+PLATFORM_KEEP_ALIVE_MS = 600_000.0
+"""The longest ESG keeps an idle worker (OpenWhisk's idle container timeout)."""
+GAP_QUANTILE, GAP_HEADROOM, MIN_GAPS = 0.99, 2.0, 16
+"""ESG's keep-alive: ``GAP_HEADROOM`` times the ``GAP_QUANTILE`` of the app's request gaps, once
+``MIN_GAPS`` were seen."""
+
+
+@dataclass(frozen=True)
+class _PlannedChoice(Choice):
+    """ESG_1Q's choice, with the configuration of every later function on the cheapest path (what JIT
+    pre-warming starts for the successors)."""
+
+    downstream: Mapping[str, Config] = field(default_factory=dict)
+
+
+class EsgPlacer(Placer):
+    """ESG_Dispatch: the shared placer with ESG's locality order and ESG's scale-out rule."""
+
+    def preferred_nodes(self, app: App, head: Job, snapshot: ClusterSnapshot) -> list[str]:
+        """ESG_Dispatch's locality order: the app's home node for entry functions, the predecessor's
+        node for the others."""
+        return locality_order(app.name, head, snapshot.nodes)
+
+    def may_scale_out(self, running: int, queued: int, priorities: Sequence[Config],
+                      latency_of: Callable[[Config], float], startup: StartupCosts) -> bool:
+        """ESG weighs a start-up against the backlog: a new worker only when the running batches would
+        take longer than a cold start to work the queue off (:func:`esg.placement.worth_starting`)."""
+        return worth_starting(running, queued, priorities, latency_of, startup)
+
 
 @register("esg")
 class EsgPolicy(Policy):
+    """ESG_1Q proposes (the priority list from the K cheapest paths); :class:`EsgPlacer` places."""
+
     name = "esg"
 
-    def __init__(self, ctx: PolicyContext, exact: bool = False):
-        super().__init__(ctx)
+    def __init__(self, ctx: PolicyContext, exact: bool = False, bounded_keep_alive: bool = False):
+        super().__init__(ctx, EsgPlacer(ctx))
         self.exact = exact
+        self.bounded_keep_alive = bounded_keep_alive
+        """Bound idle cost by the gap-based keep-alive (off by default: measured on the trace it cost hit
+        rate in most cells, docs/baselines.md; False: the platform's keep-alive, JIT pre-warming only)."""
         self.planners = {name: self._planner(app) for name, app in ctx.apps.items()}
+        """ESG_1Q per app, each function's latency counting the per-batch overhead."""
+        self.bare = ({name: self._planner(app, 0.0) for name, app in ctx.apps.items()}
+                     if ctx.stage_overhead_ms else self.planners)
+        """ESG_1Q per app on the profiled latencies alone."""
         self._plans = PlanCache()
-        self._before: dict[tuple[str, str], float] = {}
+        self._before: dict[tuple[str, str, bool], float] = {}
         self._busy: Counter[tuple[str, str | None]] = Counter()
         """This policy's batches in flight per (function, MIG profile or None for CPU)."""
         self._kinds: dict[str, tuple[str, ...]] = {}
         self.searches = 0
         self.expanded = 0
+        self._chosen: dict[tuple[str, str], Choice] = {}
+        """The last choice per AFW queue (the one its next dispatch was placed from)."""
+        self._busy_on: Counter[tuple[str, str | None, str]] = Counter()
+        """This policy's batches in flight per (function, MIG profile or None, node)."""
+        self._warming = Warming()
+        self._pending = Timed()
+        self._gaps: dict[str, Gaps] = {}
 
-    def _planner(self, app: App) -> Planner:
+    def _planner(self, app: App, overhead: float | None = None) -> Planner:
+        over = self.ctx.stage_overhead_ms if overhead is None else overhead
         return Planner(app, {f: self.ctx.profiles[f] for f in app.functions}, self.ctx.prices,
-                       self.ctx.max_group, self.exact)
+                       self.ctx.max_group, self.exact, stage_overhead_ms=over)
 
     def on_app_added(self, app: App) -> None:
         self.planners[app.name] = self._planner(app)
+        if self.bare is not self.planners:
+            self.bare[app.name] = self._planner(app, 0.0)
         self._plans.drop_app(app.name)
         self._before = {k: v for k, v in self._before.items() if k[0] != app.name}
         self._kinds = {}
 
-    def node_preference(self, app: App, function: str, snapshot: ClusterSnapshot) -> None:
-        """ESG_Dispatch's locality order: the app's home node for entry functions, the predecessor's
-        node for the others."""
-        return None
-
     def choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
+        choice = self._choose(app, queue, now_ms, snapshot)
+        self._chosen[queue.key] = choice
+        return choice
+
+    def _choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
         function = queue.key[1]
         # the jobs waiting cap every batch of the plan; beyond the app's largest batch the cap changes
         # nothing, and one cache entry serves every longer queue (a burst's queue lengths all differ)
@@ -101,45 +170,97 @@ class EsgPolicy(Policy):
         # before it runs -- allowed only when the head's budget covers that
         startup = self._startup_ms(function)
         kinds = warm | {k for k in (None, *self._gpu_kinds(function)) if budget >= startup[k is not None]}
-        choice = self._cached(app, function, cap, budget, frozenset(kinds))
-        if choice is not None:
-            return choice
+        # with the per-batch overhead counted first; when no such path meets the budget, on the profiled
+        # latencies alone (the fastest chance the head still has) before the queue is planned as late
+        paddings = (True, False) if self.ctx.stage_overhead_ms else (False,)
+        for padded in paddings:
+            choice = self._cached(app, function, cap, budget, frozenset(kinds), padded)
+            if choice is not None:
+                return choice
         # the head is late, or no path meets what it has left: plan the queue's batch as for a request
         # arriving now, so the backlog drains in batches -- on the existing workers when a plan there
         # meets a fresh budget, else on new ones (the shared scale-out rule then decides)
-        fresh = math.floor(head.deadline_ms - head.arrival_ms - self._before_ms(app, function))
-        for allowed in ((frozenset(warm), None) if warm else (None,)):
-            choice = self._cached(app, function, cap, fresh, allowed)
-            if choice is not None:
-                return choice
+        for padded in paddings:
+            fresh = math.floor(head.deadline_ms - head.arrival_ms - self._before_ms(app, function, padded))
+            for allowed in ((frozenset(warm), None) if warm else (None,)):
+                choice = self._cached(app, function, cap, fresh, allowed, padded)
+                if choice is not None:
+                    return choice
         return self._fastest_choice(app, function, cap)
 
     def _cached(self, app: App, function: str, cap: int, budget: int,
-                kinds: frozenset[str | None] | None) -> Choice | None:
+                kinds: frozenset[str | None] | None, padded: bool) -> Choice | None:
         """ESG_1Q's choice for ``budget`` with ``function`` on the instance ``kinds`` given (None: any),
-        or None when no path meets it."""
+        with the per-batch overhead counted or not (``padded``), or None when no path meets it."""
         if budget <= 0 or kinds == frozenset():
             return None
-        key = (app.name, function, cap, kinds)
+        key = (app.name, function, cap, kinds, padded)
         choice = self._plans.get(key, budget)
         if choice is None:
-            choice, valid_from = self._plan(app, function, cap, budget, kinds)
+            choice, valid_from = self._plan(app, function, cap, budget, kinds, padded)
             self._plans.put(key, budget, choice, valid_from)
         return choice if choice.priorities else None
-
-    def may_scale_out(self, running: int, queued: int, priorities: Sequence[Config],
-                      latency_of: Callable[[Config], float], startup: StartupCosts) -> bool:
-        """ESG weighs a start-up against the backlog: a new worker only when the running batches would
-        take longer than a cold start to work the queue off (:func:`esg.placement.worth_starting`)."""
-        return worth_starting(running, queued, priorities, latency_of, startup)
 
     def on_dispatch(self, dispatch: Dispatch) -> None:
         super().on_dispatch(dispatch)
         self._busy[(dispatch.function, dispatch.config.gpu)] += 1
+        self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] += 1
 
     def on_done(self, dispatch: Dispatch) -> None:
         super().on_done(dispatch)
         self._busy[(dispatch.function, dispatch.config.gpu)] -= 1
+        self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] -= 1
+
+    # -- JIT pre-warming along the DAG, bounded keep-alive -------------------------------------------
+    def on_arrival(self, request, app: App, now_ms: float) -> None:
+        gaps = self._gaps.get(app.name)
+        if gaps is None:
+            gaps = self._gaps[app.name] = Gaps()
+        gaps.add(request.arrival_ms)
+
+    def keep_alive_ms(self, app: str, function: str, now_ms: float) -> float | None:
+        gaps = self._gaps.get(app)
+        if not self.bounded_keep_alive or gaps is None or len(gaps) < MIN_GAPS:
+            return None
+        rewarm = self.startup_ms(function, creates_instance=True)
+        return min(PLATFORM_KEEP_ALIVE_MS, max(rewarm, GAP_HEADROOM * gaps.quantile(GAP_QUANTILE)))
+
+    def prewarm(self, now_ms: float, snapshot: ClusterSnapshot, dispatched: Sequence[Dispatch]) -> list[WarmUp]:
+        """For each dispatched batch of f, each successor g whose planned kind of instance has no worker
+        on f's node: one started there, ready when f's batch is planned to end."""
+        wants: dict[tuple[str, str | None, str], WarmUp] = {}
+        due = self._pending.due(now_ms)
+        for want in due:
+            key = (want.function, want.config.gpu, want.preferred[0])
+            if key not in wants and not self._warm_near(want.function, want.config.gpu, want.preferred[0], snapshot,
+                                                        now_ms):
+                wants[key] = want
+        for d in dispatched:
+            choice = self._chosen.get((d.app, d.function))
+            if not isinstance(choice, _PlannedChoice):
+                continue  # the fastest-first rule: no plan for the successors
+            end = now_ms + (d.planned_latency_ms or 0.0)
+            for g in self.ctx.apps[d.app].successors(d.function):
+                planned = choice.downstream.get(g)
+                if planned is None:
+                    continue
+                key = (g, planned.gpu, d.node)
+                if key in wants or self._warm_near(g, planned.gpu, d.node, snapshot, now_ms):
+                    continue
+                want = WarmUp(d.app, g, smallest_of_kind(self.ctx.profiles[g], planned),
+                              self.keep_alive_ms(d.app, g, now_ms), preferred=(d.node,), only_preferred=True,
+                              ready_by_ms=end)
+                start = end - self.startup_ms(g, planned.gpu is not None)
+                if start > now_ms:
+                    self._pending.add(start, want)
+                else:
+                    wants[key] = want
+        return list(wants.values())
+
+    def _warm_near(self, function: str, kind: str | None, node: str, snapshot: ClusterSnapshot, now_ms: float) -> bool:
+        """Whether a worker of ``function`` on ``kind`` is on ``node``: running, idle or starting."""
+        return (self._busy_on[(function, kind, node)] > 0 or idle_of_kind(snapshot, function, kind, (node,)) > 0
+                or self._warming.count(function, now_ms, kind, (node,)) > 0)
 
     def _warm_kinds(self, function: str, snapshot: ClusterSnapshot) -> set[str | None]:
         """The kinds of instance (MIG profile, None for CPU) where a worker of ``function`` exists:
@@ -163,21 +284,23 @@ class EsgPolicy(Policy):
                 {e.config.gpu for e in self.ctx.profiles[function].entries if e.config.gpu is not None}))
         return found
 
-    def _before_ms(self, app: App, function: str) -> float:
-        """The fastest the functions before ``function`` can run (what a fresh request spends first)."""
-        key = (app.name, function)
+    def _before_ms(self, app: App, function: str, padded: bool) -> float:
+        """The fastest the functions before ``function`` can run (what a fresh request spends first),
+        each with the per-batch overhead when ``padded``."""
+        key = (app.name, function, padded)
         found = self._before.get(key)
         if found is None:
             before = tuple(f for f in app.functions if f != function and function in app.descendants(f))
             fastest = {f: min(e.latency_ms for e in self.ctx.profiles[f].entries
-                              if self.ctx.spec(f).allows(e.config)) for f in before}
+                              if self.ctx.spec(f).allows(e.config)) + self.ctx.stage_overhead_ms * padded
+                       for f in before}
             found = self._before[key] = group_latency(app, before, fastest) if before else 0.0
         return found
 
     def _plan(self, app: App, function: str, cap: int, budget: float,
-              kinds: frozenset[str | None] | None) -> tuple[Choice, float | None]:
+              kinds: frozenset[str | None] | None, padded: bool) -> tuple[Choice, float | None]:
         """The choice for a budget, and the lowest budget for which it is the same (None: unknown)."""
-        planner = self.planners[app.name]
+        planner = (self.planners if padded else self.bare)[app.name]
 
         def allow(f: str, c: Config) -> bool:
             if kinds is not None and f == function and c.gpu not in kinds:
@@ -190,12 +313,13 @@ class EsgPolicy(Policy):
         if result.feasible:
             prios = result.priority_list(function)
             lat = {c: planner.profiles[function].latency(c) for c in prios}
-            return Choice(tuple(prios), latencies=lat), result.valid_from_ms
+            downstream = {f: c for f, c in result.paths[0].configs.items() if f != function}
+            return _PlannedChoice(tuple(prios), latencies=lat, downstream=downstream), result.valid_from_ms
         return Choice(), 0.0  # no path meets it, nor any lower budget
 
     def _fastest_choice(self, app: App, function: str, cap: int) -> Choice:
         """Not even a fresh request could meet the SLO: every configuration, fastest first."""
-        planner = self.planners[app.name]
+        planner = self.bare[app.name]
 
         def allow(f: str, c: Config) -> bool:
             return c.batch <= cap and self.ctx.spec(f).allows(c)

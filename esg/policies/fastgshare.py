@@ -14,7 +14,7 @@ from esg.cost import config_cost
 from esg.model import App, Config
 from esg.policies import register
 from esg.policies.base import Choice, Policy, PolicyContext
-from esg.policies.common import packing_order, stage_shares, weighted_resource
+from esg.policies.common import PackingPlacer, stage_shares, weighted_resource
 from esg.queues import AfwQueue
 
 
@@ -23,7 +23,7 @@ class FastGSharePolicy(Policy):
     name = "fastgshare"
 
     def __init__(self, ctx: PolicyContext):
-        super().__init__(ctx)
+        super().__init__(ctx, PackingPlacer(ctx))
         self.expanded = 0
         self._ranked = {(a, f): self.ranked(app, f) for a, app in ctx.apps.items() for f in app.functions}
 
@@ -48,6 +48,3 @@ class FastGSharePolicy(Policy):
         self.expanded += 1
         ranked = self._ranked[(app.name, queue.key[1])]
         return Choice(tuple(c for c, _ in ranked), latencies=dict(ranked))
-
-    def node_preference(self, app: App, function: str, snapshot: ClusterSnapshot) -> list[str]:
-        return packing_order(snapshot, gpu=True)

@@ -10,21 +10,83 @@ and ``scheduler.go``):
   rps_min = 1000 b / (S - T); the configurations whose window holds the function's observed arrival rate
   are preferred, best CRE (requests/s per weighted resource: 64 per vCPU, 142 per GPU-SM percent) first;
 * a batch waits for b jobs at most the **batch timeout S - T** after its first job arrived;
-* placement maximises packing (fullest node that fits first).
+* placement maximises packing (fullest node that fits first);
+* pre-warming and keep-alive by LSTH (long-short-term histograms), a stand-in with its inputs and
+  horizon: the idle times of a function (here the gaps between its app's requests: every function of
+  an app runs once per request) go into a long-term histogram (every gap seen) and a short-term one
+  (the last 64 gaps), both in one-minute bins. Each gives a pre-warm window (its 5th percentile) and a keep-alive
+  window (99th percentile less the pre-warm window); the two are combined the cautious way (the
+  earlier pre-warm, the longer keep-alive), each with a 10 % margin. After a batch, a worker whose
+  pre-warm window is shorter than a re-warm is kept for both windows; otherwise it is released after
+  the batch and a new one is pre-warmed to be ready at the pre-warm window, kept for the keep-alive
+  window (the histogram policy INFless builds on).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Sequence
 
 from esg.cluster import ClusterSnapshot
+from esg.events import Dispatch
 from esg.model import App, Config
 from esg.policies import register
 from esg.policies.base import Choice, Policy, PolicyContext
-from esg.policies.common import packing_order, stage_shares, weighted_resource
+from esg.policies.common import PackingPlacer, packing_order, stage_shares, weighted_resource
+from esg.prewarm import Timed, Warming, WarmUp, idle_of_kind, smallest_of_kind
 from esg.queues import AfwQueue
 
 RATE_WINDOW_MS = 10_000.0
+BIN_MS = 60_000.0
+"""The histograms' bin width: one minute, as in the original (whose windows are whole minutes, so a kept
+worker is never released sooner than a minute after its last call)."""
+SHORT_TERM = 64
+HEAD, TAIL, MARGIN = 0.05, 0.99, 0.10
+MIN_GAPS = 16
+"""Fewer idle times than this: no windows yet (the platform's keep-alive, no pre-warm)."""
+
+
+class Lsth:
+    """One function's long- and short-term histograms of idle times, and the windows they give."""
+
+    def __init__(self) -> None:
+        self.long: Counter[int] = Counter()
+        self.short: deque[int] = deque(maxlen=SHORT_TERM)
+        self.n = 0
+        self._last: float | None = None
+        self._windows: tuple[float, float] | None = None
+
+    def add(self, t_ms: float) -> None:
+        if self._last is not None and t_ms >= self._last:
+            gap = t_ms - self._last
+            self.long[int(gap // BIN_MS)] += 1
+            self.short.append(int(gap // BIN_MS))
+            self.n += 1
+            self._windows = None
+        self._last = t_ms
+
+    def windows(self) -> tuple[float, float] | None:
+        """(pre-warm window, keep-alive window) in ms, or None with too few idle times seen."""
+        if self.n < MIN_GAPS:
+            return None
+        if self._windows is None:
+            head_l, tail_l = self._long_q(HEAD) * BIN_MS, (self._long_q(TAIL) + 1) * BIN_MS
+            short = sorted(self.short)
+            head_s = short[int(HEAD * len(short))] * BIN_MS
+            tail_s = (short[min(len(short) - 1, int(TAIL * len(short)))] + 1) * BIN_MS
+            head = min(head_l, head_s) * (1 - MARGIN)
+            tail = max(tail_l, tail_s) * (1 + MARGIN)
+            self._windows = (head, max(tail - head, 0.0))
+        return self._windows
+
+    def _long_q(self, q: float) -> int:
+        """The bin of the ``q`` quantile of the long-term histogram."""
+        target, seen = q * self.n, 0
+        for b in sorted(self.long):
+            seen += self.long[b]
+            if seen > target:
+                return b
+        return max(self.long)
 
 
 @register("infless")
@@ -32,11 +94,14 @@ class InflessPolicy(Policy):
     name = "infless"
 
     def __init__(self, ctx: PolicyContext):
-        super().__init__(ctx)
+        super().__init__(ctx, PackingPlacer(ctx))
         self.expanded = 0
         self.shares = {a: stage_shares(app, ctx.profiles, app.slo_ms) for a, app in ctx.apps.items()}
         self._arrivals: dict[str, deque[float]] = {a: deque() for a in ctx.apps}
         self._candidates = {(a, f): self.candidates(a, f) for a, app in ctx.apps.items() for f in app.functions}
+        self.lsth: dict[str, Lsth] = {}
+        self._pending = Timed()
+        self._warming = Warming()
 
     def candidates(self, app: str, function: str) -> list[tuple[float, float, float, Config]]:
         """(CRE, T, timeout, config) of every config meeting its execution budget, best CRE first."""
@@ -56,6 +121,7 @@ class InflessPolicy(Policy):
         return out
 
     def on_arrival(self, request, app: App, now_ms: float) -> None:
+        self.lsth.setdefault(app.name, Lsth()).add(request.arrival_ms)
         q = self._arrivals[app.name]
         q.append(now_ms)
         while q and q[0] < now_ms - RATE_WINDOW_MS:
@@ -87,5 +153,42 @@ class InflessPolicy(Policy):
         prios = [x for x in ordered if x[3].batch <= max(len(queue), 1)] or ordered
         return Choice(tuple(x[3] for x in prios[:8]), latencies={x[3]: x[1] for x in prios[:8]})
 
-    def node_preference(self, app: App, function: str, snapshot: ClusterSnapshot) -> list[str]:
-        return packing_order(snapshot, gpu=True)
+    # -- LSTH pre-warming and keep-alive --------------------------------------------------------------
+    def _windows(self, app: str) -> tuple[float, float] | None:
+        h = self.lsth.get(app)
+        return None if h is None else h.windows()
+
+    def _unloads(self, app: str, function: str) -> bool:
+        """Whether a worker of ``function`` is released after its batch and pre-warmed again: its
+        pre-warm window leaves time for a re-warm."""
+        w = self._windows(app)
+        return w is not None and w[0] > self.startup_ms(function, creates_instance=True)
+
+    def keep_alive_ms(self, app: str, function: str, now_ms: float) -> float | None:
+        w = self._windows(app)
+        if w is None:
+            return None
+        return 0.0 if self._unloads(app, function) else w[0] + w[1]
+
+    def prewarm(self, now_ms: float, snapshot: ClusterSnapshot, dispatched: Sequence[Dispatch]) -> list[WarmUp]:
+        """A released worker comes back at its pre-warm window after its batch (planned end), ready for
+        the next call, and waits for the keep-alive window."""
+        for d in dispatched:
+            if not self._unloads(d.app, d.function):
+                continue
+            head, keep = self._windows(d.app)  # type: ignore[misc]
+            end = now_ms + (d.planned_latency_ms or 0.0)
+            start = max(now_ms, end + head - self.startup_ms(d.function, d.config.gpu is not None))
+            config = smallest_of_kind(self.ctx.profiles[d.function], d.config)
+            self._pending.add(start, WarmUp(d.app, d.function, config, keep, ready_by_ms=end + head))
+        due = self._pending.due(now_ms)
+        out: list[WarmUp] = []
+        for want in due:
+            kind = want.config.gpu
+            if (self.running[(want.app, want.function)] + idle_of_kind(snapshot, want.function, kind)
+                    + self._warming.count(want.function, now_ms, kind)
+                    + sum(1 for w in out if w.function == want.function and w.config.gpu == kind)) > 0:
+                continue  # a worker runs, or one of that kind waits (or starts) already
+            out.append(WarmUp(want.app, want.function, want.config, want.keep_alive_ms,
+                              preferred=tuple(packing_order(snapshot, gpu=True)), ready_by_ms=want.ready_by_ms))
+        return out

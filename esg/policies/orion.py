@@ -8,17 +8,25 @@ latency the most**; stop when the P95 meets the budget (or no stage can grow). T
 profiled latency times the P95 of the execution-time noise. The configurations are **fixed for the whole
 request when its first stage is scheduled** (budget = what is left of its SLO then); later stages use
 them whatever happens.
+
+Pre-warming (Orion's third technique): when a stage's batch starts, each downstream stage gets a worker
+of the request's planned configuration started so that it is ready when the upstream batch is planned
+to end (start at max(now, planned end - start-up)), unless an idle one of that kind waits (or starts)
+anywhere -- Orion's platform runs one request per instance, so a running instance is no spare. The
+platform places it (every node by free capacity) and keeps it its usual time.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from esg.cluster import ClusterSnapshot
 from esg.model import App, Config
 from esg.policies import register
 from esg.policies.base import Choice, Policy, PolicyContext
 from esg.policies.common import app_latency, ladder, p95_factor
+from esg.prewarm import Timed, Warming, WarmUp, idle_of_kind
 from esg.queues import AfwQueue
 
 NOISE_CV = 0.05
@@ -38,6 +46,8 @@ class OrionPolicy(Policy):
         self._fixed: dict[str, dict[str, Config]] = {}
         self.trace: list[tuple[str, str]] = []
         """(stage upgraded, its new config label) of the last search: the best-first path."""
+        self._pending = Timed()
+        self._warming = Warming()
 
     def right_size(self, app: App, budget_ms: float) -> dict[str, Config]:
         rung = {f: 0 for f in app.functions}
@@ -84,3 +94,23 @@ class OrionPolicy(Policy):
         if dispatch.function in app.sinks and len(app.sinks) == 1:
             for job in dispatch.jobs:
                 self._fixed.pop(job.request_id, None)
+
+    # -- downstream pre-warming -----------------------------------------------------------------------
+    def prewarm(self, now_ms: float, snapshot: ClusterSnapshot, dispatched: Sequence) -> list[WarmUp]:
+        for d in dispatched:
+            plan = self._fixed.get(d.jobs[0].request_id) if d.jobs else None
+            if plan is None:
+                continue
+            end = now_ms + (d.planned_latency_ms or 0.0)
+            for g in self.ctx.apps[d.app].successors(d.function):
+                config = plan[g]
+                start = max(now_ms, end - self.startup_ms(g, config.gpu is not None))
+                self._pending.add(start, WarmUp(d.app, g, config, None, ready_by_ms=end))
+        out: list[WarmUp] = []
+        for want in self._pending.due(now_ms):
+            kind = want.config.gpu
+            if (idle_of_kind(snapshot, want.function, kind) + self._warming.count(want.function, now_ms, kind)
+                    + sum(1 for w in out if w.function == want.function and w.config.gpu == kind)) > 0:
+                continue
+            out.append(want)
+        return out

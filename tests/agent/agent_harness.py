@@ -19,6 +19,7 @@ from agent_channel.protocol import (
     BatchResult,
     DispatchMessage,
     Heartbeat,
+    PrewarmMessage,
     RunRequest,
     decode,
     encode,
@@ -134,6 +135,15 @@ class SchedulerSide:
                                     for i, v in enumerate(values)),
                               self.keys.results, return_output, 60)
         self.send(node, raw if raw is not None else encode(msg))
+        return msg
+
+    def prewarm(self, node: str, function: str, config: Config, keep_alive_ms: int = 60000, *,
+                slice_: SliceRef | None = None, destroy: tuple[SliceRef, ...] = (), namespace: str = "guest",
+                prewarm_id: str | None = None, api_key: str | None = None) -> PrewarmMessage:
+        msg = PrewarmMessage(prewarm_id or f"p-{uuid.uuid4().hex[:10]}", node, "app", function,
+                             ActionRef(namespace, function), config, slice_, destroy, keep_alive_ms,
+                             self.keys.results, api_key=api_key)
+        self.send(node, encode(msg))
         return msg
 
     def send(self, node: str, raw: bytes) -> None:

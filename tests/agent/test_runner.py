@@ -93,6 +93,71 @@ def test_warm_worker_is_reused_and_idle_ones_are_evicted():
         pool.shutdown()
 
 
+def test_each_worker_is_evicted_after_its_own_keep_alive_else_the_pool_default():
+    now = [0.0]
+    pool = WorkerPool(idle_ttl_s=10, clock=lambda: now[0])
+    try:
+        a = action(ECHO)
+        short, default, long = key(a, config="short"), key(a, config="default"), key(a, config="long")
+        pool.run(short, WorkerSpec(CPU), a, reqs({"x": 1}), keep_alive_s=2)
+        pool.run(default, WorkerSpec(CPU), a, reqs({"x": 2}))
+        assert pool.prewarm(long, WorkerSpec(CPU), a, keep_alive_s=30).started
+        assert pool.warm_count() == 3
+        now[0] = 5        # past the batch's own 2 s, within the pool's 10 s
+        assert pool.evict_idle() == 1 and pool.warm_count(short) == 0 and pool.warm_count(default) == 1
+        now[0] = 15       # past the pool's 10 s; the pre-warmed worker's 30 s still runs
+        assert pool.evict_idle() == 1 and pool.warm_count(default) == 0 and pool.warm_count(long) == 1
+        # a batch without a keep-alive of its own gives the worker the pool's TTL again, from its end
+        again = pool.run(long, WorkerSpec(CPU), a, reqs({"x": 3}))[0]
+        assert again.ok and again.init_ms is None
+        now[0] = 24
+        assert pool.evict_idle() == 0
+        now[0] = 26
+        assert pool.evict_idle() == 1 and pool.warm_count() == 0
+    finally:
+        pool.shutdown()
+
+
+def test_a_batch_takes_the_idle_worker_that_would_stay_longest():
+    from concurrent.futures import ThreadPoolExecutor
+    now = [0.0]
+    pool = WorkerPool(idle_ttl_s=10, clock=lambda: now[0])
+    ex = ThreadPoolExecutor(2)      # kept until the end: a worker dies with the thread that started it
+    try:
+        a = action(ECHO)
+        k = key(a)
+        # two workers of one kind, left idle by two concurrent batches: one for 5 s, one for 50 s
+        runs = [ex.submit(pool.run, k, WorkerSpec(CPU), a, reqs({"sleep": 1}), None, ttl) for ttl in (5, 50)]
+        short, long = (f.result()[0] for f in runs)
+        assert short.result["pid"] != long.result["pid"] and pool.idle_counts() == {k: 2}
+        took = pool.run(k, WorkerSpec(CPU), a, reqs({"x": 1}))[0]
+        assert took.init_ms is None and took.result.get("pid") == long.result["pid"], took
+        now[0] = 6        # the 5 s one expires; the one the batch used (now the pool's 10 s) stays
+        assert pool.evict_idle() == 1 and pool.idle_counts() == {k: 1}
+        assert pool.run(k, WorkerSpec(CPU), a, reqs({"x": 2}))[0].result["pid"] == long.result["pid"]
+    finally:
+        pool.shutdown()
+        ex.shutdown()
+
+
+def test_a_prewarmed_worker_serves_the_next_batch_warm_and_a_second_prewarm_is_a_no_op(pool):
+    a = action(ECHO)
+    k = key(a)
+    got = pool.prewarm(k, WorkerSpec(CPU), a, keep_alive_s=60, init_env={"MODEL": "m"})
+    assert got.started and got.init_ms is not None and got.error is None
+    assert pool.cold_starts == 1 and pool.idle_counts() == {k: 1}
+    assert pool.prewarm(k, WorkerSpec(CPU), a, keep_alive_s=60).warm and pool.cold_starts == 1
+    out = pool.run(k, WorkerSpec(CPU), a, reqs({"x": 1}))[0]
+    assert out.ok and out.init_ms is None and pool.cold_starts == 1
+
+
+def test_a_prewarm_that_cannot_start_says_why_and_leaves_no_worker(pool):
+    bad = action("import not_a_module_anywhere\n\ndef main(a):\n    return a\n", name="bad")
+    got = pool.prewarm(key(bad), WorkerSpec(CPU), bad, keep_alive_s=60)
+    assert not got.started and not got.warm and "not_a_module_anywhere" in got.error
+    assert pool.warm_count() == 0
+
+
 def test_time_limit_gives_developer_error_with_timeout_and_a_fresh_worker_next(pool):
     a = action(ECHO, timeout_ms=400)
     out = pool.run(key(a), WorkerSpec(CPU), a, reqs({"x": 0}, {"sleep": 5}, {"x": 2}))

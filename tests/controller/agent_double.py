@@ -41,6 +41,8 @@ class AgentDouble:
         self.run_ms = run_ms
         """The run time each batch reports (default 0): a model of how long its configuration takes."""
         self.batches: list[protocol.DispatchMessage] = []
+        self.prewarms: list[protocol.PrewarmMessage] = []
+        """Pre-warms received (retired at once and otherwise ignored: the double has no workers)."""
         self.answering = True
         self.heartbeating = True
         self._stop = threading.Event()
@@ -71,6 +73,10 @@ class AgentDouble:
             out = []
             for e in got:
                 msg = protocol.decode(e.raw)
+                if isinstance(msg, protocol.PrewarmMessage):
+                    self.prewarms.append(msg)
+                    self.channel.drop(e.id)
+                    continue
                 assert isinstance(msg, protocol.DispatchMessage)
                 self.batches.append(msg)
                 if self.answering:

@@ -79,3 +79,61 @@ def test_a_result_that_says_the_view_was_stale_is_counted():
     disp.complete(protocol.BatchResult(d.batch_id, "n0", (), None, "f", Config(1, 1, "3g.20gb"), 6.0,
                                          cold=True, reconfigured=0))
     assert disp.stale_starts == 1
+
+
+def test_a_prewarm_holds_its_slice_and_vcpus_on_the_view_until_a_heartbeat_names_it_done():
+    from controller_plugin.workflows import PrewarmSend
+    from esg.cluster import Fit
+    from esg.events import Prewarm
+
+    disp = dispatcher()
+    disp.heartbeat(beat("n0", 1), 0.0)
+    p = Prewarm("inc-p0", "one", "f", Config(1, 2, "3g.20gb"), Fit("n0", THREE), 30000.0)
+    disp.prewarmed([PrewarmSend(p, None)], 0.0)
+    assert disp.prewarms == 1 and disp.metrics.registry.get_sample_value("esg_prewarms_total") == 1.0
+    snap = disp.snapshot()
+    assert snap.layout("n0") == (("3g.20gb", 4, True),) and snap.nodes["n0"].vcpus_free == 14
+    assert snap.nodes_with_warm("f") == set()
+    # the agent is starting it: still held
+    disp.heartbeat(beat("n0", 2, busy=True, running=["inc-p0"]), 0.5)
+    assert disp.snapshot().layout("n0") == (("3g.20gb", 4, True),)
+    # done: the report's idle worker is the pre-warmed one, and the next batch of f takes it warm
+    disp.heartbeat(beat("n0", 3, [IdleWorkers("f", 2, THREE, 1)], done=["inc-p0"]), 1.0)
+    snap = disp.snapshot()
+    assert disp.prewarming == {} and snap.nodes["n0"].vcpus_free == 16
+    assert snap.layout("n0") == (("3g.20gb", 4, False),) and snap.nodes_with_warm("f") == {"n0"}
+    (d,) = scheduler().step(1.0, snap, [Arrival(Request("r0", "one", 1.0))]).dispatches
+    assert d.fit.warm_worker == ("f", THREE) and not d.fit.reconfigures
+
+
+def test_a_prewarm_no_heartbeat_reports_is_dropped_after_a_while_and_with_its_agent():
+    from agent_channel.keys import Keys
+    from controller_plugin.channel import SchedulerChannel
+    from controller_plugin.dispatcher import PREWARM_KEEP_S
+    from controller_plugin.workflows import PrewarmSend
+    from esg.cluster import Fit
+    from esg.events import Prewarm
+
+    disp = dispatcher()
+    disp.heartbeat(beat("n0", 1), 0.0)
+    disp.heartbeat(beat("n1", 1), 0.0)
+    disp.prewarmed([PrewarmSend(Prewarm("inc-p0", "one", "f", Config(1, 1, None), Fit("n1"), 1000.0), None),
+                    PrewarmSend(Prewarm("inc-p1", "one", "f", Config(1, 1, None), Fit("n0"), 1000.0), None)], 0.0)
+    disp.heartbeat(beat("n0", 2), 1.0)
+    assert set(disp.prewarming) == {"inc-p0", "inc-p1"}
+    disp.heartbeat(beat("n0", 3), PREWARM_KEEP_S + 1)
+    assert disp.prewarming == {}
+    disp.prewarmed([PrewarmSend(Prewarm("inc-p2", "one", "f", Config(1, 1, None), Fit("n1"), 1000.0), None)],
+                   PREWARM_KEEP_S + 1)
+    disp.channel = SchedulerChannel(None, Keys())           # nothing to take back: no batch was on n1
+    disp.heartbeat(beat("n0", 4), PREWARM_KEEP_S + 10)     # n1 silent past the agent timeout
+    assert [a.node for a, _ in disp.expire(PREWARM_KEEP_S + 10)] == ["n1"] and disp.prewarming == {}
+
+
+def test_a_step_is_due_at_the_time_the_last_one_asked_to_be_woken_at_with_no_job_queued():
+    from controller_plugin.workflows import Workflows
+
+    w = Workflows(scheduler(), "esg:0:results", Metrics(), 5.0)
+    assert not w.busy(1000)
+    w.wake_at_ms = 2000.0            # e.g. a policy's next pre-warming window
+    assert not w.busy(1999) and w.busy(2000) and not w.busy()

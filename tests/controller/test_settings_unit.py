@@ -36,3 +36,10 @@ def test_activation_store_from_the_environment_is_checked_and_never_shown(monkey
     with pytest.raises(CliError, match="ESG_ACTIVATION_STORE") as err:
         settings_from(build_parser().parse_args(BASE))
     assert "pw9secret" not in str(err.value)
+
+
+def test_admission_control_is_off_unless_asked_for(monkeypatch):
+    monkeypatch.delenv("ESG_ACTIVATION_STORE", raising=False)
+    assert settings_from(build_parser().parse_args(BASE)).admission_control is False
+    s = settings_from(build_parser().parse_args([*BASE, "--admission-control"]))
+    assert s.admission_control is True and "admission_control=True" in s.describe()

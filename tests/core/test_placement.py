@@ -1,14 +1,19 @@
 """The placement machinery is the same for every policy: warm workers first, whole batches, start-up
 against the budget, the scale-out rule and a fallback; only the node order differs, as each original
-does."""
+does. Every policy places through a placer it composes: the baselines the shared one (with their own node
+order where their papers give one), ESG its own with locality and its scale-out rule."""
 
 import pytest
 
 from esg import placement
 from esg.cluster import ClusterSnapshot, NodeState, Slice, SliceRef
+from esg.dispatch import Placement, Wait
 from esg.model import App, Config, Job
 from esg.policies import PolicyContext, make_policy
 from esg.policies.base import Choice
+from esg.policies.common import PackingPlacer
+from esg.policies.esg_policy import EsgPlacer
+from esg.policies.placer import Placer
 from esg.queues import AfwQueue
 
 from .helpers import profile
@@ -38,8 +43,8 @@ def cluster(n0_slices=(), idle=None) -> ClusterSnapshot:
 
 
 def place(pol, choice, q, snap, now=0.0):
-    pref = pol.node_preference(APP, "f", snap)
-    return pol.place(APP, q, choice, snap, ["n1"] if pref is None else pref, now, set())
+    pref = pol.preferred_nodes(APP, q.head, snap)
+    return pol.place(APP, q, choice, snap, pref, now, set())
 
 
 @pytest.mark.parametrize("name", POLICIES)
@@ -65,7 +70,7 @@ def test_every_policy_falls_back_when_its_configuration_fits_nowhere(name):
     snap = cluster([("1g.5gb", 0, True)])
     snap.nodes["n1"].slices = [Slice(SliceRef("1g.5gb", 0), True)]
     placed = place(pol, Choice((Config(1, 2, "7g.40gb"),)), queue(1), snap)
-    assert not isinstance(placed, str), placed
+    assert isinstance(placed, Placement), placed
     assert placed.config == Config(1, 1, "3g.20gb"), "the fastest configuration that still fits"
 
 
@@ -76,23 +81,72 @@ def test_every_policy_waits_for_a_running_worker_rather_than_start_one_past_the_
     pol = make(name, cold_ms=3000.0)
     pol.running[("one", "f")] = 1
     placed = place(pol, Choice((Config(1, 1, "1g.5gb"),)), queue(1), cluster())
-    assert isinstance(placed, str) and "warm worker" in placed
+    assert isinstance(placed, Wait) and "warm worker" in placed.reason
     # two jobs on one running batch of one (10 ms each): the baselines start another worker; ESG waits
     # 20 ms rather than pay a 3 s cold start, and starts one for a backlog of 301 (3.01 s > 3 s)
     placed = place(pol, Choice((Config(1, 1, "1g.5gb"),)), queue(2), cluster())
     if name == "esg":
-        assert isinstance(placed, str) and "warm worker" in placed
+        assert isinstance(placed, Wait) and "warm worker" in placed.reason
         placed = place(pol, Choice((Config(1, 1, "1g.5gb"),)), queue(301), cluster())
-    assert not isinstance(placed, str) and placed.fit.create
+    assert isinstance(placed, Placement) and placed.fit.create
 
 
 def test_node_order_is_each_originals():
     snap = cluster([("1g.5gb", 0, True)])  # n0 is fuller than n1
+    head = queue(1).head
     for name in ("infless", "fastgshare"):  # bin-packing: fullest node that fits first
-        assert make(name).node_preference(APP, "f", snap)[0] == "n0"
+        assert make(name).preferred_nodes(APP, head, snap)[0] == "n0"
     for name in ("orion", "aquatope"):  # no placement of their own: the platform's least-loaded order
-        assert make(name).node_preference(APP, "f", snap) == []
-    assert make("esg").node_preference(APP, "f", snap) is None  # ESG_Dispatch's home/predecessor order
+        assert make(name).preferred_nodes(APP, head, snap) == []
+    # ESG_Dispatch: the app's home node for an entry function, the predecessor's node after one
+    esg = make("esg")
+    home = esg.preferred_nodes(APP, head, snap)
+    assert len(home) == 1 and home[0] in snap.nodes
+    assert esg.preferred_nodes(APP, head, cluster()) == home, "the home node is stable"
+    after = Job("r0/f", "r0", "one", "f", 0.0, 100.0, 0.0, pred_node="n1" if home[0] == "n0" else "n0")
+    assert esg.preferred_nodes(APP, after, snap) == [after.pred_node]
+
+
+def test_baselines_compose_the_shared_placer_and_esg_has_its_own():
+    """The split: each policy's placer is a :class:`Placer`; the baselines' is the shared one (INFless and
+    FaST-GShare with their bin-packing node order, nothing else changed), ESG's is its own, with
+    ESG_Dispatch's locality order and ESG's scale-out rule (a start-up weighed against the backlog)."""
+    placers = {name: make(name).placer for name in POLICIES}
+    assert all(isinstance(p, Placer) for p in placers.values())
+    assert type(placers["orion"]) is Placer and type(placers["aquatope"]) is Placer
+    assert type(placers["infless"]) is PackingPlacer and type(placers["fastgshare"]) is PackingPlacer
+    assert type(placers["esg"]) is EsgPlacer
+    # the baselines' placers keep the shared scale-out rule and binding; only the packing order is theirs
+    for cls in (Placer, PackingPlacer):
+        assert cls.may_scale_out is Placer.may_scale_out and cls.place is Placer.place
+    assert PackingPlacer.preferred_nodes is not Placer.preferred_nodes
+    # ESG's placer binds as the shared one does, with its own node order and scale-out rule
+    assert EsgPlacer.place is Placer.place
+    assert EsgPlacer.preferred_nodes is not Placer.preferred_nodes
+    assert EsgPlacer.may_scale_out is not Placer.may_scale_out
+    # and the rules differ where they should: one batch of one running, two jobs waiting (10 ms each),
+    # a 3 s cold start -- the shared rule starts a worker, ESG's does not
+    lat, startup, one = (lambda c: 10.0), placement.StartupCosts(2000.0, 3000.0), (Config(1, 1, "1g.5gb"),)
+    assert placers["orion"].may_scale_out(1, 2, one, lat, startup)
+    assert not placers["esg"].may_scale_out(1, 2, one, lat, startup)
+
+
+def test_a_wait_is_typed_and_carries_its_reason():
+    """A head that is not placed gets a :class:`Wait` naming why, from the placer and from the policy that
+    delegates to it: never a bare string, and never a placement."""
+    pol = make("orion")
+    snap = cluster([("7g.40gb", 0, True)])  # n0's GPU is taken whole by another function
+    snap.nodes["n1"].slices = [Slice(SliceRef("7g.40gb", 0), True)]
+    waited = place(pol, Choice((Config(1, 1, "1g.5gb"),)), queue(1), snap)
+    assert isinstance(waited, Wait) and not isinstance(waited, Placement)
+    assert "fits on any of 2 nodes" in waited.reason
+    # the proposal's own reason when it proposes nothing
+    held = place(pol, Choice((), reason="filling a batch of 8"), queue(1), cluster())
+    assert held == Wait("filling a batch of 8")
+    assert pol.placer.place(APP, queue(1), Choice(), cluster(), [], 0.0, set(), 0) == Wait(
+        "no configuration meets the remaining budget")
+    with pytest.raises(AttributeError):
+        held.reason = "changed"  # a verdict, frozen
 
 
 def test_cap_batches_keeps_order_and_resources():

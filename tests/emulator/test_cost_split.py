@@ -72,7 +72,7 @@ def test_idle_instance_time_matches_counting_milliseconds(idle, busy, lo, hi):
 
 def test_two_idle_workers_on_one_instance_pay_it_once():
     ref = SliceRef("3g.20gb", 4)
-    node = NodeModel("n", 16, "A100-40GB", keep_alive_ms=100.0)
+    node = NodeModel("n", 16, "A100-40GB")
     node.idle_spans = [(0.0, 50.0, ref), (20.0, 80.0, ref)]
     node.busy_spans = [(60.0, 70.0, ref)]
     assert node.idle_instance_ms(0.0, 1000.0, 1000.0) == {"3g.20gb": pytest.approx(70.0)}
@@ -101,7 +101,10 @@ def test_a_live_decision_log_is_charged_idle_instances_as_the_emulator_charges_t
             return super()._finish(batch_id, now)
 
     requests = generate(list(apps), 30.0, 5.0, np.random.default_rng(1))
-    params = EmulatorParams(warmup_ms=1000.0, keep_alive_ms=2000.0, mig_reconfig_ms=100.0, cold_start_scale=0.2)
+    # the decision log here has batches only, with the driver's one keep-alive: pre-warms (and the
+    # policies' own keep-alives) are off; a live log of pre-warms is read once the live side has them
+    params = EmulatorParams(warmup_ms=1000.0, keep_alive_ms=2000.0, mig_reconfig_ms=100.0, cold_start_scale=0.2,
+                            prewarm=False)
     # Orion re-sizes each request's plan, so its run destroys and creates instances (ESG, which keeps
     # to the instances it has, no longer destroys any in so short a run): the accounting is the same
     em = Logging(apps, profiles, make_policy("orion", PolicyContext(apps, profiles, mig_reconfig_ms=100.0,
@@ -115,3 +118,84 @@ def test_a_live_decision_log_is_charged_idle_instances_as_the_emulator_charges_t
     from esg.mig import compute_slices
     charged = sum(prices.slice_rate(model) * compute_slices(model, profile) * ms for (profile, model), ms in idle.items())
     assert charged == pytest.approx(m.cost_idle, rel=1e-9)
+
+
+def test_a_live_decision_log_with_prewarms_and_keep_alives_is_charged_as_the_emulator_charges_them(apps, profiles):
+    """With a policy that pre-warms each function's successors and gives its batches their own keep-alive,
+    ``esg replay``'s idle cost from the decision log (batches with ``keep_alive_ms``, pre-warms with when
+    they were ready) is the emulator's own."""
+    from esg.prewarm import WarmUp, smallest_of_kind
+    from esg_cli.replay import idle_instance_ms
+
+    log: list[dict] = []
+    sent: dict[str, float] = {}
+
+    def label(ref):
+        return None if ref is None else f"{ref.profile}@{ref.start}"
+
+    class Logging(Emulation):
+        def _start(self, d, now, decision_ms):
+            sent[d.batch_id] = now
+            super()._start(d, now, decision_ms)
+
+        def _finish(self, batch_id, now):
+            d = self._flight[batch_id][0]
+            log.append({"type": "batch", "batch_id": batch_id, "node": d.node, "function": d.function,
+                        "slice": label(d.fit.slice), "destroyed": [label(r) for r in d.fit.destroy],
+                        "gpu_model": "A100-40GB", "sent_ms": sent.pop(batch_id), "done_ms": now,
+                        "keep_alive_ms": d.keep_alive_ms})
+            return super()._finish(batch_id, now)
+
+        def _prewarm(self, p, now):
+            sent[p.prewarm_id] = now
+            super()._prewarm(p, now)
+
+        def _warmed(self, p, now):
+            log.append({"type": "prewarm", "prewarm_id": p.prewarm_id, "node": p.node, "function": p.function,
+                        "slice": label(p.fit.slice), "gpu_model": "A100-40GB", "create": p.fit.create,
+                        "keep_alive_ms": p.keep_alive_ms, "sent_ms": sent.pop(p.prewarm_id), "done_ms": now,
+                        "ready": True})
+            super()._warmed(p, now)
+
+    requests = generate(list(apps), 30.0, 5.0, np.random.default_rng(1))
+    params = EmulatorParams(warmup_ms=1000.0, keep_alive_ms=2000.0, mig_reconfig_ms=100.0, cold_start_scale=0.2)
+    policy = make_policy("esg", PolicyContext(apps, profiles, mig_reconfig_ms=100.0, cold_start_scale=0.2))
+
+    def prewarm(now_ms, snapshot, dispatched):
+        out = []
+        for d in dispatched:
+            for succ in apps[d.app].successors(d.function):
+                config = smallest_of_kind(profiles[succ], d.config)
+                out.append(WarmUp(d.app, succ, config, 700.0, (d.node,)))
+        return out
+    policy.prewarm = prewarm
+    policy.keep_alive_ms = lambda app, function, now_ms: 300.0 + 100.0 * (len(function) % 5)
+    em = Logging(apps, profiles, policy, requests, np.random.default_rng(2), ClusterSpec(nodes=2), params)
+    m = em.run().metrics
+    assert m.prewarms > 0 and any(e["type"] == "prewarm" and e["slice"] for e in log), "the run pre-warms on MIG"
+    assert m.cost_idle > 0
+    idle = idle_instance_ms(log, params.warmup_ms, requests[-1].arrival_ms, params.keep_alive_ms)
+    prices = Prices()
+    from esg.mig import compute_slices
+    charged = sum(prices.slice_rate(model) * compute_slices(model, profile) * ms for (profile, model), ms in idle.items())
+    assert charged == pytest.approx(m.cost_idle, rel=1e-9)
+
+
+def test_replay_charges_a_prewarm_in_the_window_its_start_up_as_a_cold_start():
+    from esg.model import Config
+    from esg_cli.replay import Call, measure
+
+    calls = [Call("app", 0.0, 0.0, 50.0, "a1", True), Call("app", 10.0, 10_000.0, 10_050.0, "a2", True)]
+    log = [{"type": "request", "id": "a2", "app": "app", "arrival_ms": 10_000.0, "finished_ms": 10_040.0,
+            "ok": True},
+           {"type": "prewarm", "prewarm_id": "w0", "node": "n0", "function": "f", "gpu_model": "A100-40GB",
+            "vcpus": 1, "gpu": "1g.5gb", "slice": "1g.5gb@6", "create": True, "keep_alive_ms": 100.0,
+            "sent_ms": 5_000.0, "done_ms": 5_800.0, "ready": True},
+           {"type": "prewarm", "prewarm_id": "w1", "node": "n0", "function": "f", "gpu_model": "A100-40GB",
+            "vcpus": 1, "gpu": None, "slice": None, "create": False, "keep_alive_ms": 100.0,
+            "sent_ms": 500.0, "done_ms": 900.0, "ready": True}]       # before the warm-up ends: not counted
+    summary, _, _ = measure(calls, {"app": 1000.0}, log, 1.0, 0.0, "esg", "moderate", "light")
+    rate = Prices().rate("A100-40GB", Config(1, 1, "1g.5gb"))
+    assert summary["prewarms"] == 1 and summary["mig_changes"] == 1
+    assert summary["cost_cold"] == pytest.approx(rate * 800.0)            # per measured request: one of them
+    assert summary["cost_idle"] > 0                                       # its 100 ms idle on 1g.5gb@6

@@ -1,0 +1,153 @@
+"""The placer: the half of a policy that binds proposed configurations to nodes.
+
+Mature schedulers split a decision in two. Kubernetes' scheduler framework filters and scores nodes for
+a pod, then reserves and binds it; OpenWhisk's load balancer picks an invoker apart from the activation's
+lifecycle. A policy here is split the same way (:class:`esg.policies.base.Policy` composes the halves):
+
+* its **proposing part** (:meth:`Policy.choose <esg.policies.base.Policy.choose>` and the hooks that feed
+  it) says *what* to run: configurations for the head batch of a queue, best first (a
+  :class:`~esg.policies.context.Choice`);
+* its **placer** (this module) says *where*: which nodes to try first (:meth:`Placer.preferred_nodes`),
+  whether a new worker may be started (:meth:`Placer.may_scale_out`), and binds the batch with the
+  machinery of :mod:`esg.placement` -- whole batches, an idle warm worker first, start-up against the
+  head's budget, the scale-out rule, then the function's fastest configurations when none of the
+  proposal fits anywhere (:meth:`Placer.place`). The answer is a :class:`~esg.dispatch.Placement`
+  (reserved on the snapshot) or a :class:`~esg.dispatch.Wait` with its reason.
+
+:class:`Placer` is the shared placer: nodes by free capacity (the platform's order), the shared scale-out
+rule. The baselines compose it as it is (Orion, Aquatope) or with their bin-packing order
+(:class:`esg.policies.common.PackingPlacer`: INFless, FaST-GShare); ESG's own placer
+(:class:`esg.policies.esg_policy.EsgPlacer`) is a subclass with ESG_Dispatch's locality order and ESG's
+scale-out rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+from esg import placement
+from esg.cluster import ClusterSnapshot
+from esg.dispatch import NO_CONFIGURATION, Placement, Wait
+from esg.model import App, Config, Job
+from esg.policies.context import Choice, PolicyContext
+from esg.queues import AfwQueue
+from esg.slo_split import group_latency
+from esg.timing import cold_start_ms
+
+
+class Placer:
+    """The shared placer: binds a :class:`~esg.policies.context.Choice` to a node with the machinery of
+    :mod:`esg.placement`; subclasses change the node order and the scale-out rule."""
+
+    def __init__(self, ctx: PolicyContext):
+        self.ctx = ctx
+        self._rest_ms: dict[tuple[str, str], float] = {}
+        self._fastest: dict[str, tuple[Config, ...]] = {}
+        self._groups: dict[tuple, tuple[object, tuple]] = {}
+        """(function, configurations, id of the latencies) -> (those latencies, their profile groups)."""
+
+    def add_app(self, ctx: PolicyContext, app: App) -> None:
+        """The policy learnt (or replaced) ``app``: ``ctx`` is its context now; what was worked out from
+        the old one is forgotten."""
+        self.ctx = ctx
+        self._rest_ms = {k: v for k, v in self._rest_ms.items() if k[0] != app.name}
+        self._fastest = {}
+        self._groups = {}
+
+    def preferred_nodes(self, app: App, head: Job, snapshot: ClusterSnapshot) -> list[str]:
+        """Nodes to try first for the head batch (the rest follow by free capacity): by default none, as
+        a load-balancing platform places."""
+        return []
+
+    def may_scale_out(self, running: int, queued: int, priorities: Sequence[Config],
+                      latency_of: Callable[[Config], float], startup: placement.StartupCosts) -> bool:
+        """Whether the head batch may start a new worker when no idle one takes it: the shared scale-out
+        rule (:func:`esg.placement.may_scale_out`)."""
+        return placement.may_scale_out(running, queued, priorities)
+
+    def place(self, app: App, queue: AfwQueue, choice: Choice, snapshot: ClusterSnapshot,
+              preferred: Sequence[str], now_ms: float, no_fit: set[Config], running: int,
+              holds: list[placement.Hold] | None = None) -> Placement | Wait:
+        """Where the head batch runs: the shared machinery of :mod:`esg.placement` (whole batches,
+        warm workers first, start-up against the budget, :meth:`may_scale_out` given the ``running``
+        batches of the queue), then a fallback to the function's fastest configurations when none of the
+        choice's fits on any node. When it waits and ``holds`` is given, the
+        :class:`~esg.placement.Hold` that tells when that may change is appended to it."""
+        function = queue.key[1]
+        profile = self.ctx.profiles[function]
+        queued = len(queue)
+        own = placement.cap_batches(choice.priorities, queued, profile)
+        if not own:
+            return Wait(choice.reason) if choice.reason else NO_CONFIGURATION
+        startup = placement.StartupCosts(self.ctx.mig_reconfig_ms, cold_start_ms(profile, self.ctx.cold_start_scale))
+        rest = self.rest_ms(app, function)
+        budget = queue.head.deadline_ms - now_ms - rest
+        latency_of = placement.latency_lookup(choice.latencies, profile)
+        head = placement.HeadBatch(function, own, latency_of, preferred, budget, startup,
+                                   self.may_scale_out(running, queued, own, latency_of, startup))
+        seen: set[str] | None = set() if holds is not None else None
+        placed = placement.place(snapshot, head, no_fit, seen)
+        if not isinstance(placed, Wait) or not all(c in no_fit for c in own):
+            if isinstance(placed, Wait) and holds is not None and seen:
+                holds.append(self._hold(placed, head, [(own, True)], snapshot, queue.head.deadline_ms, rest,
+                                        choice.latencies, running, queued))
+            return placed
+        spare = placement.fallback(self._fastest_first(function), queued, set(own))
+        if not spare:
+            if holds is not None:
+                holds.append(self._hold(placed, head, [(own, False)], snapshot, queue.head.deadline_ms, rest,
+                                        choice.latencies, running, queued))
+            return placed
+        head = replace(head, priorities=spare,
+                       may_scale_out=self.may_scale_out(running, queued, spare, latency_of, startup))
+        seen2: set[str] | None = set() if holds is not None else None
+        placed = placement.place(snapshot, head, no_fit, seen2)
+        if isinstance(placed, Wait) and holds is not None:
+            holds.append(self._hold(placed, head, [(own, False), (spare, bool(seen2))], snapshot,
+                                    queue.head.deadline_ms, rest, choice.latencies, running, queued))
+        return placed
+
+    def _hold(self, wait: Wait, head: placement.HeadBatch, lists, snapshot: ClusterSnapshot, deadline_ms: float,
+              rest_ms: float, latencies: Mapping[Config, float], running: int, queued: int) -> placement.Hold:
+        made = []
+        for configs, fits in lists:
+            if not snapshot.tracks_workers:
+                groups = placement.profile_groups(configs, None)  # untracked: any fit places
+            else:
+                key = (head.function, configs, id(latencies))
+                hit = self._groups.get(key)
+                if hit is None or hit[0] is not latencies:  # (kept, the latencies' id is not reused)
+                    if len(self._groups) >= 4096:
+                        self._groups.clear()
+                    hit = self._groups[key] = (latencies, placement.profile_groups(configs, head.latency_of))
+                groups = hit[1]
+            made.append((configs, groups, fits))
+        # from the table's largest batch on, a longer queue caps and falls back to the same lists
+        deep = max(e.config.batch for e in self.ctx.profiles[head.function].entries)
+        lists_ = tuple(configs for configs, _ in lists)
+
+        def scale_out(r: int, q: int) -> tuple[bool, ...]:
+            """This placer's scale-out answer for each list the walk used, with these counts."""
+            return tuple(self.may_scale_out(r, q, configs, head.latency_of, head.startup) for configs in lists_)
+        return placement.Hold.of(wait, head.function, deadline_ms, rest_ms, head.startup, made, snapshot, deep,
+                                 scale_out, scale_out(running, queued))
+
+    def _fastest_first(self, function: str) -> tuple[Config, ...]:
+        """The function's allowed configurations, fastest first (remembered until an app is added)."""
+        found = self._fastest.get(function)
+        if found is None:
+            found = self._fastest[function] = placement.fastest_first(
+                self.ctx.profiles[function], self.ctx.spec(function).allows)
+        return found
+
+    def rest_ms(self, app: App, function: str) -> float:
+        """The fastest the functions after ``function`` can run (what the head must leave them)."""
+        key = (app.name, function)
+        if key not in self._rest_ms:
+            after = tuple(f for f in app.descendants(function) if f != function)
+            fastest = {f: min(e.latency_ms for e in self.ctx.profiles[f].entries
+                              if self.ctx.spec(f).allows(e.config)) for f in after}
+            self._rest_ms[key] = group_latency(app, after, fastest) if after else 0.0
+        return self._rest_ms[key]
+

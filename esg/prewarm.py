@@ -1,0 +1,171 @@
+"""Pre-warming and keep-alive: workers started ahead of their first batch, and how long idle ones stay.
+
+A policy says *what* it wants warm (:class:`WarmUp`: a function, the configuration whose kind of
+instance -- a MIG profile, or CPU -- the worker is for, the nodes to try, how long it may wait idle);
+:func:`place_warmup` says *where*, the same for every policy, on the step's snapshot:
+
+* a worker is started only where the configuration fits **without destroying** a MIG instance (a
+  speculative start never takes down another function's instance, idle or not) -- a new instance is
+  created where the node has room;
+* never on a node whose fitting instance already holds an idle worker of the function (a second one
+  there could never run: an instance runs one batch at a time);
+* the capacity it uses (the instance, the configuration's vCPUs) is reserved on the snapshot while it
+  starts, so a step never over-commits a node; once started it is an idle warm worker that the shared
+  warm-first routing (:mod:`esg.placement`) gives the next batch of its function and kind.
+
+A pre-warmed worker is then a worker like any other: it waits idle for at most its keep-alive and is
+charged as an idle warm worker for that time (the drivers' accounting does not tell them apart).
+
+:class:`Warming` is what a policy uses to count the workers it asked for that are still starting (the
+snapshot shows their instance busy, not whose it is), so it does not ask for the same worker twice.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from esg.cluster import ClusterSnapshot, Fit
+from esg.events import Prewarm
+from esg.model import Config
+from esg.profiles import Profile
+
+
+@dataclass(frozen=True)
+class WarmUp:
+    """A worker a policy wants started before a batch needs it."""
+
+    app: str
+    function: str
+    config: Config
+    """Its kind of instance (``config.gpu``, None for CPU) and the vCPUs it holds while it starts."""
+    keep_alive_ms: float | None = None
+    """How long it may wait idle for its first batch once started (None: the driver's default)."""
+    preferred: tuple[str, ...] = ()
+    """Nodes to try first (the rest follow by free capacity)."""
+    only_preferred: bool = False
+    """Start it on one of ``preferred`` or not at all (e.g. beside its predecessor's batch)."""
+    ready_by_ms: float | None = None
+    """When the policy expects its first batch (None: not known)."""
+
+
+def place_warmup(snapshot: ClusterSnapshot, want: WarmUp) -> Fit | None:
+    """Where ``want`` starts (reserved on ``snapshot``), or None when it fits nowhere it may."""
+    gpu = want.config.gpu is not None
+    for node in snapshot.route(want.preferred, gpu):
+        if want.only_preferred and node not in want.preferred:
+            break  # the route lists the preferred nodes first
+        fit = snapshot.fit(node, want.config, want.function)
+        if fit is None or fit.destroy or fit.warm_worker is not None:
+            continue
+        if not gpu and snapshot.nodes[node].idle_workers.get((want.function, None), 0) > 0:
+            continue  # CPU workers of the function wait idle here already
+        snapshot.reserve(want.config, fit)
+        return fit
+    return None
+
+
+def smallest_of_kind(profile: Profile, config: Config) -> Config:
+    """The profiled configuration of ``config``'s kind of instance holding the fewest vCPUs (then the
+    smallest batch): what a pre-warmed worker reserves while it starts. A worker serves any batch and
+    vCPU count of its kind (``docs/emulator.md``), so the kind is all that matters for its batches."""
+    same = [e.config for e in profile.entries if e.config.gpu == config.gpu]
+    return min(same, key=lambda c: (c.vcpus, c.batch)) if same else config
+
+
+@dataclass(frozen=True)
+class _Starting:
+    function: str
+    kind: str | None
+    node: str
+    ready_ms: float
+
+
+class Warming:
+    """Pre-warmed workers a policy asked for, counted as warm from the step that placed them until
+    their expected end of start-up (then the snapshot shows them: idle, or taken by a batch)."""
+
+    def __init__(self) -> None:
+        self._starting: list[_Starting] = []
+
+    def add(self, prewarm: Prewarm, ready_ms: float) -> None:
+        self._starting.append(_Starting(prewarm.function, prewarm.config.gpu, prewarm.node, ready_ms))
+
+    def count(self, function: str, now_ms: float, kind: str | None | object = ...,
+              nodes: Sequence[str] | None = None) -> int:
+        """Workers of ``function`` still starting at ``now_ms`` (of ``kind`` when given; on ``nodes``
+        when given)."""
+        if any(s.ready_ms < now_ms for s in self._starting):
+            self._starting = [s for s in self._starting if s.ready_ms >= now_ms]
+        return sum(1 for s in self._starting
+                   if s.function == function and (kind is ... or s.kind == kind)
+                   and (nodes is None or s.node in nodes))
+
+
+def idle_of_kind(snapshot: ClusterSnapshot, function: str, kind: str | None,
+                 nodes: Sequence[str] | None = None) -> int:
+    """Idle warm workers of ``function`` on instances of ``kind`` (None: CPU), on ``nodes`` or any."""
+    total = 0
+    for name in snapshot.nodes_with_warm(function):
+        if nodes is not None and name not in nodes:
+            continue
+        for (f, ref), n in snapshot.nodes[name].idle_workers.items():
+            if f == function and n > 0 and (None if ref is None else ref.profile) == kind:
+                total += n
+    return total
+
+
+def prewarm_of(want: WarmUp, fit: Fit, prewarm_id: str, default_keep_alive_ms: float) -> Prewarm:
+    keep = default_keep_alive_ms if want.keep_alive_ms is None else want.keep_alive_ms
+    return Prewarm(prewarm_id, want.app, want.function, want.config, fit, keep, want.ready_by_ms)
+
+
+class Gaps:
+    """The last ``size`` gaps between a stream's events (an app's request arrivals), with their
+    quantiles (recomputed every ``every`` new gaps: a policy asks at every dispatch)."""
+
+    def __init__(self, size: int = 256, every: int = 16):
+        self._gaps: deque[float] = deque(maxlen=size)
+        self._last: float | None = None
+        self._every = every
+        self._new = 0
+        self._sorted: list[float] = []
+
+    def add(self, t_ms: float) -> None:
+        if self._last is not None and t_ms >= self._last:
+            self._gaps.append(t_ms - self._last)
+            self._new += 1
+        self._last = t_ms
+
+    def __len__(self) -> int:
+        return len(self._gaps)
+
+    def quantile(self, q: float) -> float:
+        if self._new >= self._every or len(self._sorted) != len(self._gaps):
+            self._sorted = sorted(self._gaps)
+            self._new = 0
+        if not self._sorted:
+            return 0.0
+        return self._sorted[min(len(self._sorted) - 1, int(q * len(self._sorted)))]
+
+
+class Timed:
+    """Pre-warms a policy timed for later (a worker should be ready at a planned time, and starting it
+    now would leave it idle before): kept until their start time comes."""
+
+    def __init__(self) -> None:
+        self._items: list[tuple[float, WarmUp]] = []
+
+    def add(self, start_ms: float, want: WarmUp) -> None:
+        self._items.append((start_ms, want))
+
+    def due(self, now_ms: float) -> list[WarmUp]:
+        """The pre-warms whose start time came, in the order they were added (and forgets them)."""
+        out = [w for t, w in self._items if t <= now_ms]
+        if out:
+            self._items = [(t, w) for t, w in self._items if t > now_ms]
+        return out
+
+    def next_ms(self) -> float | None:
+        return min((t for t, _ in self._items), default=None)

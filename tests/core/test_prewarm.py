@@ -1,0 +1,193 @@
+"""Pre-warming in the core: where a pre-warm goes (esg.prewarm), what the scheduler does with it, and
+each policy's defining pre-warm and keep-alive rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from esg.cluster import ClusterSnapshot, Fit, NodeState, Slice, SliceRef
+from esg.events import Arrival, Dispatch, Request
+from esg.model import App, Config
+from esg.policies import PolicyContext, make_policy
+from esg.policies.aquatope import INTERVAL_MS
+from esg.policies.infless import BIN_MS, MARGIN
+from esg.prewarm import WarmUp, place_warmup
+from esg.scheduler import Scheduler
+
+from .helpers import profile
+
+CHAIN = App("chain", 500.0, ("a", "b"), (("a", "b"),))
+A_ROWS = [(1, 1, None, 10.0)]
+B_ROWS = [(1, 1, "1g.5gb", 5.0), (1, 1, "3g.20gb", 3.0)]
+
+
+def tracked(n: int = 2, idle: dict | None = None, slices: dict | None = None) -> ClusterSnapshot:
+    return ClusterSnapshot({f"n{i}": NodeState(f"n{i}", 16, 16, "A100-40GB", list((slices or {}).get(f"n{i}", [])),
+                                               idle_workers=dict((idle or {}).get(f"n{i}", {})))
+                            for i in range(n)}, tracks_workers=True)
+
+
+def scheduler(policy: str, cold_ms: float = 1000.0, mig_ms: float = 2000.0, prewarm: bool = True) -> Scheduler:
+    profiles = {"a": profile("a", A_ROWS, cold_start_ms=cold_ms), "b": profile("b", B_ROWS, cold_start_ms=cold_ms)}
+    ctx = PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=mig_ms)
+    return Scheduler({"chain": CHAIN}, make_policy(policy, ctx), prewarm=prewarm)
+
+
+# -- the shared rule --------------------------------------------------------------------------------
+def test_a_prewarm_reserves_its_instance_and_never_destroys_one():
+    snap = tracked(1)
+    want = WarmUp("chain", "b", Config(1, 1, "3g.20gb"), 1000.0)
+    first, second = place_warmup(snap, want), place_warmup(snap, want)
+    assert first is not None and first.create and second is not None and second.slice != first.slice
+    assert snap.nodes["n0"].vcpus_free == 14, "each start holds its vCPUs"
+    assert place_warmup(snap, want) is None, "two 3g instances fill the GPU: no third, nothing destroyed"
+    assert all(s.busy for s in snap.nodes["n0"].slices)
+
+
+def test_a_prewarm_skips_an_instance_that_holds_an_idle_worker_of_the_function():
+    ref = SliceRef("1g.5gb", 6)
+    snap = tracked(2, idle={"n0": {("b", ref): 1}}, slices={"n0": [Slice(ref)]})
+    fit = place_warmup(snap, WarmUp("chain", "b", Config(1, 1, "1g.5gb"), 1000.0, preferred=("n0",)))
+    assert fit is not None and fit.node == "n1" and fit.create, "n0's idle 1g instance has a worker of b"
+
+
+def test_only_preferred_keeps_a_prewarm_on_its_node():
+    snap = tracked(2, slices={"n0": [Slice(SliceRef("7g.40gb", 0), busy=True)]})
+    want = WarmUp("chain", "b", Config(1, 1, "1g.5gb"), 1000.0, preferred=("n0",), only_preferred=True)
+    assert place_warmup(snap, want) is None, "n0's GPU is full and n1 is not allowed"
+
+
+# -- ESG: JIT along the DAG --------------------------------------------------------------------------
+def test_esg_prewarms_the_successor_on_the_predecessors_node_ready_at_its_planned_end():
+    s = scheduler("esg")
+    snap = tracked(2)
+    out = s.step(100.0, snap, [Arrival(Request("r0", "chain", 100.0))])
+    (d,) = out.dispatches
+    (p,) = out.prewarms
+    assert p.function == "b" and p.node == d.node
+    assert p.config.gpu == "1g.5gb", "b's configuration on the cheapest planned path"
+    assert p.ready_by_ms == pytest.approx(100.0 + d.planned_latency_ms)
+    assert p.fit.create and any(sl.ref == p.fit.slice and sl.busy for sl in snap.nodes[d.node].slices)
+    # b's worker counts as near a's node while it starts: the next batch of a there starts none more
+    assert s.policy._warm_near("b", "1g.5gb", d.node, snap, 101.0)
+    assert not s.policy._warm_near("b", "1g.5gb", d.node, snap, 100.0 + 3001.0), "started by then"
+
+
+def test_esg_does_not_prewarm_where_an_idle_worker_of_that_kind_waits():
+    s = scheduler("esg")
+    ref = SliceRef("1g.5gb", 6)
+    snap = tracked(1, idle={"n0": {("b", ref): 1}}, slices={"n0": [Slice(ref)]})
+    out = s.step(0.0, snap, [Arrival(Request("r0", "chain", 0.0))])
+    assert out.dispatches and not out.prewarms
+
+
+def test_esg_times_a_prewarm_from_the_planned_latency_when_the_start_up_is_shorter():
+    s = scheduler("esg", cold_ms=4.0, mig_ms=0.0)
+    snap = tracked(1)
+    out = s.step(0.0, snap, [Arrival(Request("r0", "chain", 0.0))])
+    (d,) = out.dispatches
+    start = d.planned_latency_ms - 4.0  # ready when a's batch ends: its planned 10 ms less b's start-up
+    assert not out.prewarms and out.wake_at_ms == pytest.approx(start)
+    later = s.step(start, snap, [])
+    assert [p.function for p in later.prewarms] == ["b"] and later.prewarms[0].node == d.node
+
+
+def test_esg_keep_alive_follows_the_request_gaps_bounded_below_by_a_rewarm():
+    from esg.policies.esg_policy import EsgPolicy
+    profiles = {"a": profile("a", A_ROWS, cold_start_ms=100.0), "b": profile("b", B_ROWS, cold_start_ms=100.0)}
+    pol = EsgPolicy(PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=0.0), bounded_keep_alive=True)
+    assert pol.keep_alive_ms("chain", "b", 0.0) is None, "too few gaps seen: the platform's"
+    for i in range(40):
+        pol.on_arrival(Request(f"r{i}", "chain", 50.0 * i), CHAIN, 50.0 * i)
+    assert pol.keep_alive_ms("chain", "b", 2000.0) == pytest.approx(100.0), "2 x 50 ms gap = the 100 ms re-warm"
+    for i in range(40, 80):
+        pol.on_arrival(Request(f"r{i}", "chain", 2000.0 + 400.0 * (i - 40)), CHAIN, 0.0)
+    assert pol.keep_alive_ms("chain", "b", 0.0) == pytest.approx(800.0)
+
+
+def test_esg_by_default_keeps_the_platforms_keep_alive():
+    profiles = {"a": profile("a", A_ROWS, cold_start_ms=100.0), "b": profile("b", B_ROWS, cold_start_ms=100.0)}
+    pol = make_policy("esg", PolicyContext({"chain": CHAIN}, profiles))
+    for i in range(40):
+        pol.on_arrival(Request(f"r{i}", "chain", 50.0 * i), CHAIN, 50.0 * i)
+    assert pol.keep_alive_ms("chain", "b", 2000.0) is None
+
+
+def test_no_prewarm_and_the_drivers_keep_alive_when_prewarming_is_off():
+    s = scheduler("esg", prewarm=False)
+    out = s.step(0.0, tracked(2), [Arrival(Request("r0", "chain", 0.0))])
+    assert out.dispatches and not out.prewarms and out.dispatches[0].keep_alive_ms is None
+
+
+# -- INFless: LSTH ------------------------------------------------------------------------------------
+def _infless():
+    profiles = {"a": profile("a", A_ROWS, cold_start_ms=1000.0), "b": profile("b", B_ROWS, cold_start_ms=1000.0)}
+    return make_policy("infless", PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=2000.0))
+
+
+def test_infless_keeps_a_worker_for_its_histograms_windows():
+    pol = _infless()
+    for i in range(30):  # a call every 30 s: every idle time in the first one-minute bin
+        pol.on_arrival(Request(f"r{i}", "chain", 30_000.0 * i), CHAIN, 30_000.0 * i)
+    head, keep = pol.lsth["chain"].windows()
+    assert head == 0.0 and keep == pytest.approx(BIN_MS * (1 + MARGIN))
+    assert pol.keep_alive_ms("chain", "a", 0.0) == pytest.approx(keep)
+
+
+def test_infless_releases_a_worker_and_prewarms_it_back_at_its_prewarm_window():
+    pol = _infless()
+    t = 0.0
+    for i in range(30):  # a call every 5 minutes: pre-warm window 4.5 min, far beyond a re-warm
+        t = 300_000.0 * i
+        pol.on_arrival(Request(f"r{i}", "chain", t), CHAIN, t)
+    head, keep = pol.lsth["chain"].windows()
+    assert head == pytest.approx(5 * BIN_MS * (1 - MARGIN))
+    assert pol.keep_alive_ms("chain", "a", t) == 0.0, "released after its batch"
+    d = Dispatch("b0", "chain", "a", (), Config(1, 1, None), Fit("n0"), 10.0)
+    snap = tracked(1)
+    assert pol.prewarm(t, snap, [d]) == []
+    start = t + 10.0 + head - 1000.0  # ready at the pre-warm window after the batch's end
+    assert pol.prewarm_wake_ms() == pytest.approx(start)
+    (w,) = pol.prewarm(start, snap, [])
+    assert w.function == "a" and w.keep_alive_ms == pytest.approx(keep) and w.ready_by_ms == pytest.approx(t + 10 + head)
+
+
+# -- Orion: downstream pre-warming -----------------------------------------------------------------
+def test_orion_prewarms_the_downstream_stage_in_its_planned_configuration():
+    s = scheduler("orion", cold_ms=1000.0, mig_ms=2000.0)
+    snap = tracked(2)
+    out = s.step(0.0, snap, [Arrival(Request("r0", "chain", 0.0))])
+    (p,) = out.prewarms
+    plan = s.policy._fixed["r0"]
+    assert p.function == "b" and p.config == plan["b"] and p.keep_alive_ms == s.default_keep_alive_ms
+    # an idle worker of that kind anywhere is Orion's spare: no pre-warm then
+    s2 = scheduler("orion")
+    ref = SliceRef(plan["b"].gpu, 6 if plan["b"].gpu == "1g.5gb" else 4)
+    snap2 = tracked(2, idle={"n1": {("b", ref): 1}}, slices={"n1": [Slice(ref)]})
+    assert not s2.step(0.0, snap2, [Arrival(Request("r0", "chain", 0.0))]).prewarms
+
+
+# -- Aquatope: the predicted pool ------------------------------------------------------------------
+def test_aquatope_prewarms_the_predicted_number_of_workers():
+    profiles = {"a": profile("a", [(1, 1, None, 50.0)]), "b": profile("b", [(1, 1, "1g.5gb", 40.0)])}
+    pol = make_policy("aquatope", PolicyContext({"chain": CHAIN}, profiles))
+    t = 0.0
+    for k in range(30):  # 550 calls in each interval, steady: the prediction converges to 550
+        for i in range(550):
+            t = k * INTERVAL_MS + i * INTERVAL_MS / 550
+            pol.on_arrival(Request(f"r{k}-{i}", "chain", t), CHAIN, t)
+    boundary = 30 * INTERVAL_MS
+    wants = pol.prewarm(boundary, tracked(2), [])
+    f = pol.forecasts["chain"]
+    assert f.mean == pytest.approx(550.0, rel=1e-3) and 550.0 < f.upper() < 560.0, "the spread over-provisions a little"
+    # Little's law: 550 calls x 50 ms / 10 s = 2.75 -> 3 workers of a; x 40 ms: 2.2 -> 3 of b
+    assert sum(w.function == "a" for w in wants) == 3
+    assert sum(w.function == "b" for w in wants) == 3
+    assert all(w.config.gpu == "1g.5gb" for w in wants if w.function == "b")
+    # workers running count towards the pool: two batches of a in flight leave one to start
+    pol.running[("chain", "a")] = 2
+    pol._next_ms = boundary  # asked again at the same boundary
+    again = pol.prewarm(boundary, tracked(2), [])
+    assert sum(w.function == "a" for w in again) == 1
+    assert pol.prewarm_wake_ms() == boundary + INTERVAL_MS
+    assert pol.keep_alive_ms("chain", "a", boundary) == 2 * INTERVAL_MS

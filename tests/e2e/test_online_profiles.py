@@ -65,7 +65,7 @@ def _batches(rclient) -> dict[str, list[dict]]:
         if d.get("type") == "batch":
             label = Config(d["batch"], d["vcpus"], d["gpu"]).label()
             out.setdefault(label, []).append({k: d.get(k) for k in ("batch_id", "jobs", "sent_ms", "done_ms", "run_ms",
-                                                                     "cold", "warm")})
+                                                                     "cold", "overlapped_start", "warm")})
     return out
 
 

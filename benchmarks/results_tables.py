@@ -32,8 +32,8 @@ def main(path: str) -> None:
         print(f"| {s} / {ld} | " + " | ".join(out) + " |")
     print()
     print("| SLO / load | policy | requests | hit rate | p99 ms | cost | exec | idle | cold | MIG "
-          "| cold starts | MIG changes | mean batch |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| cold starts | MIG changes | pre-warms | mean batch |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s, ld in cells:
         for p in POLICIES:
             r = rows.get((p, s, ld))
@@ -43,7 +43,7 @@ def main(path: str) -> None:
                   f"{float(r['p99_ms']):.0f} | {float(r['cost']):.0f} | {_pct(r['cost_exec'], r['cost'])} | "
                   f"{_pct(r['cost_idle'], r['cost'])} | {_pct(r['cost_cold'], r['cost'])} | "
                   f"{_pct(r['cost_mig'], r['cost'])} | {r['cold_starts']} | {r['mig_changes']} | "
-                  f"{float(r['mean_batch']):.2f} |")
+                  f"{r.get('prewarms', '-')} | {float(r['mean_batch']):.2f} |")
 
 
 if __name__ == "__main__":

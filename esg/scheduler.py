@@ -373,8 +373,10 @@ class Scheduler:
         self.apps[app.name] = app
         self.policy.add_app(app, profiles, specs or {})
         self._held.clear()
-        self._rest = {k: v for k, v in self._rest.items() if k[0] != app.name}
-        self._fastest_app.pop(app.name, None)
+        functions = set(app.functions)  # its profiles replace those of its functions, for every app
+        changed = {a.name for a in self.apps.values() if functions & set(a.functions)}
+        self._rest = {k: v for k, v in self._rest.items() if k[0] not in changed}
+        self._fastest_app = {k: v for k, v in self._fastest_app.items() if k not in changed}
 
     # -- introspection for drivers and metrics ------------------------------------------------------
     def in_flight(self) -> list[Dispatch]:

@@ -34,9 +34,11 @@ REPO = Path(__file__).resolve().parent.parent
 PER_APP_COLUMNS = ["policy", "slo", "load", "app", "requests", "slo_hit_rate", "p50_ms", "p99_ms"]
 SUMMARY_COLUMNS = ["policy", "slo", "load", "rate_rps", "requests", "completed", "slo_hit_rate", "cost",
                    "cost_norm_esg", "p50_ms", "p99_ms", "sched_overhead_ms", "cold_starts", "mig_changes",
-                   "mean_batch", "cost_exec", "cost_idle", "cost_cold", "cost_mig"]
+                   "mean_batch", "cost_exec", "cost_idle", "cost_cold", "cost_mig", "prewarms"]
 """The columns every earlier summary had, first and in their order; the cost split (per request: execution,
-idle warm workers, cold starts, MIG reconfiguration; they add up to ``cost``) after them."""
+idle warm workers, cold starts, MIG reconfiguration; they add up to ``cost``) after them, then the workers
+started ahead of a batch in the measured window (``prewarms``: their start-up is in ``cost_cold`` and
+``cost_mig``, not in ``cold_starts``, which counts the batches that waited for one)."""
 ADMISSION_COLUMNS = ["rejected", "rejected_rate"]
 """With --admission-control: the measured requests answered at once with a rejection, and their share."""
 

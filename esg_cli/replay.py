@@ -243,7 +243,7 @@ def measure(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]]
     duration_s = max(c.at_s for c in calls) if calls else 0.0
     unknown = {k: math.nan for k in ("cost", "cost_exec", "cost_idle", "cost_cold", "cost_mig")}
     s = sched.summary() if log else {**e2e.summary(), **unknown, "cold_starts": 0, "mig_changes": 0,
-                                      "mean_batch": 0.0}
+                                      "prewarms": 0, "mean_batch": 0.0}
     es = e2e.summary()
     summary = {"policy": policy, "slo": slo, "load": load, "rate_rps": len(calls) / duration_s if duration_s else 0.0,
                **s, "cost_norm_esg": 1.0 if policy == "esg" else math.nan, "sched_overhead_ms": math.nan,

@@ -109,6 +109,10 @@ class AquatopePolicy(Policy):
         self._warming = Warming()
         self._next_ms: float | None = None
 
+    def on_app_added(self, app: App) -> None:
+        for a in self.apps_sharing(app):
+            self.plans[a.name] = self.optimise(a)
+
     def _options(self, f: str) -> list[Config]:
         return sorted((e.config for e in self.ctx.profiles[f].entries if self.ctx.spec(f).allows(e.config)),
                       key=lambda c: (c.gpu or "", c.batch, c.vcpus))

@@ -60,8 +60,16 @@ class Policy(ABC):
         self.on_app_added(app)
 
     def on_app_added(self, app: App) -> None:
-        """Per-app state for ``app`` must be (re)built."""
+        """Per-app state for ``app`` must be (re)built -- and, since its profiles replace those of its
+        functions, per-function state, and per-app state of every app sharing a function with it
+        (:meth:`apps_sharing`)."""
         return None
+
+    def apps_sharing(self, app: App) -> list[App]:
+        """``app`` and every other known app with a function of ``app`` (what a replaced profile
+        changes), in name order."""
+        functions = set(app.functions)
+        return [a for _, a in sorted(self.ctx.apps.items()) if a.name == app.name or functions & set(a.functions)]
 
     def on_arrival(self, request: Request, app: App, now_ms: float) -> None:
         """A request arrived (pre-planning policies fix its configurations here)."""
@@ -107,9 +115,13 @@ class Policy(ABC):
 
     def on_prewarm(self, prewarm: Prewarm, now_ms: float) -> None:
         """A :class:`WarmUp` of this policy was placed (reserved on the step's snapshot): counted as starting
-        until its start-up is over."""
+        until its start-up is over -- timed as the drivers time a batch's start: the hop to the worker
+        (``PolicyContext.stage_overhead_ms``), then the MIG instance created where its fit needs one and
+        the cold start. (Without the hop the worker counted as neither starting nor idle for that long,
+        and the next step could ask for it again.)"""
         if self._warming is not None:
-            self._warming.add(prewarm, now_ms + self.startup_ms(prewarm.function, prewarm.fit.create))
+            ready = now_ms + self.ctx.stage_overhead_ms + self.startup_ms(prewarm.function, prewarm.fit.create)
+            self._warming.add(prewarm, ready)
 
     def prewarm_wake_ms(self) -> float | None:
         """When this policy next wants to be asked for pre-warms though nothing happens (a window or
@@ -126,3 +138,14 @@ class Policy(ABC):
         one MIG instance created where ``creates_instance``."""
         cold = cold_start_ms(self.ctx.profiles[function], self.ctx.cold_start_scale)
         return cold + (self.ctx.mig_reconfig_ms if creates_instance else 0.0)
+
+    def rewarm_ms(self, function: str) -> float:
+        """What starting ``function``'s worker again takes at most: the cold start, plus a MIG instance
+        created only when the function may run on one (a CPU-only function -- no GPU configuration in
+        its table, or ``esg-gpu`` off -- never waits for a MIG reconfiguration)."""
+        return self.startup_ms(function, creates_instance=self.may_use_gpu(function))
+
+    def may_use_gpu(self, function: str) -> bool:
+        """Whether any allowed configuration of ``function`` runs on a MIG instance."""
+        spec = self.ctx.spec(function)
+        return any(e.config.gpu is not None and spec.allows(e.config) for e in self.ctx.profiles[function].entries)

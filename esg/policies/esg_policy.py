@@ -90,6 +90,7 @@ class _PlannedChoice(Choice):
     pre-warming starts for the successors)."""
 
     downstream: Mapping[str, Config] = field(default_factory=dict)
+    app: str = ""
 
 
 class EsgPlacer(Placer):
@@ -132,7 +133,11 @@ class EsgPolicy(Policy):
         self.searches = 0
         self.expanded = 0
         self._chosen: dict[tuple[str, str], Choice] = {}
-        """The last choice per AFW queue (the one its next dispatch was placed from)."""
+        """The last choice per AFW queue not yet dispatched from (the one its next dispatch is placed from)."""
+        self._batch_choice: dict[str, _PlannedChoice] = {}
+        """The choice each batch in flight was placed from, by batch id (kept until its pre-warms are
+        asked for, or it ends): several batches of one queue dispatched in one step each pre-warm their
+        own plan's successors."""
         self._busy_on: Counter[tuple[str, str | None, str]] = Counter()
         """This policy's batches in flight per (function, MIG profile or None, node)."""
         self._warming = Warming()
@@ -145,12 +150,16 @@ class EsgPolicy(Policy):
                        self.ctx.max_group, self.exact, stage_overhead_ms=over)
 
     def on_app_added(self, app: App) -> None:
-        self.planners[app.name] = self._planner(app)
-        if self.bare is not self.planners:
-            self.bare[app.name] = self._planner(app, 0.0)
-        self._plans.drop_app(app.name)
-        self._before = {k: v for k, v in self._before.items() if k[0] != app.name}
+        changed = {a.name for a in self.apps_sharing(app)}
+        for a in self.apps_sharing(app):
+            self.planners[a.name] = self._planner(a)
+            if self.bare is not self.planners:
+                self.bare[a.name] = self._planner(a, 0.0)
+            self._plans.drop_app(a.name)
+        self._before = {k: v for k, v in self._before.items() if k[0] not in changed}
         self._kinds = {}
+        self._chosen = {k: v for k, v in self._chosen.items() if k[0] not in changed}
+        self._batch_choice = {b: c for b, c in self._batch_choice.items() if c.app not in changed}
 
     def choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
         choice = self._choose(app, queue, now_ms, snapshot)
@@ -203,11 +212,15 @@ class EsgPolicy(Policy):
 
     def on_dispatch(self, dispatch: Dispatch) -> None:
         super().on_dispatch(dispatch)
+        choice = self._chosen.pop((dispatch.app, dispatch.function), None)
+        if isinstance(choice, _PlannedChoice):  # (an explorer's probe is placed from no choice of this policy)
+            self._batch_choice[dispatch.batch_id] = choice
         self._busy[(dispatch.function, dispatch.config.gpu)] += 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] += 1
 
     def on_done(self, dispatch: Dispatch) -> None:
         super().on_done(dispatch)
+        self._batch_choice.pop(dispatch.batch_id, None)
         self._busy[(dispatch.function, dispatch.config.gpu)] -= 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] -= 1
 
@@ -222,7 +235,7 @@ class EsgPolicy(Policy):
         gaps = self._gaps.get(app)
         if not self.bounded_keep_alive or gaps is None or len(gaps) < MIN_GAPS:
             return None
-        rewarm = self.startup_ms(function, creates_instance=True)
+        rewarm = self.rewarm_ms(function)
         return min(PLATFORM_KEEP_ALIVE_MS, max(rewarm, GAP_HEADROOM * gaps.quantile(GAP_QUANTILE)))
 
     def prewarm(self, now_ms: float, snapshot: ClusterSnapshot, dispatched: Sequence[Dispatch]) -> list[WarmUp]:
@@ -235,9 +248,10 @@ class EsgPolicy(Policy):
             if key not in wants and not self._warm_near(want.function, want.config.gpu, want.preferred[0], snapshot,
                                                         now_ms):
                 wants[key] = want
+        self._chosen.clear()  # the step is over: a choice none of its batches was placed from is stale
         for d in dispatched:
-            choice = self._chosen.get((d.app, d.function))
-            if not isinstance(choice, _PlannedChoice):
+            choice = self._batch_choice.pop(d.batch_id, None)
+            if choice is None:
                 continue  # the fastest-first rule: no plan for the successors
             end = now_ms + (d.planned_latency_ms or 0.0)
             for g in self.ctx.apps[d.app].successors(d.function):
@@ -314,7 +328,8 @@ class EsgPolicy(Policy):
             prios = result.priority_list(function)
             lat = {c: planner.profiles[function].latency(c) for c in prios}
             downstream = {f: c for f, c in result.paths[0].configs.items() if f != function}
-            return _PlannedChoice(tuple(prios), latencies=lat, downstream=downstream), result.valid_from_ms
+            return _PlannedChoice(tuple(prios), latencies=lat, downstream=downstream,
+                                  app=app.name), result.valid_from_ms
         return Choice(), 0.0  # no path meets it, nor any lower budget
 
     def _fastest_choice(self, app: App, function: str, cap: int) -> Choice:

@@ -27,6 +27,11 @@ class FastGSharePolicy(Policy):
         self.expanded = 0
         self._ranked = {(a, f): self.ranked(app, f) for a, app in ctx.apps.items() for f in app.functions}
 
+    def on_app_added(self, app: App) -> None:
+        for a in self.apps_sharing(app):
+            self._ranked = {k: v for k, v in self._ranked.items() if k[0] != a.name}
+            self._ranked.update({(a.name, f): self.ranked(a, f) for f in a.functions})
+
     def ranked(self, app: App, function: str) -> list[tuple[Config, float]]:
         """Batch-1 configs meeting the stage target, best throughput per resource first; if none meets
         it, the fastest ones."""

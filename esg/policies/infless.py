@@ -103,6 +103,13 @@ class InflessPolicy(Policy):
         self._pending = Timed()
         self._warming = Warming()
 
+    def on_app_added(self, app: App) -> None:
+        self._arrivals.setdefault(app.name, deque())
+        for a in self.apps_sharing(app):
+            self.shares[a.name] = stage_shares(a, self.ctx.profiles, a.slo_ms)
+            self._candidates = {k: v for k, v in self._candidates.items() if k[0] != a.name}
+            self._candidates.update({(a.name, f): self.candidates(a.name, f) for f in a.functions})
+
     def candidates(self, app: str, function: str) -> list[tuple[float, float, float, Config]]:
         """(CRE, T, timeout, config) of every config meeting its execution budget, best CRE first."""
         s = self.shares[app][function]
@@ -162,7 +169,7 @@ class InflessPolicy(Policy):
         """Whether a worker of ``function`` is released after its batch and pre-warmed again: its
         pre-warm window leaves time for a re-warm."""
         w = self._windows(app)
-        return w is not None and w[0] > self.startup_ms(function, creates_instance=True)
+        return w is not None and w[0] > self.rewarm_ms(function)
 
     def keep_alive_ms(self, app: str, function: str, now_ms: float) -> float | None:
         w = self._windows(app)

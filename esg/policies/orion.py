@@ -49,6 +49,13 @@ class OrionPolicy(Policy):
         self._pending = Timed()
         self._warming = Warming()
 
+    def on_app_added(self, app: App) -> None:
+        ctx = self.ctx
+        self.ladders.update({f: ladder(ctx.profiles[f], ctx.prices, lambda c, f=f: ctx.spec(f).allows(c))
+                             for f in app.functions})
+        changed = {a.name for a in self.apps_sharing(app)}
+        self._plans = {k: v for k, v in self._plans.items() if k[0] not in changed}
+
     def right_size(self, app: App, budget_ms: float) -> dict[str, Config]:
         rung = {f: 0 for f in app.functions}
         self.trace = []
@@ -78,7 +85,8 @@ class OrionPolicy(Policy):
     def choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
         head = queue.head
         plan = self._fixed.get(head.request_id)
-        if plan is None:  # the request's first stage: fix its configurations now
+        if plan is None or queue.key[1] not in plan:  # the request's first stage: fix its configurations now
+            # (or its app was replaced meanwhile by one with other functions)
             budget = math.floor(head.deadline_ms - now_ms)
             key = (app.name, budget)
             plan = self._plans.get(key)

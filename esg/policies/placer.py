@@ -51,7 +51,10 @@ class Placer:
         """The policy learnt (or replaced) ``app``: ``ctx`` is its context now; what was worked out from
         the old one is forgotten."""
         self.ctx = ctx
-        self._rest_ms = {k: v for k, v in self._rest_ms.items() if k[0] != app.name}
+        # its profiles replace those of its functions: every app sharing one is worked out again
+        functions = set(app.functions)
+        changed = {a.name for a in ctx.apps.values() if functions & set(a.functions)} | {app.name}
+        self._rest_ms = {k: v for k, v in self._rest_ms.items() if k[0] not in changed}
         self._fastest = {}
         self._groups = {}
 

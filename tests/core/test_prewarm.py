@@ -191,3 +191,78 @@ def test_aquatope_prewarms_the_predicted_number_of_workers():
     assert sum(w.function == "a" for w in again) == 1
     assert pol.prewarm_wake_ms() == boundary + INTERVAL_MS
     assert pol.keep_alive_ms("chain", "a", boundary) == 2 * INTERVAL_MS
+
+
+# -- mends: per-batch plans, the hop in a start-up, CPU-only re-warms ---------------------------------
+def test_esg_prewarms_each_batch_of_a_queue_from_the_plan_it_was_placed_from(monkeypatch):
+    """Two batches of a's queue dispatched in one step, placed from plans with b on different MIG
+    profiles: each pre-warms its own plan's b (not both the last plan's)."""
+    from esg.policies.esg_policy import _PlannedChoice
+    profiles = {"a": profile("a", A_ROWS, cold_start_ms=1000.0), "b": profile("b", B_ROWS, cold_start_ms=1000.0)}
+    pol = make_policy("esg", PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=2000.0))
+    cpu = Config(1, 1, None)
+    plans = iter([_PlannedChoice((cpu,), downstream={"b": Config(1, 1, "1g.5gb")}, app="chain"),
+                  _PlannedChoice((cpu,), downstream={"b": Config(1, 1, "3g.20gb")}, app="chain")])
+    monkeypatch.setattr(pol, "_choose", lambda *args: next(plans))
+    snap = tracked(1)
+    batches = []
+    for i in range(2):
+        pol.choose(CHAIN, _Queue(), 0.0, snap)
+        d = Dispatch(f"b{i}", "chain", "a", (), cpu, Fit("n0"), 10.0)
+        pol.on_dispatch(d)
+        batches.append(d)
+    wants = pol.prewarm(0.0, snap, batches)
+    assert sorted(w.config.gpu for w in wants) == ["1g.5gb", "3g.20gb"]
+    assert not pol._batch_choice, "a batch's choice is forgotten once used"
+
+
+class _Queue:
+    key = ("chain", "a")
+
+
+def test_a_prewarmed_worker_counts_as_starting_until_the_hop_is_over_too():
+    """The drivers start a pre-warmed worker after the hop to it (the emulator: hop + MIG + cold start),
+    so the policy counts it as starting for as long."""
+    profiles = {"a": profile("a", A_ROWS, cold_start_ms=1000.0), "b": profile("b", B_ROWS, cold_start_ms=1000.0)}
+    ctx = PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=2000.0, stage_overhead_ms=50.0)
+    s = Scheduler({"chain": CHAIN}, make_policy("esg", ctx))
+    snap = tracked(1)
+    out = s.step(0.0, snap, [Arrival(Request("r0", "chain", 0.0))])
+    (p,) = out.prewarms
+    assert p.fit.create
+    assert s.policy._warm_near("b", "1g.5gb", p.node, snap, 3000.0 + 40.0), "still on its way: hop not over"
+    assert not s.policy._warm_near("b", "1g.5gb", p.node, snap, 3000.0 + 51.0)
+
+
+def test_a_cpu_only_function_rewarms_without_a_mig_reconfiguration():
+    profiles = {"a": profile("a", A_ROWS, cold_start_ms=100.0), "b": profile("b", B_ROWS, cold_start_ms=100.0)}
+    pol = make_policy("esg", PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=2000.0))
+    assert pol.rewarm_ms("a") == pytest.approx(100.0), "a has only CPU configurations"
+    assert pol.rewarm_ms("b") == pytest.approx(2100.0)
+    from esg.policies.context import FunctionSpec
+    no_gpu = make_policy("esg", PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=2000.0,
+                                              specs={"b": FunctionSpec(gpu=False)}))
+    assert no_gpu.rewarm_ms("b") == pytest.approx(100.0), "esg-gpu off: b runs on CPU only"
+
+
+def test_esg_bounded_keep_alive_of_a_cpu_only_function_is_bounded_by_its_cold_start_alone():
+    from esg.policies.esg_policy import EsgPolicy
+    profiles = {"a": profile("a", A_ROWS, cold_start_ms=100.0), "b": profile("b", B_ROWS, cold_start_ms=100.0)}
+    pol = EsgPolicy(PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=2000.0), bounded_keep_alive=True)
+    for i in range(40):
+        pol.on_arrival(Request(f"r{i}", "chain", 10.0 * i), CHAIN, 10.0 * i)
+    assert pol.keep_alive_ms("chain", "a", 400.0) == pytest.approx(100.0), "a CPU worker needs no MIG instance"
+    assert pol.keep_alive_ms("chain", "b", 400.0) == pytest.approx(2100.0)
+
+
+def test_infless_releases_a_cpu_only_worker_whose_window_covers_its_cold_start():
+    """Pre-warm window 54 s: longer than a's 30 s cold start (a CPU-only function: no MIG instance to
+    create), shorter than a GPU worker's 30 s + 60 s re-warm."""
+    profiles = {"a": profile("a", A_ROWS, cold_start_ms=30_000.0), "b": profile("b", B_ROWS, cold_start_ms=30_000.0)}
+    pol = make_policy("infless", PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=60_000.0))
+    for i in range(30):  # a call every 90 s: every idle time in the second one-minute bin
+        pol.on_arrival(Request(f"r{i}", "chain", 90_000.0 * i), CHAIN, 90_000.0 * i)
+    head, _ = pol.lsth["chain"].windows()
+    assert head == pytest.approx(BIN_MS * (1 - MARGIN))
+    assert pol.keep_alive_ms("chain", "a", 0.0) == 0.0, "released, pre-warmed back"
+    assert pol.keep_alive_ms("chain", "b", 0.0) > 0.0, "kept: a GPU re-warm takes longer than the window"

@@ -125,3 +125,19 @@ def test_fits_nowhere_cache_holds_at_every_step(policy, apps, profiles):
                    ClusterSpec(nodes=2, vcpus=16), EmulatorParams(warmup_ms=0.0), invariant_hook=check)
     em.run()
     assert checked["configs"] > 0
+
+
+def test_summary_counts_each_cells_prewarms(tmp_path):
+    """summary.csv has each cell's pre-warms: the emulation's own count, 0 with pre-warming off."""
+    import csv
+
+    on = [a for a in ARGS if a != "--no-prewarm"]
+    on[on.index("--policies") + 1] = "esg"
+    assert main(on + ["--out", str(tmp_path / "on")]) == 0
+    (row,) = csv.DictReader(open(tmp_path / "on" / "summary.csv"))
+    assert int(row["prewarms"]) > 0
+    off = list(ARGS)
+    off[off.index("--policies") + 1] = "esg"
+    assert main(off + ["--out", str(tmp_path / "off")]) == 0
+    (row,) = csv.DictReader(open(tmp_path / "off" / "summary.csv"))
+    assert row["prewarms"] == "0"

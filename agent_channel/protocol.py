@@ -134,11 +134,15 @@ class PrewarmMessage:
     config: Config
     slice: SliceRef | None
     destroy: tuple[SliceRef, ...]
-    keep_alive_ms: int
+    keep_alive_ms: int | None
+    """None: the agent's idle TTL (``--idle-ttl-s``)."""
     reply_to: str = ""
     """The results stream of the scheduler that sent it (nothing is answered there; it names the sender)."""
     init_env: Mapping[str, Any] | None = None
     api_key: str | None = field(default=None, repr=False)
+    sent_ms: int | None = None
+    """When the scheduler sent it (its wall clock, ms since the epoch; None: not said). An agent that takes
+    it after its keep-alive has run out since then drops it: the worker would have been gone already."""
 
 
 @dataclass(frozen=True)
@@ -252,7 +256,11 @@ def to_dict(msg: Message) -> dict[str, Any]:
         out = {"type": "prewarm", "prewarm_id": msg.prewarm_id, "node": msg.node, "app": msg.app,
                "function": msg.function, "action": _action(msg.action), "config": msg.config.to_dict(),
                "slice": _slice(msg.slice), "destroy": [_slice(s) for s in msg.destroy],
-               "keep_alive_ms": msg.keep_alive_ms, "reply_to": msg.reply_to}
+               "reply_to": msg.reply_to}
+        if msg.keep_alive_ms is not None:
+            out["keep_alive_ms"] = msg.keep_alive_ms
+        if msg.sent_ms is not None:
+            out["sent_ms"] = msg.sent_ms
         if msg.init_env:
             out["init_env"] = dict(msg.init_env)
         if msg.api_key:
@@ -384,8 +392,9 @@ def _prewarm(d: dict) -> PrewarmMessage:
     return PrewarmMessage(_need(d, "prewarm_id", str, w), _need(d, "node", str, w), _need(d, "app", str, w),
                           _need(d, "function", str, w), _action_ref(d, w), _config(d.get("config"), w),
                           _opt_slice(d.get("slice"), w), _slices(d.get("destroy", []), w),
-                          _keep_alive(d, w, required=True), _need(d, "reply_to", str, w),
-                          _opt_env(d.get("init_env"), w + ".init_env"), _opt_str(d.get("api_key"), w + ".api_key"))
+                          _keep_alive(d, w, required=False), _need(d, "reply_to", str, w),
+                          _opt_env(d.get("init_env"), w + ".init_env"), _opt_str(d.get("api_key"), w + ".api_key"),
+                          _need(d, "sent_ms", int, w) if "sent_ms" in d else None)
 
 
 def _slices(xs: Any, where: str) -> tuple[SliceRef, ...]:

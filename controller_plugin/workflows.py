@@ -219,7 +219,7 @@ class Workflows:
         self.wake_at_ms = result.wake_at_ms
         self.last_waiting = result.waiting
         sends = [Send(d, self._message(d, now_ms)) for d in result.dispatches]
-        prewarms = [PrewarmSend(p, m) for p in result.prewarms if (m := self._prewarm_message(p)) is not None]
+        prewarms = [PrewarmSend(p, m) for p in result.prewarms if (m := self._prewarm_message(p, now_ms)) is not None]
         answers = []
         for o in result.outcomes:
             run = self.runs.get(o.request_id)
@@ -254,9 +254,11 @@ class Workflows:
                                         d.function in plan.app.sinks, int(ttl),
                                         keep_alive_ms(d.keep_alive_ms))
 
-    def _prewarm_message(self, p: Prewarm) -> protocol.PrewarmMessage | None:
+    def _prewarm_message(self, p: Prewarm, now_ms: int) -> protocol.PrewarmMessage | None:
         """The message for a pre-warm of a function of an app this scheduler has planned (None: an app it
-        has no plan for, so no action to name -- not expected, since the core plans only apps it was given)."""
+        has no plan for, so no action to name -- not expected, since the core plans only apps it was given).
+        It carries the policy's keep-alive (none: the agent's ``--idle-ttl-s``) and when it was sent, so an
+        agent that reads it after that keep-alive ran out drops it."""
         plan, caller = self._registered.get(p.app), self._callers.get(p.app)
         if plan is None or caller is None or p.function not in plan.functions:
             log.warning("pre-warm %s of %s/%s: no plan for that app here; not sent", p.prewarm_id, p.app, p.function)
@@ -266,8 +268,8 @@ class Workflows:
         action = protocol.ActionRef(meta.path, meta.name, meta.version, meta.kind, meta.timeout_ms, meta.memory_mb)
         entry = not plan.app.predecessors(p.function)
         return protocol.PrewarmMessage(p.prewarm_id, p.node, p.app, p.function, action, p.config, p.fit.slice,
-                                       p.fit.destroy, keep_alive_ms(p.keep_alive_ms) or 0, self.reply_to,
-                                       (init_env or None) if entry else None, api_key)
+                                       p.fit.destroy, keep_alive_ms(p.keep_alive_ms), self.reply_to,
+                                       (init_env or None) if entry else None, api_key, now_ms)
 
     # -- ending -------------------------------------------------------------------------------------
     def _fail(self, run: Run, message: str, now_ms: int) -> Answer:

@@ -81,8 +81,9 @@ class Prewarm:
     """Start a worker of ``app``/``function`` with ``config`` on ``fit.node`` before a batch needs it.
 
     No job runs: the worker starts (a MIG instance created where ``fit`` needs one, then the cold start)
-    and waits idle for at most ``keep_alive_ms`` for a batch, as a worker does after one. ``ready_by_ms``
-    is when the policy expects its first batch (None: not known).
+    and waits idle for at most ``keep_alive_ms`` for a batch, as a worker does after one (None: the
+    driver's default, as for a :class:`Dispatch` -- the emulator's ``keep_alive_ms``, the agent's
+    ``--idle-ttl-s``). ``ready_by_ms`` is when the policy expects its first batch (None: not known).
     """
 
     prewarm_id: str
@@ -90,7 +91,7 @@ class Prewarm:
     function: str
     config: Config
     fit: Fit
-    keep_alive_ms: float
+    keep_alive_ms: float | None
     ready_by_ms: float | None = None
 
     @property

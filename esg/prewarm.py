@@ -116,9 +116,8 @@ def idle_of_kind(snapshot: ClusterSnapshot, function: str, kind: str | None,
     return total
 
 
-def prewarm_of(want: WarmUp, fit: Fit, prewarm_id: str, default_keep_alive_ms: float) -> Prewarm:
-    keep = default_keep_alive_ms if want.keep_alive_ms is None else want.keep_alive_ms
-    return Prewarm(prewarm_id, want.app, want.function, want.config, fit, keep, want.ready_by_ms)
+def prewarm_of(want: WarmUp, fit: Fit, prewarm_id: str) -> Prewarm:
+    return Prewarm(prewarm_id, want.app, want.function, want.config, fit, want.keep_alive_ms, want.ready_by_ms)
 
 
 class Gaps:

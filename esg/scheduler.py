@@ -94,8 +94,7 @@ class Scheduler:
 
     def __init__(self, apps: Mapping[str, App], policy: Policy, batch_ids: Iterable[str] | None = None,
                  explorer: Explorer | None = None, keep_holds: bool = True, admission_control: bool = False,
-                 prewarm: bool = True, prewarm_ids: Iterable[str] | None = None,
-                 default_keep_alive_ms: float = 600_000.0):
+                 prewarm: bool = True, prewarm_ids: Iterable[str] | None = None):
         self.apps = dict(apps)
         self.admission_control = admission_control
         """Answer a request no plan can meet at once, with an error, instead of running it late
@@ -123,8 +122,6 @@ class Scheduler:
         self.prewarm = prewarm
         """Ask the policy for pre-warms and its keep-alive (False: no worker is started ahead of a batch,
         and every worker keeps the driver's default keep-alive)."""
-        self.default_keep_alive_ms = default_keep_alive_ms
-        """The driver's keep-alive: a pre-warm whose policy gives none waits idle this long."""
         self._prewarm_ids = iter(prewarm_ids) if prewarm_ids is not None else (f"w{i}" for i in itertools.count())
 
     # -- folding events in ------------------------------------------------------------------------
@@ -156,7 +153,7 @@ class Scheduler:
         for want in self.policy.prewarm(now_ms, snapshot, out.dispatches):
             fit = place_warmup(snapshot, want)
             if fit is not None:
-                p = prewarm_of(want, fit, next(self._prewarm_ids), self.default_keep_alive_ms)
+                p = prewarm_of(want, fit, next(self._prewarm_ids))
                 out.prewarms.append(p)
                 self.policy.on_prewarm(p, now_ms)
         wake = self.policy.prewarm_wake_ms()

@@ -160,7 +160,8 @@ class BatchRunner:
                 key = WorkerKey(action.fqn, action.revision, msg.config.gpu or "cpu", uuid)
                 spec = WorkerSpec(self.vcpus.host_ids(ids), uuid, msg.action.memory_mb, msg.config)
                 self.warm.note(key, msg.function, msg.config)
-                return self.node.pool.prewarm(key, spec, action, msg.keep_alive_ms / 1000,
+                return self.node.pool.prewarm(key, spec, action,
+                                              None if msg.keep_alive_ms is None else msg.keep_alive_ms / 1000,
                                               dict(msg.init_env) if msg.init_env else None, msg.action.timeout_ms)
             finally:
                 self.vcpus.release(ids)

@@ -416,10 +416,11 @@ class WorkerPool:
         """Worker starts that loaded the host between :meth:`mark` and now (a batch's own included)."""
         return self._starts.since(mark)
 
-    def prewarm(self, key: WorkerKey, spec: WorkerSpec, action: ActionCode, keep_alive_s: float,
+    def prewarm(self, key: WorkerKey, spec: WorkerSpec, action: ActionCode, keep_alive_s: float | None,
                 init_env: dict[str, Any] | None = None, time_limit_ms: int | None = None) -> PrewarmOutcome:
         """Start and ``/init`` a worker for ``key`` without running anything; it then waits idle for at
-        most ``keep_alive_s``. An idle worker of ``key`` already there is left as it is (``warm``)."""
+        most ``keep_alive_s`` (None: the pool's ``idle_ttl_s``). An idle worker of ``key`` already there is
+        left as it is (``warm``), kept at least that long."""
         with self._lock:
             slots = self._workers.get(key)
             now = self.clock()
@@ -427,7 +428,7 @@ class WorkerPool:
                                              if not e.busy and e.worker.alive() and self._expiry(e) > now]
             if idle:    # (a stale view: the scheduler places none beside an idle worker) it stays this long
                 e = max(idle, key=self._expiry)
-                if self._expiry(e) < now + keep_alive_s:
+                if self._expiry(e) < now + (self.idle_ttl_s if keep_alive_s is None else keep_alive_s):
                     e.last_used, e.ttl_s = now, keep_alive_s
                 return PrewarmOutcome(warm=True)
         if key.slice_uuid is not None and self.slice_exists is not None and not self.slice_exists(key.slice_uuid):

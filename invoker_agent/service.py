@@ -100,6 +100,19 @@ class PrewarmCounts:
     failed: int = 0
     repeated: int = 0
     """Delivered again, or taken before a restart: not started."""
+    expired: int = 0
+    """Taken after its keep-alive had run out since it was sent: not started (:func:`prewarm_expired`)."""
+
+
+def prewarm_expired(msg: PrewarmMessage, now_ms: int, idle_ttl_s: float) -> bool:
+    """Whether a pre-warm taken at ``now_ms`` (wall clock) comes too late: its keep-alive (none given:
+    the agent's idle TTL) has run out since it was sent, so the worker it asks for would already be gone
+    (e.g. read from the stream's backlog after the agent was down). A message that does not say when it
+    was sent is never too late."""
+    if msg.sent_ms is None:
+        return False
+    keep_ms = idle_ttl_s * 1000 if msg.keep_alive_ms is None else msg.keep_alive_ms
+    return now_ms - msg.sent_ms > keep_ms
 
 
 class AgentService:
@@ -150,8 +163,8 @@ class AgentService:
             self._beat(draining=True)
             self.node.close()
             p = self.prewarms
-            log.info("agent %s: stopped (pre-warms: %d started, %d already warm, %d failed, %d repeated)",
-                     self.settings.node, p.started, p.warm, p.failed, p.repeated)
+            log.info("agent %s: stopped (pre-warms: %d started, %d already warm, %d failed, %d repeated, "
+                     "%d expired)", self.settings.node, p.started, p.warm, p.failed, p.repeated, p.expired)
         return 0
 
     def _pending(self) -> list[Entry]:
@@ -225,6 +238,12 @@ class AgentService:
             self.heartbeats.batches.answered(msg.prewarm_id)
             self._count("repeated")
             return
+        if prewarm_expired(msg, int(time.time() * 1000), self.node.pool.idle_ttl_s):
+            log.info("pre-warm %s of %s taken %d ms after it was sent, past its keep-alive: dropped",
+                     msg.prewarm_id, msg.function, int(time.time() * 1000) - (msg.sent_ms or 0))
+            self.heartbeats.batches.answered(msg.prewarm_id)
+            self._count("expired")
+            return
         self.heartbeats.batches.taken(msg.prewarm_id)
         try:
             out = self.runner.prewarm(msg)
@@ -239,8 +258,10 @@ class AgentService:
             log.info("pre-warm %s of %s (%s): already warm, nothing to do", msg.prewarm_id, msg.function, where)
         else:
             self._count("started")
-            log.info("pre-warm %s of %s (%s): worker ready in %.0f ms, idle for at most %d ms", msg.prewarm_id,
-                     msg.function, where, out.init_ms or 0.0, msg.keep_alive_ms)
+            keep = (f"{msg.keep_alive_ms} ms" if msg.keep_alive_ms is not None
+                    else f"the idle TTL ({self.node.pool.idle_ttl_s:g} s)")
+            log.info("pre-warm %s of %s (%s): worker ready in %.0f ms, idle for at most %s", msg.prewarm_id,
+                     msg.function, where, out.init_ms or 0.0, keep)
 
     def _count(self, outcome: str) -> None:
         with self._count_lock:

@@ -130,7 +130,7 @@ def _prewarm_with(**change) -> str:
     ({"config": None}, "config"), ({"config": {"batch": 0, "vcpus": 1}}, "config"),
     ({"slice": "1g.5gb"}, "slice"), ({"slice": {"profile": "1g.5gb", "start": "6"}}, "start"),
     ({"destroy": {"profile": "1g.5gb", "start": 6}}, "destroy"), ({"destroy": [None]}, "destroy"),
-    ({"keep_alive_ms": KeyError}, "keep_alive_ms"), ({"keep_alive_ms": -1}, "keep_alive_ms"),
+    ({"keep_alive_ms": -1}, "keep_alive_ms"), ({"sent_ms": "now"}, "sent_ms"), ({"sent_ms": 1.5}, "sent_ms"),
     ({"keep_alive_ms": 1.5}, "keep_alive_ms"), ({"keep_alive_ms": True}, "keep_alive_ms"),
     ({"reply_to": KeyError}, "reply_to"), ({"init_env": "MODEL=r"}, "init_env"), ({"api_key": 5}, "api_key"),
 ])
@@ -171,3 +171,11 @@ def test_inputs_compose_as_the_data_flow_rule_says():
 def test_malformed_messages_are_named(raw, needle):
     with pytest.raises(ProtocolError, match=needle):
         decode(raw)
+
+
+def test_a_prewarm_may_leave_its_keep_alive_to_the_agent_and_say_when_it_was_sent():
+    bare = PrewarmMessage("p1", "n0", "app", "f", ActionRef("guest", "f"), Config(1, 1, None), None, (), None,
+                          sent_ms=1_700_000_000_000)
+    assert b"keep_alive_ms" not in encode(bare) and decode(encode(bare)) == bare
+    old = PrewarmMessage("p1", "n0", "app", "f", ActionRef("guest", "f"), Config(1, 1, None), None, (), 0)
+    assert decode(encode(old)).sent_ms is None and b"sent_ms" not in encode(old)

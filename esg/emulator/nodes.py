@@ -160,10 +160,11 @@ class NodeModel:
         self._state = None
         return StartCost(changed * reconfig_ms, changed, True)
 
-    def warmed(self, p: Prewarm, now_ms: float) -> None:
-        """A pre-warmed worker finished starting: its resources are given back and it waits idle for its
-        keep-alive, as a worker does after a batch (its start-up is paid as a batch's is)."""
-        self._idle(p.function, p.config, p.fit.slice, now_ms, p.keep_alive_ms)
+    def warmed(self, p: Prewarm, now_ms: float, keep_alive_ms: float) -> None:
+        """A pre-warmed worker finished starting: its resources are given back and it waits idle for
+        ``keep_alive_ms`` (its own, else the driver's), as a worker does after a batch (its start-up is
+        paid as a batch's is)."""
+        self._idle(p.function, p.config, p.fit.slice, now_ms, keep_alive_ms)
 
     def _idle(self, function: str, config: Config, ref: SliceRef | None, now_ms: float, keep_alive_ms: float) -> None:
         self.vcpus_free += config.vcpus

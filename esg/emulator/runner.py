@@ -69,8 +69,7 @@ class Emulation:
         """Online profiles (``esg emulate --profiles-online``): the scheduler learns its tables."""
         self._runs: dict[str, tuple[float, bool, float]] = {}
         self.scheduler = Scheduler(apps, policy, explorer=online.explorer if online is not None else None,
-                                   admission_control=admission_control, prewarm=params.prewarm,
-                                   default_keep_alive_ms=params.keep_alive_ms)
+                                   admission_control=admission_control, prewarm=params.prewarm)
         self.nodes = {n: NodeModel(n, cluster.vcpus, cluster.gpu_model) for n in cluster.node_names()}
         self._snapshot = ClusterSnapshot({n: m.snapshot(0.0) for n, m in self.nodes.items()}, tracks_workers=True)
         self._changed: set[str] = set()
@@ -215,7 +214,7 @@ class Emulation:
         m.cost_cold += rate * cold_ms
 
     def _warmed(self, p: Prewarm, now: float) -> None:
-        self.nodes[p.node].warmed(p, now)
+        self.nodes[p.node].warmed(p, now, p.keep_alive_ms if p.keep_alive_ms is not None else self.params.keep_alive_ms)
         self._changed.add(p.node)
 
     def _charge_idle(self, start_ms: float, end_ms: float, now: float) -> None:

@@ -151,6 +151,25 @@ def test_a_prewarmed_worker_serves_the_next_batch_warm_and_a_second_prewarm_is_a
     assert out.ok and out.init_ms is None and pool.cold_starts == 1
 
 
+def test_a_prewarm_with_no_keep_alive_keeps_its_worker_the_pools_idle_ttl():
+    now = [0.0]
+    p = WorkerPool(idle_ttl_s=30, clock=lambda: now[0])
+    try:
+        a = action(ECHO)
+        k = key(a)
+        assert p.prewarm(k, WorkerSpec(CPU), a, keep_alive_s=5).started
+        now[0] = 4.0
+        assert p.prewarm(k, WorkerSpec(CPU), a, keep_alive_s=None).warm, "the idle one, kept the idle TTL from now"
+        now[0] = 33.0
+        p.evict_idle()
+        assert p.idle_counts() == {k: 1}
+        now[0] = 35.0
+        p.evict_idle()
+        assert p.warm_count() == 0
+    finally:
+        p.shutdown()
+
+
 def test_a_prewarm_that_cannot_start_says_why_and_leaves_no_worker(pool):
     bad = action("import not_a_module_anywhere\n\ndef main(a):\n    return a\n", name="bad")
     got = pool.prewarm(key(bad), WorkerSpec(CPU), bad, keep_alive_s=60)

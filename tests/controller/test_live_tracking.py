@@ -137,3 +137,22 @@ def test_a_step_is_due_at_the_time_the_last_one_asked_to_be_woken_at_with_no_job
     assert not w.busy(1000)
     w.wake_at_ms = 2000.0            # e.g. a policy's next pre-warming window
     assert not w.busy(1999) and w.busy(2000) and not w.busy()
+
+
+def test_a_prewarm_with_no_keep_alive_of_its_policy_leaves_it_to_the_agent_and_says_when_it_was_sent():
+    """No policy keep-alive: the message carries none (the agent's --idle-ttl-s applies, not 10 minutes
+    of the controller's), and the time it was sent (an agent reading it too late drops it)."""
+    from types import SimpleNamespace
+
+    from controller_plugin.workflows import Workflows
+    from esg.cluster import Fit
+    from esg.events import Prewarm
+    w = Workflows(scheduler(), "esg:0:results", Metrics(), 5.0)
+    meta = SimpleNamespace(path="guest", name="f", version="0.0.1", kind="python:3", timeout_ms=60000, memory_mb=256)
+    app = App("one", 1000.0, ("f",), ())
+    w._registered["one"] = SimpleNamespace(app=app, functions={"f": SimpleNamespace(action=meta)})
+    w._callers["one"] = ("u:k", None)
+    m = w._prewarm_message(Prewarm("inc-p0", "one", "f", Config(1, 1, None), Fit("n0"), None), 5_000)
+    assert m is not None and m.keep_alive_ms is None and m.sent_ms == 5_000
+    kept = w._prewarm_message(Prewarm("inc-p1", "one", "f", Config(1, 1, None), Fit("n0"), 1500.2), 5_000)
+    assert kept is not None and kept.keep_alive_ms == 1501

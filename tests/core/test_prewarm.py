@@ -159,7 +159,7 @@ def test_orion_prewarms_the_downstream_stage_in_its_planned_configuration():
     out = s.step(0.0, snap, [Arrival(Request("r0", "chain", 0.0))])
     (p,) = out.prewarms
     plan = s.policy._fixed["r0"]
-    assert p.function == "b" and p.config == plan["b"] and p.keep_alive_ms == s.default_keep_alive_ms
+    assert p.function == "b" and p.config == plan["b"] and p.keep_alive_ms is None, "the driver's default"
     # an idle worker of that kind anywhere is Orion's spare: no pre-warm then
     s2 = scheduler("orion")
     ref = SliceRef(plan["b"].gpu, 6 if plan["b"].gpu == "1g.5gb" else 4)

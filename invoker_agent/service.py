@@ -120,7 +120,7 @@ class AgentService:
         self._draining = False
         self._resumed: deque[Entry] = deque()
         self._intake = Intake(lambda count, block_ms: channel.take(count, block_ms, cohort=True), self._stop,
-                              READ_BLOCK_MS)
+                              READ_BLOCK_MS, settings.max_batches)
         self._hb_thread = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
 
     # --- control ---------------------------------------------------------------------------------
@@ -218,7 +218,8 @@ class AgentService:
         if msg.node != self.settings.node:
             log.warning("batch %s is addressed to node %r but arrived on %s; running it here",
                         msg.batch_id, msg.node, entry.stream)
-        result, writes = self.runner.run(msg)
+        with self._intake.running():
+            result, writes = self.runner.run(msg)
         codes = [r.status_code for r in result.results]
         log.info("batch %s answered: codes %s%s", result.batch_id, codes,
                  f" ({result.error})" if result.error else "")
@@ -234,7 +235,8 @@ class AgentService:
             return
         self.heartbeats.batches.taken(msg.prewarm_id)
         try:
-            out = self.runner.prewarm(msg)
+            with self._intake.running():
+                out = self.runner.prewarm(msg)
         finally:
             self.heartbeats.batches.answered(msg.prewarm_id)
         where = f"{msg.config.label()}" + (f" on MIG {msg.slice.profile}@{msg.slice.start}" if msg.slice else "")

@@ -148,3 +148,24 @@ def test_a_scheduler_turn_reaches_a_blocked_agent_in_one_read_in_order(redis_url
     n1 = client.xrange(keys.dispatch("n1"))
     assert [(eid.decode(), json.loads(f[b"m"])["batch_id"]) for eid, f in n1] == [(ids[1], "b1")]
     client.delete(keys.dispatch("n0"), keys.dispatch("n1"))
+
+
+def test_a_read_asks_for_every_thread_not_running_a_batch_answering_ones_included():
+    """Threads answering their batches will be back within milliseconds: the read asks for them too
+    (else the first back reads for itself alone and splits the next cohort), never for running ones."""
+    stop = threading.Event()
+    asked: list[int] = []
+
+    def read(count: int, block_ms: int) -> list[Entry]:
+        asked.append(count)
+        return _entries(count, start=10 * len(asked))
+
+    intake = Intake(read, stop, 10, threads=4)
+    with intake.running():
+        first = intake.next()           # three threads are not running a batch: this one and two answering
+        assert asked == [3]
+        assert [intake.next().id, intake.next().id] == ["11-0", "12-0"]     # handed out, no new read
+        assert first.id == "10-0" and asked == [3]
+        with intake.running(), intake.running():
+            intake.next()               # every other thread runs a batch: one, for itself
+    assert asked == [3, 1]

@@ -177,6 +177,9 @@ class BatchResult:
     """Whether the batch started a new worker (None: not said)."""
     reconfigured: int = 0
     """MIG instances the agent created or destroyed for this batch (its slice was carved here)."""
+    overlapped_start: bool = False
+    """A warm batch during which another worker started on the node (a process or container coming
+    up): its ``run_ms`` carries that start-up's load on the host, so no profile learns from it."""
 
     @property
     def succeeded(self) -> bool:
@@ -259,7 +262,7 @@ def to_dict(msg: Message) -> dict[str, Any]:
         return {"type": "result", "batch_id": msg.batch_id, "node": msg.node, "error": msg.error,
                 "function": msg.function, "config": None if msg.config is None else msg.config.to_dict(),
                 "run_ms": msg.run_ms, "cold": msg.cold, "reconfigured": msg.reconfigured,
-                "results": [_run_result(r) for r in msg.results]}
+                "overlapped_start": msg.overlapped_start, "results": [_run_result(r) for r in msg.results]}
     return {"type": "heartbeat", "node": msg.node, "vcpus_total": msg.vcpus_total,
             "vcpus_free": msg.vcpus_free, "memory_mb": msg.memory_mb, "gpu_model": msg.gpu_model,
             "slices": [{**_slice(s.ref), "busy": s.busy, "uuid": s.uuid} for s in msg.slices],
@@ -463,11 +466,14 @@ def _result(d: dict) -> BatchResult:
     reconfigured = d.get("reconfigured", 0)
     if cold is not None and not isinstance(cold, bool):
         raise ProtocolError(f"{w}: field 'cold' has the wrong type")
+    overlapped = d.get("overlapped_start", False)   # absent from an older agent's results
+    if not isinstance(overlapped, bool):
+        raise ProtocolError(f"{w}: field 'overlapped_start' has the wrong type")
     if isinstance(reconfigured, bool) or not isinstance(reconfigured, int) or reconfigured < 0:
         raise ProtocolError(f"{w}: field 'reconfigured' must be a non-negative integer")
     return BatchResult(_need(d, "batch_id", str, w), _need(d, "node", str, w), tuple(results), d.get("error"),
                          str(d.get("function") or ""), None if config is None else _config(config, w),
-                         None if run_ms is None else float(run_ms), cold, reconfigured)
+                         None if run_ms is None else float(run_ms), cold, reconfigured, overlapped)
 
 
 def _heartbeat(d: dict) -> Heartbeat:

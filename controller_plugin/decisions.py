@@ -9,7 +9,8 @@ answered --, ``slo_ms, ok``), and one per answered batch (``type: "batch"``):
 destroy (instances), destroyed (their labels), warm (the plan took an idle warm worker), jobs (activation
 ids), enqueued_ms (the step that queued its last job), decided_ms (the step that placed it: the same when
 it waited for nothing), sent_ms, done_ms (epoch ms: dispatched, result read), run_ms (the agent's
-measured run), cold (the agent started a worker), reconfigured (MIG instances the agent changed), status
+measured run), cold (the agent started a worker), overlapped_start (another worker started on the node
+while it ran: its run time is not learned from), reconfigured (MIG instances the agent changed), status
 (0 when every activation succeeded), keep_alive_ms (the policy's keep-alive for its worker; null: the
 agents' own)``.
 
@@ -89,7 +90,8 @@ class DecisionLog:
             "destroyed": [f"{r.profile}@{r.start}" for r in d.fit.destroy], "warm": d.fit.warm_worker is not None,
             "jobs": [j.request_id for j in d.jobs], "enqueued_ms": max((j.enqueued_ms for j in d.jobs), default=None),
             "decided_ms": decided, "sent_ms": sent,
-            "done_ms": now_ms, "cold": rm.cold, "reconfigured": rm.reconfigured, "run_ms": rm.run_ms,
+            "done_ms": now_ms, "cold": rm.cold, "overlapped_start": rm.overlapped_start,
+            "reconfigured": rm.reconfigured, "run_ms": rm.run_ms,
             "status": max((r.status_code for r in rm.results), default=3 if rm.error else 0),
             "keep_alive_ms": d.keep_alive_ms}
         self._staged.append(json.dumps(entry, separators=(",", ":")).encode())

@@ -139,7 +139,8 @@ class Workflows:
         """Fold in a batch's result; the activations it ends (a function failed: the app fails)."""
         by_id = {r.activation_id: r for r in rm.results}
         if self.scheduler.explorer is not None:
-            warm = rm.succeeded and rm.run_ms is not None and all(r.init_ms is None for r in rm.results)
+            warm = (rm.succeeded and rm.run_ms is not None and not rm.overlapped_start
+                    and all(r.init_ms is None for r in rm.results))
             self.scheduler.explorer.observed(d.function, d.config, warm)
         out = []
         for job in d.jobs:
@@ -170,8 +171,9 @@ class Workflows:
 
     def observation(self, d: Dispatch, rm: protocol.BatchResult) -> tuple[Observation, float | None] | None:
         """What the batch teaches its function's table (a successful batch with a measured run time), and
-        the configuration's latency in the table the scheduler used. Call before :meth:`record`."""
-        if rm.run_ms is None or not rm.succeeded:
+        the configuration's latency in the table the scheduler used. Call before :meth:`record`. A warm
+        batch that another worker's start overlapped teaches nothing: its run time carries that start."""
+        if rm.run_ms is None or not rm.succeeded or rm.overlapped_start:
             return None
         run = next((self.runs[j.request_id] for j in d.jobs if j.request_id in self.runs), None)
         if run is None or run.plan.plain:

@@ -404,7 +404,7 @@ class ControllerDriver:
     def wait(self, aid: str, timeout: float = 30.0) -> dict[str, Any]:
         """The record of ``aid`` once answered: from the ack, else (shrunk, or a completion alone) polled
         from the activation store."""
-        log = self.acks[aid]
+        log = self._ack_log(aid)
         if not log.done.wait(timeout):
             raise DriverError(f"activation {aid}: no answer within {timeout:.0f} s")
         if log.forced and not log.completions:
@@ -446,10 +446,16 @@ class ControllerDriver:
         deadline = time.monotonic() + timeout
         missing = list(ids)
         while missing and time.monotonic() < deadline:
-            missing = [a for a in missing if not self.acks[a].completions]
+            missing = [a for a in missing if not self._ack_log(a).completions]
             if missing:
                 time.sleep(0.05)
         return missing
+
+    def _ack_log(self, aid: str) -> AckLog:
+        """``aid``'s log, made under the lock: the consumer thread may be making it for its first ack at
+        the same moment, and two logs would leave the waiter on the one whose ``done`` is never set."""
+        with self._lock:
+            return self.acks[aid]
 
     def duplicates(self) -> dict[str, int]:
         """Activation ids answered more than once (completion count > 1)."""

@@ -5,7 +5,8 @@ codes, so the scheduler can answer each activation. An action that cannot be fou
 error (2); a slice that cannot exist, too many vCPUs, an unreachable OpenWhisk, an input no longer in
 the data store or an agent fault is a whisk error (3). Each result carries its start and end (epoch
 ms), the cold start it paid (``init_ms``) and the lines the action printed; the message carries the
-batch's function, configuration and measured run time. Outputs go through
+batch's function, configuration and measured run time, and whether another worker's start loaded the
+host while it ran (such a run time is not learned from). Outputs go through
 :class:`~invoker_agent.data.DataPlane`: inline for an app's sink, otherwise stored and referenced.
 
 :meth:`BatchRunner.prewarm` does a batch's first half for a :class:`~agent_channel.protocol.PrewarmMessage`
@@ -54,8 +55,7 @@ class BatchRunner:
         try:
             result, raws = self._run(msg)
             results, writes = self.data.outputs(msg, result.results, raws)
-            return BatchResult(result.batch_id, result.node, tuple(results), result.error, msg.function,
-                                 msg.config, result.run_ms, result.cold, result.reconfigured), writes
+            return replace(result, results=tuple(results), function=msg.function, config=msg.config), writes
         except Exception as e:  # noqa: BLE001 - an agent bug answers the batch, never kills the agent
             log.exception("batch %s failed inside the agent", msg.batch_id)
             return failed(msg, self.node.name, STATUS_WHISK_ERROR, f"agent error: {type(e).__name__}: {e}"), []
@@ -70,8 +70,7 @@ class BatchRunner:
             ran, raws = self._run_values(msg, runnable) if runnable else (BatchResult(msg.batch_id, name, ()), {})
             now = int(time.time() * 1000)
             lost = tuple(RunResult(a, STATUS_WHISK_ERROR, {"error": why}, now, now) for a, why in missing.items())
-            return BatchResult(msg.batch_id, name, ran.results + lost, ran.error, run_ms=ran.run_ms, cold=ran.cold,
-                                 reconfigured=ran.reconfigured), raws
+            return replace(ran, results=ran.results + lost), raws
         return self._run_values(msg, list(zip(msg.requests, values)))
 
     def _run_values(self, msg: DispatchMessage, runnable: list) -> tuple[BatchResult, dict[str, bytes]]:
@@ -113,18 +112,20 @@ class BatchRunner:
                                 init_env=dict(r.init_env) if r.init_env else None) for r, v in runnable]
                 log.info("batch %s: %s x%d on vCPUs %s%s", msg.batch_id, action.fqn, len(reqs), list(ids),
                          f", MIG {uuid}" if uuid else "")
-                t0 = time.perf_counter()
+                t0, starts = time.perf_counter(), self.node.pool.mark()
                 keep_alive = None if msg.keep_alive_ms is None else msg.keep_alive_ms / 1000
                 out = self.node.run_batch(key, spec, action, reqs, msg.action.timeout_ms, keep_alive)
                 elapsed_ms = (time.perf_counter() - t0) * 1000
+                overlapped = self.node.pool.starts_since(starts) > 0
             finally:
                 self.vcpus.release(ids)
         finally:
             self.slices.release(uuid)
         init_ms = max((r.init_ms or 0.0 for r in out), default=0.0)
+        cold = any(r.init_ms is not None for r in out)
         return (BatchResult(msg.batch_id, name, tuple(_result(r) for r in out),
-                              run_ms=round(max(0.0, elapsed_ms - init_ms), 3),
-                              cold=any(r.init_ms is not None for r in out), reconfigured=changes),
+                              run_ms=round(max(0.0, elapsed_ms - init_ms), 3), cold=cold, reconfigured=changes,
+                              overlapped_start=overlapped and not cold),
                 {r.activation_id: r.raw for r in out if r.raw is not None})
 
 

@@ -252,6 +252,41 @@ class _Slots:
     entries: list[_Entry] = field(default_factory=list)
 
 
+class StartLog:
+    """Worker starts that load the host (a process or container coming up: an interpreter starting,
+    imports, a model loaded), counted so that a batch can tell whether one overlapped its run. Such a
+    batch's run time measures the start-up's load as much as its configuration, and is not learned from
+    (:meth:`WorkerPool.mark`, :meth:`WorkerPool.starts_since`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.begun = 0
+        self.running = 0
+
+    @contextmanager
+    def starting(self, loads_host: bool) -> Iterator[None]:
+        if not loads_host:
+            yield
+            return
+        with self._lock:
+            self.begun += 1
+            self.running += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.running -= 1
+
+    def mark(self) -> tuple[int, int]:
+        with self._lock:
+            return self.begun, self.running
+
+    def since(self, mark: tuple[int, int]) -> int:
+        """Starts that overlapped the span from ``mark`` to now: those running at the mark and those begun since."""
+        with self._lock:
+            return self.begun - mark[0] + mark[1]
+
+
 class WorkerPool:
     """Warm workers by :class:`WorkerKey`; runs batches and tracks which MIG slices are busy."""
 
@@ -266,6 +301,7 @@ class WorkerPool:
         self._workers: dict[WorkerKey, _Slots] = {}
         self._busy: Counter[str] = Counter()
         self.cold_starts = 0
+        self._starts = StartLog()
 
     # --- what the reconciler and heartbeats ask ---------------------------------------------------
     def busy_slices(self) -> set[str]:
@@ -372,6 +408,14 @@ class WorkerPool:
         with self._slice_busy(key):
             return self._run(key, spec, action, list(requests), limit_ms, keep_alive_s)
 
+    def mark(self) -> tuple[int, int]:
+        """Where the pool's worker starts stand now, for :meth:`starts_since`."""
+        return self._starts.mark()
+
+    def starts_since(self, mark: tuple[int, int]) -> int:
+        """Worker starts that loaded the host between :meth:`mark` and now (a batch's own included)."""
+        return self._starts.since(mark)
+
     def prewarm(self, key: WorkerKey, spec: WorkerSpec, action: ActionCode, keep_alive_s: float,
                 init_env: dict[str, Any] | None = None, time_limit_ms: int | None = None) -> PrewarmOutcome:
         """Start and ``/init`` a worker for ``key`` without running anything; it then waits idle for at
@@ -454,7 +498,8 @@ class WorkerPool:
         worker = None
         try:
             worker = self.factory(spec, action)
-            worker.start()
+            with self._starts.starting(getattr(worker, "start_loads_host", True)):
+                worker.start()
         except WorkerStartError as e:
             _discard(worker)
             return None, None, (STATUS_WHISK_ERROR, {"error": f"could not start a worker: {e}"}, False)

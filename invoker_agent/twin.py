@@ -85,6 +85,8 @@ class TwinWorker:
     """A worker that waits instead of running (see the module docstring)."""
 
     batch_capable = True
+    start_loads_host = False
+    """Its start is a wait: a batch running beside it is measured as in the emulator."""
 
     def __init__(self, spec: WorkerSpec, action: ActionCode, profiles: TwinProfiles, clock: TwinClock,
                  profile_of_slice: Callable[[str], str | None], sleep: Callable[[float], None] = time.sleep) -> None:

@@ -67,6 +67,13 @@ def test_heartbeats_carry_idle_workers_and_batches_and_results_say_how_they_star
     assert h.node_state().idle_workers == {("f", ref): 3, ("g", None): 1}
     r = BatchResult("b1", "n0", (), None, "f", Config(1, 2, "3g.20gb"), 3.0, cold=True, reconfigured=2)
     assert decode(encode(r)) == r
+    overlapped = BatchResult("b1", "n0", (), None, "f", Config(1, 2, None), 3.0, cold=False, overlapped_start=True)
+    assert decode(encode(overlapped)) == overlapped
+    # an older agent's result has no such field: nothing overlapped it, as far as anyone can tell
+    older = encode(overlapped).replace(b',"overlapped_start":true', b"")
+    assert older != encode(overlapped) and decode(older) == replace(overlapped, overlapped_start=False)
+    with pytest.raises(ProtocolError, match="overlapped_start"):
+        decode(encode(overlapped).replace(b'"overlapped_start":true', b'"overlapped_start":"yes"'))
 
 
 def test_planning_on_a_heartbeat_marks_the_schedulers_copy_of_its_slices_not_the_message():

@@ -10,7 +10,7 @@ import pytest
 from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
 from invoker_agent.reconcile import Reconciler
-from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
+from invoker_agent.runner import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -303,3 +303,33 @@ def test_init_arguments_are_the_new_workers_environment_and_ow_values_win(pool):
     assert out[0].result == {"model": "resnet", "cfg": '{"k": 1}', "ns": "guest"}
     again = pool.run(key(a), WorkerSpec(CPU), a, [RunRequest("act-1", "tx", {}, init_env={"MODEL": "other"})])
     assert again[0].result["model"] == "resnet"          # a warm worker keeps its environment, as in OpenWhisk
+
+
+def test_a_batch_knows_whether_another_workers_start_overlapped_it(pool):
+    """A warm batch alone on the node saw no worker start; one during which another action's worker came
+    up did (its run time carries that start); a twin worker's start, a mere wait, is not counted."""
+    import threading
+
+    a, b = action(ECHO), action(ECHO, name="other")
+    pool.run(key(a), WorkerSpec(CPU), a, reqs({"x": 1}))             # a is warm from now on
+    mark = pool.mark()
+    pool.run(key(a), WorkerSpec(CPU), a, reqs({"sleep": 0.05}))
+    assert pool.starts_since(mark) == 0
+    mark = pool.mark()
+    warm = threading.Thread(target=pool.run, args=(key(a), WorkerSpec(CPU), a, reqs({"sleep": 1.0})))
+    warm.start()
+    pool.run(key(b), WorkerSpec(CPU), b, reqs({"x": 2}))              # b's first worker starts meanwhile
+    warm.join()
+    assert pool.starts_since(mark) == 1
+
+    class Waiting(ProcessWorker):
+        """A worker whose start says it loads nothing (as a twin's, which only waits)."""
+        start_loads_host = False
+
+    quiet = WorkerPool(factory=Waiting, idle_ttl_s=60)
+    try:
+        mark = quiet.mark()
+        out = quiet.run(key(a), WorkerSpec(CPU), a, reqs({"x": 1}))
+        assert out[0].init_ms is not None and quiet.starts_since(mark) == 0
+    finally:
+        quiet.shutdown()

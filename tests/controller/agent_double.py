@@ -30,7 +30,8 @@ class AgentDouble:
     def __init__(self, redis_url: str, node: str, prefix: str = "", vcpus: int = 8, memory_mb: int = 2048,
                  handlers: dict[str, Handler] | None = None, heartbeat_s: float = 0.2,
                  gpu_model: str | None = None, run_delay_s: float = 0.0, local_data: bool = True,
-                 run_ms: Callable[[protocol.DispatchMessage], float] | None = None) -> None:
+                 run_ms: Callable[[protocol.DispatchMessage], float] | None = None,
+                 overlapped: Callable[[protocol.DispatchMessage], bool] | None = None) -> None:
         self.node = node
         self.vcpus = vcpus
         self.memory_mb = memory_mb
@@ -40,6 +41,8 @@ class AgentDouble:
         self.run_delay_s = run_delay_s
         self.run_ms = run_ms
         """The run time each batch reports (default 0): a model of how long its configuration takes."""
+        self.overlapped = overlapped
+        """Whether a batch reports that another worker's start overlapped it (default never)."""
         self.batches: list[protocol.DispatchMessage] = []
         self.prewarms: list[protocol.PrewarmMessage] = []
         """Pre-warms received (retired at once and otherwise ignored: the double has no workers)."""
@@ -109,7 +112,8 @@ class AgentDouble:
                                               logs=(f"ran {msg.function}",), timeout=timed_out))
         results, writes = self.data.outputs(msg, results)
         return protocol.BatchResult(msg.batch_id, self.node, tuple(results), None, msg.function, msg.config,
-                                    self.run_ms(msg) if self.run_ms is not None else 0.0), writes
+                                    self.run_ms(msg) if self.run_ms is not None else 0.0,
+                                    overlapped_start=self.overlapped is not None and self.overlapped(msg)), writes
 
     def close(self) -> None:
         self._stop.set()

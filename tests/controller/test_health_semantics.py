@@ -161,3 +161,34 @@ def test_activations_failed_before_the_controllers_deadline_leave_the_invoker_he
     assert driver.wait_acked(ids, timeout=15) == []
     assert [driver.acks[a].is_system_error for a in ids] == [False] * 5   # five system errors: Unhealthy
     assert driver.states() == {0: "healthy"}
+
+
+def test_an_ack_that_arrives_while_its_waiter_first_asks_is_not_missed(bare_driver, monkeypatch):
+    """The waiter and the consumer thread both make an activation's ack log on first sight; made at the
+    same moment, each would have its own, and the waiter would never see the ack. A slow log makes
+    that moment wide: the waiter still gets its answer."""
+    import threading
+
+    from controller_plugin import acks
+    from esg_cli import controller_driver
+
+    made = []
+
+    class SlowLog(controller_driver.AckLog):
+        def __init__(self) -> None:
+            made.append(self)
+            if len(made) == 1:      # the waiter's: slow enough for the consumer thread to come meanwhile
+                time.sleep(0.3)
+            super().__init__()
+
+    monkeypatch.setattr(bare_driver, "acks", controller_driver.defaultdict(SlowLog))
+    msg = wire.parse_activation(wire.encode(bare_driver.message("guest/f", {"i": 1}, blocking=False)))
+    ack = acks.health_ack(msg, wire.InvokerInstance(0, 1024))   # a plain completion: msg's own transid
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(bare_driver.wait_acked([msg.activation_id], timeout=3)))
+    waiter.start()
+    time.sleep(0.05)                                            # the waiter is making its log now
+    bare_driver._on_ack(ack)
+    waiter.join()
+    assert got == [[]]
+    assert bare_driver.acks[msg.activation_id].completions == 1

@@ -53,6 +53,41 @@ def test_new_function_table_fills_in_with_every_grid_configuration(service_facto
     assert table.extra["source"] == "online" and set(table.configs) >= want
 
 
+def test_a_batch_another_workers_start_overlapped_is_not_learned_from(service_factory, agent_factory, driver,
+                                                                      standin, redis_client, prefix):
+    """The first two batches of every configuration report a worker start beside them and a run time ten
+    times the configuration's: the learned table holds the clean run times only, and each configuration
+    still gets its warm batches (it is explored again)."""
+    put(standin, "newfn", {"esg-slo-ms": 5000, "esg-gpu": False}, limits={"timeout": 2000})
+    service_factory(explore_fraction=1.0)
+    seen: dict[str, int] = {}
+    verdict: dict[str, bool] = {}
+
+    def overlapped(msg) -> bool:
+        if msg.batch_id not in verdict:
+            label = msg.config.label()
+            seen[label] = seen.get(label, 0) + 1
+            verdict[msg.batch_id] = seen[label] <= 2
+        return verdict[msg.batch_id]
+
+    agent_factory("node-a", vcpus=16, handlers={"guest/newfn": lambda v: v},
+                  run_ms=lambda m: model_ms(m) * (10 if overlapped(m) else 1), overlapped=overlapped)
+    driver.wait_healthy(1, timeout=10)
+    store = OnlineStore(redis_client, prefix)
+    want = set(grid(FunctionSpec(gpu=False), "A100-40GB"))
+    for _ in range(80):
+        assert all(r["response"]["statusCode"] == 0 for r in burst(driver, "guest/newfn", 8))
+        stats = store.stats("newfn")
+        if all(c in stats and stats[c].samples >= MIN_SAMPLES for c in want):
+            break
+    stats = store.stats("newfn")
+    missing = [c.label() for c in want if c not in stats or stats[c].samples < MIN_SAMPLES]
+    assert not missing, f"never measured: {missing}"
+    for c in want:
+        assert seen[c.label()] > 2, c.label()
+        assert stats[c].median() == pytest.approx(40.0 * c.batch / c.vcpus + 2.0, rel=0.02), c.label()
+
+
 def test_drift_moves_the_table_and_the_plan(service_factory, agent_factory, driver, standin, redis_client, prefix):
     put(standin, "echo-fn", {"esg-slo-ms": 2000, "esg-gpu": False, "esg-max-batch": 1})
     svc = service_factory(explore_fraction=0.0)

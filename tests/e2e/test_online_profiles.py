@@ -34,13 +34,39 @@ GRID = ["--batch", "1,2,4,8", "--vcpus", "1,2,4", "--gpu", "none"]
 SPEC = FunctionSpec(max_batch=8, gpu=False)
 
 
-def _explain(procs: dict, logs) -> str:
-    """Whether each process still runs, and the end of its log: what a stuck activation needs to be read."""
-    parts = []
+def _explain(procs: dict, logs, rclient, ids: list[str]) -> str:
+    """Whether each process still runs, the end of its log, what ``esg status`` shows and which of the
+    round's activations the scheduler answered: what a stuck activation needs to be read."""
+    import time
+
+    from agent_channel.keys import Keys
+    from controller_plugin.decisions import decisions_key, read_decisions
+    from esg_cli.status import gather, render
+    keys = Keys("", "0")
+    decided = read_decisions(rclient, decisions_key(keys.scope))
+    answered = {d["id"]: d["ok"] for d in decided if d.get("type") == "request"}
+    dispatched = {j for d in decided if d.get("type") == "batch" for j in d.get("jobs", [])}
+    parts = [f"--- esg status:\n{render(gather(rclient, keys, time.time() * 1000))}",
+             "--- the round's activations, as the scheduler's decisions name them:\n" + "\n".join(
+                 f"{a}: ledger={rclient.hget(f'esg:{keys.scope}:act:{a}', 'state')} answered={answered.get(a)} "
+                 f"in a batch={a in dispatched}" for a in ids)]
     for name, proc in procs.items():
         lines = (logs / f"{name}.log").read_text(errors="replace").splitlines()
         parts.append(f"--- {name} (exit code {proc.poll()}), last lines of its log:\n" + "\n".join(lines[-25:]))
     return "\n".join(parts)
+
+
+def _batches(rclient) -> dict[str, list[dict]]:
+    """Per configuration label, the batches the scheduler's decisions log holds (when each was sent and
+    answered, its measured run time, whether it paid a cold start)."""
+    from controller_plugin.decisions import decisions_key, read_decisions
+    out: dict[str, list[dict]] = {}
+    for d in read_decisions(rclient, decisions_key("0")):
+        if d.get("type") == "batch":
+            label = Config(d["batch"], d["vcpus"], d["gpu"]).label()
+            out.setdefault(label, []).append({k: d.get(k) for k in ("batch_id", "jobs", "sent_ms", "done_ms", "run_ms",
+                                                                     "cold", "overlapped_start", "warm")})
+    return out
 
 
 def test_new_function_is_learned_online_like_an_offline_profile(tmp_path):
@@ -87,7 +113,7 @@ def test_new_function_is_learned_online_like_an_offline_profile(tmp_path):
             try:
                 recs = [driver.wait(a, timeout=60) for a in ids]
             except DriverError as exc:
-                raise AssertionError(f"{exc}\n{_explain(procs, logs)}") from None
+                raise AssertionError(f"{exc}\n{_explain(procs, logs, rclient, ids)}") from None
             calls += len(recs)
             assert all(r["response"]["statusCode"] == 0 for r in recs), [r["response"] for r in recs]
             stats = store.stats("sleepy")
@@ -95,6 +121,7 @@ def test_new_function_is_learned_online_like_an_offline_profile(tmp_path):
                 break
         out = tmp_path / "learned"
         assert esg_main(["profile", "export", "--redis", rserver.url, "--out", str(out)]) == 0
+        batches = _batches(rclient)
     learned = load_profile(out / "sleepy.json")
     assert set(learned.configs) >= want, f"after {calls} calls: {sorted(c.label() for c in want - set(learned.configs))}"
     offline_dir = tmp_path / "offline"
@@ -104,5 +131,6 @@ def test_new_function_is_learned_online_like_an_offline_profile(tmp_path):
     assert set(offline.configs) <= set(learned.configs) and len(offline.configs) >= 4
     for c in offline.configs:
         a, b = learned.latency(c), offline.latency(c)
-        assert abs(a - b) <= 0.25 * b + 5.0, f"{c.label()}: {a:.1f} ms learned, {b:.1f} ms offline"
+        assert abs(a - b) <= 0.25 * b + 5.0, (f"{c.label()}: {a:.1f} ms learned, {b:.1f} ms offline; its batches:\n"
+                                              + "\n".join(str(x) for x in batches.get(c.label(), [])))
     assert learned.latency(Config(8, 1, None)) > 4 * SLEEP_MS

@@ -14,9 +14,9 @@ from dataclasses import replace
 from typing import Any
 
 from controller_plugin import wire
-from controller_plugin.metadata import DEFAULT_LIMITS, ActionMeta
+from controller_plugin.metadata import ActionMeta
 from controller_plugin.requests_state import Outcome
-from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
+from openwhisk_status import DEFAULT_LIMITS, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 
 def activation_record(msg: wire.ActivationMessage, action: ActionMeta | None, outcome: Outcome) -> dict[str, Any]:

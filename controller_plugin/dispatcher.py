@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 import redis
 
 from agent_channel import protocol
-from controller_plugin.channel import SchedulerChannel
+from controller_plugin.channel import SchedulerChannel, Staged
 from controller_plugin.deadletters import DeadLetters
 from controller_plugin.health import Agent, AgentRegistry
 from controller_plugin.metrics import Metrics
@@ -142,8 +142,9 @@ class Dispatcher:
         return got[1], got[2]
 
     # -- batches ------------------------------------------------------------------------------------
-    def stage(self, pipe, sends: Sequence[Send], prewarms: Sequence[PrewarmSend] = ()) -> int:
-        """Add the batches, then the pre-warms, in ``pipe``; the replies are the entry ids, in that order."""
+    def stage(self, pipe, sends: Sequence[Send], prewarms: Sequence[PrewarmSend] = ()) -> Staged:
+        """Add the batches, then the pre-warms, in ``pipe`` (its first commands); their entry ids are
+        ``staged.entry_ids(replies)``, in that order."""
         return self.channel.stage(pipe, [s.message for s in sends] + [p.message for p in prewarms])
 
     def prewarmed(self, prewarms: Sequence[PrewarmSend], mono: float, sent_ms: int = 0) -> None:

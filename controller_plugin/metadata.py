@@ -35,12 +35,16 @@ from esg.online import learned_profile
 from esg.policies.base import FunctionSpec
 from esg.profiles import Profile, profile_from_dict
 from esg_files import load_profile
-from openwhisk_status import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
+from openwhisk_status import (
+    DEFAULT_LIMITS,
+    STATUS_APPLICATION_ERROR,
+    STATUS_DEVELOPER_ERROR,
+    STATUS_WHISK_ERROR,
+)
 
 log = logging.getLogger("esg.scheduler")
 
 
-DEFAULT_LIMITS = {"timeout": 60000, "memory": 256, "logs": 10, "concurrency": 1}
 #: The planning latency of a plain action's one configuration: unknown, so a nominal figure.
 DEFAULT_LATENCY_MS = 1.0
 REST_TIMEOUT_S = 10.0

@@ -305,9 +305,8 @@ class SchedulerService:
         prewarms = prewarms or []
         while True:
             pipe = self.redis.pipeline(transaction=False)
-            n = self.dispatcher.stage(pipe, sends, prewarms)
-            n_batches = len(sends)
-            if n + self.acks.stage(pipe) + self.decisions.stage(pipe) == 0:
+            staged = self.dispatcher.stage(pipe, sends, prewarms)
+            if staged.commands + self.acks.stage(pipe) + self.decisions.stage(pipe) == 0:
                 return
             try:
                 replies = pipe.execute()
@@ -316,7 +315,7 @@ class SchedulerService:
                 log.error("Redis refused the dispatches and ledger writes (%s); retrying", exc)
                 if self.stop_event.wait(0.5):
                     raise
-        self.dispatcher.sent(sends, replies[:n_batches])
+        self.dispatcher.sent(sends, staged.entry_ids(replies)[:len(sends)])
         self.dispatcher.prewarmed(prewarms, time.monotonic(), now_ms())
         self.decisions.sent([s.dispatch for s in sends], decided_ms=decided_ms)
         self.decisions.written()

@@ -55,12 +55,12 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from controller_plugin.activation_store import ActivationStore, StoreError, record_of
 from esg_cli import openwhisk_views as views
+from openwhisk_status import DEFAULT_LIMITS
 
 BLOCKING_WAIT_S = 60.0
 """OpenWhisk's ``max-wait-for-blocking-activation``."""
 GUEST_KEY = "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:123zO3xZCLrMN6v2BKK1dXYFpXlPkccOFqm12CdAsMgRU4VrNZ9lyGVCGuMDGIwP"
 SYSTEM_KEY = "789c46b1-71f6-4ed5-8c54-816aa4f8c502:abczO3xZCLrMN6v2BKK1dXYFpXlPkccOFqm12CdAsMgRU4VrNZ9lyGVCGuMDGIwP"
-DEFAULT_LIMITS = {"timeout": 60000, "memory": 256, "logs": 10, "concurrency": 1}
 
 
 @dataclass

@@ -21,8 +21,9 @@ A scheduler that declares this agent lost removes its batches from the stream it
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
@@ -30,6 +31,11 @@ from agent_channel.keys import AGENT_GROUP, HEARTBEAT_MAXLEN, RESULTS_MAXLEN, Ke
 from agent_channel.protocol import BatchResult, Heartbeat, encode
 from agent_channel.streams import Entry, ensure_group, entries, fields
 from invoker_agent.data import Write
+
+#: How long the answer of a dispatch read with others waits for theirs (from its cohort's first answer):
+#: long enough for batches started together on warm workers to finish together, short against a
+#: scheduler turn's cost on the loop's thread.
+COHORT_WAIT_S = 0.005
 
 
 class AgentChannel:
@@ -52,10 +58,18 @@ class AgentChannel:
             out += got
             after = got[-1].id
 
-    def take(self, count: int, block_ms: int) -> list[Entry]:
-        """Up to ``count`` new dispatches, waiting at most ``block_ms`` for the first."""
-        return entries(self.r.xreadgroup(AGENT_GROUP, self.node, {self.stream: ">"}, count=count,
-                                         block=block_ms))
+    def take(self, count: int, block_ms: int, cohort: bool = False) -> list[Entry]:
+        """Up to ``count`` new dispatches, waiting at most ``block_ms`` for the first. ``cohort``: those
+        read together are answered together (each must then be :meth:`answer`-ed or :meth:`settle`-d)."""
+        got = entries(self.r.xreadgroup(AGENT_GROUP, self.node, {self.stream: ">"}, count=count,
+                                        block=block_ms))
+        if cohort:
+            self._answers.join([e.id for e in got])
+        return got
+
+    def settle(self, entry_id: str) -> None:
+        """Done with ``entry_id`` without (or after) an answer: its cohort's answers wait for it no longer."""
+        self._answers.settle(entry_id)
 
     def answer(self, entry_id: str, reply_to: str, result: BatchResult, writes: Sequence[Write] = ()) -> None:
         """Store the outputs, publish the result, and retire the dispatch: all or nothing. Returns once
@@ -104,28 +118,71 @@ class _Answer:
     writes: tuple[Write, ...]
 
 
+@dataclass
+class _Cohort:
+    """Dispatches read together: those not answered nor settled yet, and when the first answer came."""
+
+    running: set[str]
+    first_answer_s: float | None = field(default=None)
+
+
 class AnswerGroup:
     """Group commit of answers from several batch threads, without a thread of its own: the first
     caller commits its answer at once; callers arriving while a commit is on its way queue theirs, and
     the first of them to find the way free commits the whole queue. Every caller returns when its own
     answer is committed (or raises its error), so what it does next -- naming the batch answered in a
-    heartbeat, retrying -- is as before."""
+    heartbeat, retrying -- is as before.
 
-    def __init__(self, commit) -> None:
+    A caller whose cohort (:meth:`join`) still has dispatches running waits for their answers, at most
+    ``cohort_wait_s`` from the cohort's first answer; whoever answers last, or first finds the wait
+    over, commits the queue (another caller's commit may carry it sooner)."""
+
+    def __init__(self, commit, cohort_wait_s: float = COHORT_WAIT_S) -> None:
         self._commit = commit
+        self._cohort_wait_s = cohort_wait_s
         self._cond = threading.Condition()
         self._queue: list[_Answer] = []
         self._outcome: dict[int, Exception | None] = {}
         self._busy = False
+        self._cohorts: dict[str, _Cohort] = {}
+
+    def join(self, entry_ids: Sequence[str]) -> None:
+        """``entry_ids`` were read together: a cohort (one alone is none)."""
+        if len(entry_ids) < 2:
+            return
+        cohort = _Cohort(set(entry_ids))
+        with self._cond:
+            for e in entry_ids:
+                self._cohorts[e] = cohort
+
+    def settle(self, entry_id: str) -> None:
+        """``entry_id`` will not be answered (or already was): its cohort stops waiting for it."""
+        with self._cond:
+            cohort = self._cohorts.pop(entry_id, None)
+            if cohort is not None:
+                cohort.running.discard(entry_id)
+                self._cond.notify_all()
 
     def commit(self, answer: _Answer) -> None:
         key = id(answer)
         with self._cond:
             self._queue.append(answer)
+            cohort = self._cohorts.pop(answer.entry_id, None)
+            if cohort is not None:
+                cohort.running.discard(answer.entry_id)
+                if cohort.first_answer_s is None:
+                    cohort.first_answer_s = time.monotonic()
+                if not cohort.running:
+                    self._cond.notify_all()
             while key not in self._outcome:
                 if self._busy:
                     self._cond.wait()
                     continue
+                if cohort is not None and cohort.running:
+                    left = cohort.first_answer_s + self._cohort_wait_s - time.monotonic()
+                    if left > 0:
+                        self._cond.wait(left)
+                        continue
                 self._busy = True
                 batch, self._queue = self._queue, []
                 self._cond.release()

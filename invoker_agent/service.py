@@ -2,14 +2,15 @@
 
 Threads:
 
-* **the batch threads** (``max_batches`` of them): each reads one dispatch at a time from the node's
-  stream itself (``XREADGROUP ... COUNT 1 BLOCK``; Redis hands each entry to one of the waiting
-  readers), runs it with the :class:`~invoker_agent.batch.BatchRunner` and answers it through
+* **the batch threads** (``max_batches`` of them): each gets one dispatch at a time from the node's
+  stream (:class:`~invoker_agent.intake.Intake`: one idle thread reads for all the idle ones, ``COUNT``
+  as many as they are, and the others take what it read), runs it with the
+  :class:`~invoker_agent.batch.BatchRunner` and answers it through
   :class:`~invoker_agent.channel.AgentChannel` (outputs, result and the dispatch's acknowledgement in
-  one ``MULTI``) -- no hand-off between a reader and a runner on a batch's way. First they run the
-  dispatches an earlier incarnation took and never answered (the consumer group's pending list). No
-  thread reads more than it can start, so an undelivered dispatch waits in the stream, where a
-  scheduler can still take it back.
+  one ``MULTI``, shared by the dispatches read together). First they run the dispatches an earlier
+  incarnation took and never answered (the consumer group's pending list). No read asks for more than
+  the idle threads can start, so an undelivered dispatch waits in the stream, where a scheduler can
+  still take it back.
 * **the heartbeat thread**: every ``heartbeat_s`` (also while draining) publishes a
   :class:`~agent_channel.protocol.Heartbeat` and evicts warm workers idle past their TTL.
 * the caller of :meth:`AgentService.run` waits for :meth:`AgentService.stop`.
@@ -50,6 +51,7 @@ from invoker_agent.batch import BatchRunner, failed_ids
 from invoker_agent.channel import AgentChannel
 from invoker_agent.data import Write
 from invoker_agent.heartbeat import HeartbeatBuilder
+from invoker_agent.intake import Intake
 from invoker_agent.node import NodeAgent
 from openwhisk_status import STATUS_WHISK_ERROR
 
@@ -130,6 +132,8 @@ class AgentService:
         self._hb_stop = threading.Event()       # stop heartbeating (after the drain)
         self._draining = False
         self._resumed: deque[Entry] = deque()
+        self._intake = Intake(lambda count, block_ms: channel.take(count, block_ms, cohort=True), self._stop,
+                              READ_BLOCK_MS, settings.max_batches)
         self._hb_thread = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
 
     # --- control ---------------------------------------------------------------------------------
@@ -178,25 +182,28 @@ class AgentService:
         return []
 
     def _batch_loop(self) -> None:
-        while not self._stop.is_set():
+        while True:
             resumed = True
             try:
-                entry = self._resumed.popleft()
+                if self._stop.is_set():
+                    raise IndexError        # draining: only what was read already (below)
+                entry: Entry | None = self._resumed.popleft()
             except IndexError:
                 resumed = False
                 try:
-                    got = self.channel.take(1, READ_BLOCK_MS)
+                    entry = self._intake.next()
                 except redis.RedisError as e:
                     log.error("reading dispatches failed (%s); retrying", e)
                     self._stop.wait(0.5)
                     continue
-                if not got:
-                    continue
-                entry = got[0]
+                if entry is None:
+                    return
             try:
                 self._handle(entry, resumed)
             except Exception:  # noqa: BLE001 - left pending: the next incarnation runs it again
                 log.exception("dispatch %s could not be answered", entry.id)
+            finally:
+                self.channel.settle(entry.id)
 
     # --- dispatches ------------------------------------------------------------------------------
     def _handle(self, entry: Entry, resumed: bool = False) -> None:
@@ -224,7 +231,8 @@ class AgentService:
         if msg.node != self.settings.node:
             log.warning("batch %s is addressed to node %r but arrived on %s; running it here",
                         msg.batch_id, msg.node, entry.stream)
-        result, writes = self.runner.run(msg)
+        with self._intake.running():
+            result, writes = self.runner.run(msg)
         codes = [r.status_code for r in result.results]
         log.info("batch %s answered: codes %s%s", result.batch_id, codes,
                  f" ({result.error})" if result.error else "")
@@ -246,7 +254,8 @@ class AgentService:
             return
         self.heartbeats.batches.taken(msg.prewarm_id)
         try:
-            out = self.runner.prewarm(msg)
+            with self._intake.running():
+                out = self.runner.prewarm(msg)
         finally:
             self.heartbeats.batches.answered(msg.prewarm_id)
         where = f"{msg.config.label()}" + (f" on MIG {msg.slice.profile}@{msg.slice.start}" if msg.slice else "")
@@ -284,6 +293,7 @@ class AgentService:
             try:
                 if result is None:
                     self.channel.drop(entry_id)
+                    self.channel.settle(entry_id)   # a pre-warm's cohort does not wait for its worker
                 else:
                     self.channel.answer(entry_id, reply_to, result, writes)
                 return

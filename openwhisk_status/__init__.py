@@ -1,5 +1,5 @@
 """OpenWhisk's activation response: its status codes (``ActivationResponse``: a WhiskActivation's
-``response.statusCode``) and the limit on the size of its result.
+``response.statusCode``), the limit on the size of its result, and an action's default limits.
 
 Defined here once for every side that speaks them: OpenWhisk's wire shapes and its REST API's views,
 action metadata errors, the scheduler's answers, the scheduler<->agent messages, the agent and the action
@@ -21,3 +21,8 @@ STATUS_CODES = (STATUS_SUCCESS, STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR
 #: above it with a developer error, as OpenWhisk's invoker does; OpenWhisk's Kafka messages are sized
 #: from it (:data:`controller_plugin.wire.MAX_MESSAGE_BYTES`).
 MAX_RESULT_BYTES = 1_048_576
+
+#: An action's limits when its document gives none (OpenWhisk's defaults: ``TimeLimit`` 60 s,
+#: ``MemoryLimit`` 256 MB, ``LogLimit`` 10 MB, ``IntraConcurrentLimit`` 1). The stand-in controller fills
+#: them into the documents it stores; the scheduler reads them where a document lacks one.
+DEFAULT_LIMITS = {"timeout": 60000, "memory": 256, "logs": 10, "concurrency": 1}

@@ -1,4 +1,4 @@
-"""OpenWhisk's status codes and its result limit are defined once, in :mod:`openwhisk_status`, with
+"""OpenWhisk's status codes, its result limit and an action's default limits are defined once, in :mod:`openwhisk_status`, with
 OpenWhisk's numbers.
 
 The import contracts (``pyproject.toml``) keep that module free of imports, so every part can use it;
@@ -19,7 +19,7 @@ from openwhisk_status import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-NAMES = {name for name in vars(openwhisk_status) if name.startswith("STATUS_")} | {"MAX_RESULT_BYTES"}
+NAMES = {name for name in vars(openwhisk_status) if name.startswith("STATUS_")} | {"MAX_RESULT_BYTES", "DEFAULT_LIMITS"}
 
 
 def test_the_codes_are_openwhisks():
@@ -37,7 +37,7 @@ def test_the_result_limit_is_openwhisks():
     assert wire.MAX_MESSAGE_BYTES == 1_054_644 == openwhisk_status.MAX_RESULT_BYTES + 6068
 
 
-def test_no_other_module_defines_a_status_code_or_the_result_limit():
+def test_no_other_module_defines_a_status_code_the_result_limit_or_the_default_limits():
     found = []
     for top in sorted(ROOT.iterdir()):
         if not top.is_dir() or top.name.startswith(".") or top.name == "openwhisk_status":

@@ -181,3 +181,27 @@ def test_ledger_accept_is_new_once_and_again_for_its_own_open_entry(redis_client
     assert ledger.accept(entry, "inc-1") == [False]          # answered: a redelivery now, even for its owner
     ledger.mark_done(["a" * 32])
     assert ledger.accept(entry, "inc-1") == [False] and ledger.unfinished() == []
+
+
+def test_done_marks_leave_each_entry_as_the_state_alone_with_its_ttl_and_out_of_the_open_set(redis_client, prefix,
+                                                                                              monkeypatch):
+    """The ``done`` mark (one script call a chunk of entries): each entry becomes ``{state: done}`` with
+    the dedupe TTL, every id leaves the open set, other open entries stay; chunks split as they should."""
+    from controller_plugin import ledger as ledger_module
+    from controller_plugin.ledger import DONE_TTL_S, Ledger, LedgerEntry
+
+    monkeypatch.setattr(ledger_module, "DONE_PER_CALL", 3)
+    ledger = Ledger(redis_client, f"{prefix}0", prefix)
+    ids = [f"{i:032x}" for i in range(8)]
+    assert ledger.accept([(a, 0, 1, "{}") for a in ids], "inc-1") == [True] * 8
+    ledger.mark_acking([(LedgerEntry(a, "open", 0, 1, "{}"), b"ack", {"r": 1}) for a in ids[:2]])
+    ledger.mark_done(ids[:7])
+    for a in ids[:7]:
+        key = f"esg:{prefix}0:act:{a}"
+        assert redis_client.hgetall(key) == {b"state": b"done"}
+        assert DONE_TTL_S - 5 < redis_client.ttl(key) <= DONE_TTL_S
+    assert [e.activation_id for e in ledger.unfinished()] == [ids[7]]
+    assert ledger.accept([(ids[0], 0, 1, "{}")], "inc-1") == [False]     # a redelivery now
+    pipe = redis_client.pipeline(transaction=False)
+    assert ledger.stage_acking(pipe, [], done=[]) == 0                  # nothing to mark: no command
+    assert pipe.command_stack == []

@@ -53,3 +53,28 @@ def test_status_shows_layouts_warm_workers_last_batch_and_queues(redis_url, caps
     finally:
         r.delete(keys.heartbeats, decisions_key(keys.scope), status_key(keys.scope))
         r.close()
+
+
+def test_the_decision_log_adds_each_staged_entry_as_its_own_stream_entry_in_order(redis_url, monkeypatch):
+    """A turn's decision entries go in one script call (chunked); each is one stream entry, in order,
+    read back as it was written."""
+    from controller_plugin import decisions
+
+    monkeypatch.setattr(decisions, "ADD_PER_CALL", 2)
+    r = redis.Redis.from_url(redis_url)
+    log = DecisionLog("esg:test-decisions-order:decisions")
+    try:
+        for i in range(5):
+            log._staged.append(json.dumps({"type": "request", "id": f"a{i}"}).encode())
+        pipe = r.pipeline()
+        assert log.stage(pipe) == 3
+        pipe.execute()
+        log.written()
+        got = r.xrange(log.key)
+        assert [json.loads(f[b"m"])["id"] for _, f in got] == [f"a{i}" for i in range(5)]
+        assert all(list(f) == [b"m"] for _, f in got)
+        pipe = r.pipeline()
+        assert log.stage(pipe) == 0 and pipe.command_stack == []
+    finally:
+        r.delete(log.key)
+        r.close()

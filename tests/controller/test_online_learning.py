@@ -19,6 +19,20 @@ def burst(driver, action: str, n: int) -> list[dict]:
     return [driver.wait(a, timeout=30) for a in ids]
 
 
+def learn_the_grid(driver, store: OnlineStore, want: set[Config], rounds: int) -> dict:
+    """Bursts of 8 calls of ``guest/newfn``, every one answered with success, until each configuration of
+    ``want`` has its warm batches (at most ``rounds`` bursts); its statistics."""
+    for _ in range(rounds):
+        assert all(r["response"]["statusCode"] == 0 for r in burst(driver, "guest/newfn", 8))
+        stats = store.stats("newfn")
+        if all(c in stats and stats[c].samples >= MIN_SAMPLES for c in want):
+            break
+    stats = store.stats("newfn")
+    missing = [c.label() for c in want if c not in stats or stats[c].samples < MIN_SAMPLES]
+    assert not missing, f"never measured: {missing}"
+    return stats
+
+
 def model_ms(msg) -> float:
     """How long a batch takes on the double: 40 ms per job on one vCPU, parallel over vCPUs."""
     c = msg.config
@@ -33,17 +47,8 @@ def test_new_function_table_fills_in_with_every_grid_configuration(service_facto
     driver.wait_healthy(1, timeout=10)
     first = driver.invoke("guest/newfn", {"i": -1}, timeout=20)
     assert first["response"] == {"statusCode": 0, "result": {"i": -1}}   # the first call already succeeds
-    store = OnlineStore(redis_client, prefix)
     want = set(grid(FunctionSpec(gpu=False), "A100-40GB"))
-    for _ in range(60):
-        recs = burst(driver, "guest/newfn", 8)
-        assert all(r["response"]["statusCode"] == 0 for r in recs)
-        stats = store.stats("newfn")
-        if all(c in stats and stats[c].samples >= MIN_SAMPLES for c in want):
-            break
-    stats = store.stats("newfn")
-    missing = [c.label() for c in want if c not in stats or stats[c].samples < MIN_SAMPLES]
-    assert not missing, f"never measured: {missing}"
+    stats = learn_the_grid(driver, OnlineStore(redis_client, prefix), want, rounds=60)
     for c in want:
         assert stats[c].median() == pytest.approx(40.0 * c.batch / c.vcpus + 2.0, rel=0.02), c.label()
     assert svc.metrics.explored._value.get() > 0
@@ -73,16 +78,8 @@ def test_a_batch_another_workers_start_overlapped_is_not_learned_from(service_fa
     agent_factory("node-a", vcpus=16, handlers={"guest/newfn": lambda v: v},
                   run_ms=lambda m: model_ms(m) * (10 if overlapped(m) else 1), overlapped=overlapped)
     driver.wait_healthy(1, timeout=10)
-    store = OnlineStore(redis_client, prefix)
     want = set(grid(FunctionSpec(gpu=False), "A100-40GB"))
-    for _ in range(80):
-        assert all(r["response"]["statusCode"] == 0 for r in burst(driver, "guest/newfn", 8))
-        stats = store.stats("newfn")
-        if all(c in stats and stats[c].samples >= MIN_SAMPLES for c in want):
-            break
-    stats = store.stats("newfn")
-    missing = [c.label() for c in want if c not in stats or stats[c].samples < MIN_SAMPLES]
-    assert not missing, f"never measured: {missing}"
+    stats = learn_the_grid(driver, OnlineStore(redis_client, prefix), want, rounds=80)
     for c in want:
         assert seen[c.label()] > 2, c.label()
         assert stats[c].median() == pytest.approx(40.0 * c.batch / c.vcpus + 2.0, rel=0.02), c.label()

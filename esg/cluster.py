@@ -320,6 +320,7 @@ def gpu_fit(model: str, layout: tuple[tuple[str, int, bool], ...], profile: str
             ) -> tuple[SliceRef, bool, tuple[SliceRef, ...]] | None:
     """Where ``profile`` runs on a GPU whose instances are ``layout`` (profile, start, busy):
     (slice, create?, idle slices to destroy), or None. A pure function of the layout, so remembered."""
+    start: int | None
     if profile not in mig.geometry(model).profiles:
         return None
     for p, start, busy in layout:
@@ -389,6 +390,6 @@ def tracked(reports: Iterable[NodeReport], claims: Iterable[Claim]) -> ClusterSn
         if c.finished:
             snap.finish(c.function, c.config, c.fit)
     changed, snap._deferred = snap._deferred, None
-    for name in sorted(changed):
+    for name in sorted(changed):  # type: ignore[arg-type]
         snap._changed(name)
     return snap

@@ -242,7 +242,7 @@ class EsgPolicy(Policy):
         """For each dispatched batch of f, each successor g whose planned kind of instance has no worker
         on f's node: one started there, ready when f's batch is planned to end."""
         wants: dict[tuple[str, str | None, str], WarmUp] = {}
-        due = self._pending.due(now_ms)
+        due = self._pending.due(now_ms)  # type: ignore[union-attr]
         for want in due:
             key = (want.function, want.config.gpu, want.preferred[0])
             if key not in wants and not self._warm_near(want.function, want.config.gpu, want.preferred[0], snapshot,
@@ -266,7 +266,7 @@ class EsgPolicy(Policy):
                               ready_by_ms=end)
                 start = end - self.startup_ms(g, planned.gpu is not None)
                 if start > now_ms:
-                    self._pending.add(start, want)
+                    self._pending.add(start, want)  # type: ignore[union-attr]
                 else:
                     wants[key] = want
         return list(wants.values())
@@ -274,7 +274,7 @@ class EsgPolicy(Policy):
     def _warm_near(self, function: str, kind: str | None, node: str, snapshot: ClusterSnapshot, now_ms: float) -> bool:
         """Whether a worker of ``function`` on ``kind`` is on ``node``: running, idle or starting."""
         return (self._busy_on[(function, kind, node)] > 0 or idle_of_kind(snapshot, function, kind, (node,)) > 0
-                or self._warming.count(function, now_ms, kind, (node,)) > 0)
+                or self._warming.count(function, now_ms, kind, (node,)) > 0)  # type: ignore[union-attr]
 
     def _warm_kinds(self, function: str, snapshot: ClusterSnapshot) -> set[str | None]:
         """The kinds of instance (MIG profile, None for CPU) where a worker of ``function`` exists:

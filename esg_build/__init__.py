@@ -1,0 +1,146 @@
+"""The optional compiled build of the core's hot modules (mypyc), and the guard that keeps it honest.
+
+``python -m esg_build build`` compiles :data:`COMPILED` in place: each module gets a C extension next
+to its ``.py`` (Python imports an extension before the source), plus one shared runtime library at the
+top level. ``scripts/setup`` runs it when a C compiler and the Python headers are present; otherwise, or
+with ``ESG_PURE=1``, the core runs as the pure Python it is (the outputs are the same, only slower).
+
+A compiled module that no longer matches its source would silently run old code, so the build records
+a hash of every ``esg/**/*.py`` (:file:`build/mypyc/manifest.json`) and :func:`guard` -- run at every
+start of the project's interpreter by the ``esg_build.pth`` file ``scripts/setup`` puts in the venv --
+compares it with the sources: when they differ (or ``ESG_PURE=1`` is set) the ``esg`` package is
+imported from its ``.py`` files only. A stale build costs speed, never correctness; ``scripts/setup``
+rebuilds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORE = os.path.join(ROOT, "esg")
+BUILD = os.path.join(ROOT, "build", "mypyc")
+MANIFEST = os.path.join(BUILD, "manifest.json")
+GROUP = "esg_core"
+"""The shared runtime library's name (``esg_core__mypyc.*.so`` at the top level)."""
+
+COMPILED = (
+    "esg/scheduler.py",
+    "esg/placement.py",
+    "esg/dispatch.py",
+    "esg/queues.py",
+    "esg/prewarm.py",
+    "esg/search.py",
+    "esg/mig.py",
+    "esg/emulator/runner.py",
+    "esg/emulator/nodes.py",
+)
+"""The hot modules that compile to the same behaviour. Left pure (docs/emulator.md says why):
+esg/cluster.py and esg/model.py (their ``@hash_once`` dataclasses compile to classes that compiled code
+compares by identity, not by value), esg/policies/placer.py (the policies' placers subclass it, and an
+interpreted class cannot subclass a compiled one) and esg/policies/esg_policy.py (mypyc fails on it)."""
+
+PURE_ENV = "ESG_PURE"
+
+
+def sources_hash(root: str = ROOT) -> str:
+    """A hash of every source of the ``esg`` package (names and contents): compiled code may inline what
+    it imports from the other modules, so any change to any of them makes the build stale."""
+    h = hashlib.sha256()
+    core = os.path.join(root, "esg")
+    for dirpath, dirnames, filenames in os.walk(core):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                h.update(os.path.relpath(path, root).encode())
+                with open(path, "rb") as f:
+                    h.update(hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
+
+
+def compiled_files(root: str = ROOT) -> list[str]:
+    """The compiled extensions present: the core's and the shared runtime library (relative paths)."""
+    found = [os.path.relpath(os.path.join(d, n), root)
+             for d, _, names in os.walk(os.path.join(root, "esg")) for n in names if _is_extension(n)]
+    found += [n for n in os.listdir(root) if n.startswith(GROUP + "__mypyc") and _is_extension(n)]
+    return sorted(found)
+
+
+def _is_extension(name: str) -> bool:
+    return name.endswith((".so", ".pyd"))
+
+
+def read_manifest(root: str = ROOT) -> dict | None:
+    try:
+        with open(os.path.join(root, "build", "mypyc", "manifest.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def state(root: str = ROOT) -> tuple[str, str]:
+    """(``"none"`` | ``"pure"`` | ``"compiled"`` | ``"stale"``, why) for the checkout at ``root``:
+    no compiled file; compiled files present but ``ESG_PURE`` set; a build that matches the sources;
+    compiled files that do not (or whose record is gone)."""
+    files = compiled_files(root)
+    if not files:
+        return "none", "no compiled module"
+    if os.environ.get(PURE_ENV, "") not in ("", "0"):
+        return "pure", f"{PURE_ENV} is set"
+    manifest = read_manifest(root)
+    if manifest is None:
+        return "stale", "compiled modules without a build record"
+    if manifest.get("files") != files:
+        return "stale", "the compiled files are not those the build made"
+    if manifest.get("sources") != sources_hash(root):
+        return "stale", "esg/ changed since the build"
+    return "compiled", f"{len(manifest.get('modules', []))} modules compiled"
+
+
+class _SourceOnly:
+    """A meta-path finder that imports ``esg``'s submodules from their ``.py`` files, never from a
+    compiled extension beside them."""
+
+    def find_spec(self, name: str, path, target=None):  # noqa: ANN001 -- the finder protocol
+        if not name.startswith("esg.") or path is None:
+            return None
+        from importlib.machinery import SOURCE_SUFFIXES, FileFinder, SourceFileLoader
+
+        for entry in path:
+            spec = FileFinder(entry, (SourceFileLoader, SOURCE_SUFFIXES)).find_spec(name, target)
+            if spec is not None:
+                return spec
+        return None
+
+
+def force_pure() -> None:
+    """Import the core from its sources in this process (before ``esg``'s submodules are imported)."""
+    if not any(isinstance(f, _SourceOnly) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SourceOnly())
+
+
+def guard() -> None:
+    """At interpreter start: run the core pure when its compiled modules are stale (saying so, once, on
+    stderr) or ``ESG_PURE`` is set; leave everything as is otherwise. Never raises: a guard that broke
+    the interpreter would be worse than a slow core."""
+    try:
+        kind, why = state()
+    except Exception as e:  # noqa: BLE001
+        kind, why = "stale", f"cannot check the compiled modules ({e})"
+    if kind in ("pure", "stale"):
+        force_pure()
+    if kind == "stale":
+        print(f"esg: running the core as pure Python: {why} (scripts/setup rebuilds it)", file=sys.stderr)
+
+
+def write_manifest(modules: list[str], key: str, root: str = ROOT) -> None:
+    """Record a finished build: its modules, the sources' hash, the files it made and ``key`` (what
+    ``python -m esg_build build`` compares to skip an unchanged build)."""
+    os.makedirs(os.path.join(root, "build", "mypyc"), exist_ok=True)
+    record = {"modules": modules, "sources": sources_hash(root), "files": compiled_files(root), "key": key}
+    with open(os.path.join(root, "build", "mypyc", "manifest.json"), "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=1)

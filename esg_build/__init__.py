@@ -123,10 +123,18 @@ def force_pure() -> None:
         sys.meta_path.insert(0, _SourceOnly())
 
 
+_guarded = False
+
+
 def guard() -> None:
     """At interpreter start: run the core pure when its compiled modules are stale (saying so, once, on
     stderr) or ``ESG_PURE`` is set; leave everything as is otherwise. Never raises: a guard that broke
-    the interpreter would be worse than a slow core."""
+    the interpreter would be worse than a slow core. Once per process (a venv's site-packages can be
+    processed twice, through ``lib`` and its ``lib64`` link)."""
+    global _guarded
+    if _guarded:
+        return
+    _guarded = True
     try:
         kind, why = state()
     except Exception as e:  # noqa: BLE001

@@ -28,6 +28,11 @@ class SliceRef:
     profile: str
     start: int
 
+    def __eq__(self, other: object) -> bool:  # the dataclass's own, written out for mypyc (esg_build)
+        if other.__class__ is self.__class__:
+            return (self.profile, self.start) == (other.profile, other.start)  # type: ignore[attr-defined]
+        return NotImplemented
+
 
 @dataclass
 class Slice:

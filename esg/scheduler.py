@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from esg import admission
 from esg.cluster import ClusterSnapshot
@@ -137,7 +137,7 @@ class Scheduler:
                 self._requeue(event.batch_id)
             elif self._requests.pop(event.request_id, None) is not None:
                 self._dead_jobs = True
-        self._wake = None
+        self._wake = cast("float | None", None)  # not narrowed to None: the calls below set it
         # a driver that builds a new snapshot every step (the live service) gets no holds: they could
         # never be used, since a hold is only good on the snapshot it was made on
         self._holding = self.keep_holds and snapshot is self._last_snapshot

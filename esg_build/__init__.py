@@ -28,6 +28,8 @@ GROUP = "esg_core"
 """The shared runtime library's name (``esg_core__mypyc.*.so`` at the top level)."""
 
 COMPILED = (
+    "esg/cluster.py",
+    "esg/model.py",
     "esg/scheduler.py",
     "esg/placement.py",
     "esg/dispatch.py",
@@ -39,9 +41,8 @@ COMPILED = (
     "esg/emulator/nodes.py",
 )
 """The hot modules that compile to the same behaviour. Left pure (docs/emulator.md says why):
-esg/cluster.py and esg/model.py (their ``@hash_once`` dataclasses compile to classes that compiled code
-compares by identity, not by value), esg/policies/placer.py (the policies' placers subclass it, and an
-interpreted class cannot subclass a compiled one) and esg/policies/esg_policy.py (mypyc fails on it)."""
+esg/policies/placer.py (the policies' placers subclass it, and an interpreted class cannot subclass a
+compiled one) and esg/policies/esg_policy.py (mypyc fails on it)."""
 
 PURE_ENV = "ESG_PURE"
 
@@ -117,6 +118,49 @@ class _SourceOnly:
         return None
 
 
+class _CopyableFrozen:
+    """A meta-path finder that loads the compiled modules as usual, then gives each frozen dataclass
+    compiled to a native class a ``__reduce__`` that rebuilds it from its fields: mypyc's own restores
+    the fields one ``setattr`` at a time, which a frozen dataclass refuses, so ``copy.deepcopy`` and
+    ``pickle`` of, e.g., a :class:`esg.cluster.Fit` would fail where the pure core's succeed."""
+
+    def find_spec(self, name: str, path, target=None):  # noqa: ANN001 -- the finder protocol
+        if not name.startswith("esg.") or path is None:
+            return None
+        from importlib.machinery import EXTENSION_SUFFIXES, PathFinder
+
+        spec = PathFinder.find_spec(name, path, target)
+        if spec is None or spec.loader is None or not str(spec.origin).endswith(tuple(EXTENSION_SUFFIXES)):
+            return spec
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def exec_and_patch(module) -> None:  # noqa: ANN001
+            exec_module(module)
+            patch_frozen_dataclasses(module)
+
+        loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+        return spec
+
+
+def patch_frozen_dataclasses(module) -> None:  # noqa: ANN001
+    import dataclasses
+
+    for cls in list(vars(module).values()):
+        if not (isinstance(cls, type) and cls.__module__ == module.__name__ and dataclasses.is_dataclass(cls)):
+            continue
+        params = getattr(cls, "__dataclass_params__", None)
+        fields = dataclasses.fields(cls)
+        if params is None or not params.frozen or "__dict__" in dir(cls) or not all(f.init for f in fields):
+            continue
+        names = tuple(f.name for f in fields)
+
+        def __reduce__(self, names=names):  # noqa: ANN001, ANN202, N807
+            return type(self), tuple(getattr(self, n) for n in names)
+
+        cls.__reduce__ = __reduce__
+
+
 def force_pure() -> None:
     """Import the core from its sources in this process (before ``esg``'s submodules are imported)."""
     if not any(isinstance(f, _SourceOnly) for f in sys.meta_path):
@@ -141,6 +185,8 @@ def guard() -> None:
         kind, why = "stale", f"cannot check the compiled modules ({e})"
     if kind in ("pure", "stale"):
         force_pure()
+    elif kind == "compiled":
+        sys.meta_path.insert(0, _CopyableFrozen())
     if kind == "stale":
         print(f"esg: running the core as pure Python: {why} (scripts/setup rebuilds it)", file=sys.stderr)
 

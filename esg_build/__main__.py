@@ -5,6 +5,7 @@ build/mypyc/build.log); it does nothing when the last build still matches the so
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import re
@@ -57,6 +58,26 @@ def missing_toolchain() -> str | None:
     return None
 
 
+def identity_eq_classes() -> list[str]:
+    """Classes of the compiled modules that mypyc would compare by identity: one with a decorator other
+    than ``@dataclass`` is a plain Python class to mypyc, and compiled ``a == b`` on two of them is
+    ``a is b`` unless the class body defines ``__eq__`` (mypy 2.4's mypyc; ``@hash_once``'s classes
+    write theirs out)."""
+    found = []
+    for rel in COMPILED:
+        with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+            tree = ast.parse(f.read(), rel)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            others = [d for d in node.decorator_list
+                      if ast.unparse(d.func if isinstance(d, ast.Call) else d) != "dataclass"]
+            defines_eq = any(isinstance(b, ast.FunctionDef) and b.name == "__eq__" for b in node.body)
+            if others and not defines_eq:
+                found.append(f"{rel}:{node.lineno} {node.name}")
+    return found
+
+
 def build_key() -> str:
     """What a build depends on: the sources, the module list, this package, mypy and Python."""
     import mypy.version
@@ -92,6 +113,10 @@ def build() -> str:
     if why is not None:
         clean()
         return f"core: pure Python ({why})"
+    unsafe = identity_eq_classes()
+    if unsafe:
+        clean()
+        return f"core: pure Python ({unsafe[0]}: a decorated class needs its __eq__ written out for mypyc)"
     key = build_key()
     manifest = read_manifest()
     if manifest is not None and manifest.get("key") == key and state()[0] == "compiled":

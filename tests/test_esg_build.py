@@ -51,3 +51,24 @@ def test_no_compiled_file_no_build(tmp_path):
     (tmp_path / "esg").mkdir()
     (tmp_path / "esg" / "hot.py").write_text("X = 1\n")
     assert esg_build.state(str(tmp_path))[0] == "none"
+
+
+def test_a_decorated_class_without_its_eq_refuses_the_build(tmp_path, monkeypatch):
+    """mypyc compiles ``==`` on such a class to identity: the build must not make it (it falls back to
+    pure Python, saying which class)."""
+    import esg_build.__main__ as build
+
+    (tmp_path / "esg").mkdir()
+    (tmp_path / "esg" / "hot.py").write_text(
+        "from dataclasses import dataclass\n\n\n@dataclass(frozen=True)\n@hash_once\nclass Ref:\n    x: int\n\n\n"
+        "@dataclass(frozen=True)\n@hash_once\nclass Safe:\n    x: int\n\n    def __eq__(self, other):\n"
+        "        return NotImplemented\n\n\n@dataclass\nclass Plain:\n    x: int\n")
+    monkeypatch.setattr(build, "ROOT", str(tmp_path))
+    monkeypatch.setattr(build, "COMPILED", ("esg/hot.py",))
+    assert build.identity_eq_classes() == ["esg/hot.py:6 Ref"]
+
+
+def test_the_shipped_compiled_modules_have_no_such_class():
+    import esg_build.__main__ as build
+
+    assert build.identity_eq_classes() == []

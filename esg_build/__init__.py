@@ -37,12 +37,12 @@ COMPILED = (
     "esg/prewarm.py",
     "esg/search.py",
     "esg/mig.py",
-    "esg/emulator/runner.py",
     "esg/emulator/nodes.py",
 )
 """The hot modules that compile to the same behaviour. Left pure (docs/emulator.md says why):
-esg/policies/placer.py (the policies' placers subclass it, and an interpreted class cannot subclass a
-compiled one) and esg/policies/esg_policy.py (mypyc fails on it)."""
+esg/policies/placer.py and esg/emulator/runner.py (their classes are subclassed in Python -- the
+policies' placers, esg_cli.agreement's recording emulation -- and an interpreted class cannot subclass
+a compiled one) and esg/policies/esg_policy.py (mypyc fails on it: an internal error)."""
 
 PURE_ENV = "ESG_PURE"
 

@@ -15,9 +15,9 @@ def hash_once(cls: type) -> type:
     ``copy.deepcopy``) are rebuilt from the fields, so a copy in a process with another hash seed hashes
     afresh.
 
-    A class it decorates writes out its ``__eq__`` (the one ``@dataclass`` would make): compiled with
-    mypyc (``esg_build``), a class with this decorator is a plain Python class whose ``==`` compiled code
-    would otherwise take to be identity."""
+    A class it decorates in a module compiled with mypyc (``esg_build.COMPILED``) writes out its
+    ``__eq__`` (the one ``@dataclass`` would make): there a class with this decorator is a plain Python
+    class, whose ``==`` compiled code would otherwise take to be identity."""
     names = tuple(cls.__annotations__)
     validate = cls.__dict__.get("__post_init__")
 
@@ -47,11 +47,6 @@ class Config:
     batch: int
     vcpus: int
     gpu: str | None = None
-
-    def __eq__(self, other: object) -> bool:  # the dataclass's own, written out for mypyc (esg_build)
-        if other.__class__ is self.__class__:
-            return (self.batch, self.vcpus, self.gpu) == (other.batch, other.vcpus, other.gpu)  # type: ignore[attr-defined]
-        return NotImplemented
 
     def __post_init__(self) -> None:
         if not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch <= 0:

@@ -29,7 +29,6 @@ GROUP = "esg_core"
 
 COMPILED = (
     "esg/cluster.py",
-    "esg/model.py",
     "esg/scheduler.py",
     "esg/placement.py",
     "esg/dispatch.py",
@@ -42,7 +41,9 @@ COMPILED = (
 """The hot modules that compile to the same behaviour. Left pure (docs/emulator.md says why):
 esg/policies/placer.py and esg/emulator/runner.py (their classes are subclassed in Python -- the
 policies' placers, esg_cli.agreement's recording emulation -- and an interpreted class cannot subclass
-a compiled one) and esg/policies/esg_policy.py (mypyc fails on it: an internal error)."""
+a compiled one), esg/model.py (its dataclasses check their fields in ``__post_init__`` and name the
+bad one in an AppError; compiled, a field of the wrong type is a TypeError at construction) and
+esg/policies/esg_policy.py (mypyc fails on it: an internal error)."""
 
 PURE_ENV = "ESG_PURE"
 

@@ -82,6 +82,15 @@ PLATFORM_KEEP_ALIVE_MS = 600_000.0
 GAP_QUANTILE, GAP_HEADROOM, MIN_GAPS = 0.99, 2.0, 16
 """ESG's keep-alive: ``GAP_HEADROOM`` times the ``GAP_QUANTILE`` of the app's request gaps, once
 ``MIN_GAPS`` were seen."""
+HOLD_GAPS = 16
+"""Holding for a batch: the next arrival is expected one mean of the app's last ``HOLD_GAPS`` request
+gaps from now (and no hold before that many gaps were seen)."""
+HOLD_SLACK_SHARE = 0.5
+"""Holding for a batch spends at most this share of the head's slack (its budget less the on-time plan's
+latency); the rest is left for the queueing of its later stages."""
+HOLD_SAVING = 0.25
+"""Holding for a batch must save at least this share of the on-time plan's cost per request."""
+HOLDING = "holding for a larger batch"
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,10 @@ class _PlannedChoice(Choice):
 
     downstream: Mapping[str, Config] = field(default_factory=dict)
     app: str = ""
+    cost: float = 0.0
+    """The cheapest path's cost per request (what holding for a larger batch is weighed against)."""
+    latency_ms: float = 0.0
+    """The cheapest path's latency."""
 
 
 class EsgPlacer(Placer):
@@ -114,9 +127,13 @@ class EsgPolicy(Policy):
 
     name = "esg"
 
-    def __init__(self, ctx: PolicyContext, exact: bool = False, bounded_keep_alive: bool = False):
+    def __init__(self, ctx: PolicyContext, exact: bool = False, bounded_keep_alive: bool = False,
+                 hold_batches: bool = True):
         super().__init__(ctx, EsgPlacer(ctx))
         self.exact = exact
+        self.hold_batches = hold_batches
+        """Hold a queue's jobs back for a larger batch when that is cheaper per request and every held
+        job still meets its budget (:meth:`_hold`); False: dispatch what has arrived at once."""
         self.bounded_keep_alive = bounded_keep_alive
         """Bound idle cost by the gap-based keep-alive (off by default: measured on the trace it cost hit
         rate in most cells, docs/baselines.md; False: the platform's keep-alive, JIT pre-warming only)."""
@@ -130,6 +147,9 @@ class EsgPolicy(Policy):
         self._busy: Counter[tuple[str, str | None]] = Counter()
         """This policy's batches in flight per (function, MIG profile or None for CPU)."""
         self._kinds: dict[str, tuple[str, ...]] = {}
+        self._batches: dict[str, tuple[int, ...]] = {}
+        self._held_head: dict[tuple[str, str], str] = {}
+        """The job each AFW queue was last held for (its head then): a head is held once."""
         self.searches = 0
         self.expanded = 0
         self._chosen: dict[tuple[str, str], Choice] = {}
@@ -158,6 +178,7 @@ class EsgPolicy(Policy):
             self._plans.drop_app(a.name)
         self._before = {k: v for k, v in self._before.items() if k[0] not in changed}
         self._kinds = {}
+        self._batches = {}
         self._chosen = {k: v for k, v in self._chosen.items() if k[0] not in changed}
         self._batch_choice = {b: c for b, c in self._batch_choice.items() if c.app not in changed}
 
@@ -177,14 +198,17 @@ class EsgPolicy(Policy):
         # start-up inside the path evaluation: a configuration on a kind of instance (a MIG profile, or
         # CPU) where no worker of the function exists pays a cold start, and a MIG instance created,
         # before it runs -- allowed only when the head's budget covers that
-        startup = self._startup_ms(function)
-        kinds = warm | {k for k in (None, *self._gpu_kinds(function)) if budget >= startup[k is not None]}
+        kinds = self._kinds_within(function, warm, budget)
         # with the per-batch overhead counted first; when no such path meets the budget, on the profiled
         # latencies alone (the fastest chance the head still has) before the queue is planned as late
         paddings = (True, False) if self.ctx.stage_overhead_ms else (False,)
         for padded in paddings:
-            choice = self._cached(app, function, cap, budget, frozenset(kinds), padded)
+            choice = self._cached(app, function, cap, budget, kinds, padded)
             if choice is not None:
+                if self.hold_batches and padded == paddings[0] and isinstance(choice, _PlannedChoice):
+                    held = self._hold(app, queue, now_ms, warm, choice, padded)
+                    if held is not None:
+                        return held
                 return choice
         # the head is late, or no path meets what it has left: plan the queue's batch as for a request
         # arriving now, so the backlog drains in batches -- on the existing workers when a plan there
@@ -196,6 +220,60 @@ class EsgPolicy(Policy):
                 if choice is not None:
                     return choice
         return self._fastest_choice(app, function, cap)
+
+    def _kinds_within(self, function: str, warm: set[str | None], budget: float) -> frozenset[str | None]:
+        """The kinds of instance ``function`` may run on with ``budget`` left: where a worker of it exists
+        (``warm``), and where a new one's start-up (a cold start, and a MIG instance created on a GPU)
+        fits the budget."""
+        startup = self._startup_ms(function)
+        return frozenset(warm | {k for k in (None, *self._gpu_kinds(function)) if budget >= startup[k is not None]})
+
+    # -- holding a queue for a larger batch ----------------------------------------------------------
+    def _hold(self, app: App, queue: AfwQueue, now_ms: float, warm: set[str | None], now: _PlannedChoice,
+              padded: bool) -> Choice | None:
+        """A choice that holds the queue until more jobs are expected, or None to dispatch ``now`` (the
+        on-time plan for the jobs waiting).
+
+        With ``n`` jobs waiting and ``b`` the function's next profiled batch above ``n`` (none: the queue
+        fills the largest batch already, dispatch at once), the missing ``b - n`` jobs are expected in
+        ``b - n`` mean recent request gaps of the app (every request brings each function one job). The
+        queue waits until then when ESG_1Q, planned for the budget the earliest deadline of the waiting
+        jobs leaves at that time, finds a path with batches up to ``b`` cheaper per request than ``now``'s
+        -- and a path with the batch of ``n`` still meets that budget, so that if the jobs do not come the
+        queue is dispatched then, within every held job's budget. The scheduler wakes at that time
+        (``Choice.retry_at_ms``); a job that arrives before looks at the queue again."""
+        function = queue.key[1]
+        n = len(queue)
+        if self._held_head.get(queue.key) == queue.head.job_id:
+            return None  # held once already: no job came in time
+        target = next((b for b in self._allowed_batches(function) if b > n), None)
+        gaps = self._gaps.get(app.name)
+        if target is None or gaps is None or len(gaps) < HOLD_GAPS:
+            return None
+        wait = (target - n) * gaps.recent_mean(HOLD_GAPS)
+        deadline = min(j.deadline_ms for j in queue.jobs)
+        if wait <= 0 or wait > HOLD_SLACK_SHARE * (deadline - now_ms - now.latency_ms):
+            return None
+        wake = now_ms + wait
+        budget = math.floor(deadline - wake)
+        kinds = self._kinds_within(function, warm, budget)
+        larger = self._cached(app, function, min(target, self.planners[app.name].largest_batch), budget, kinds,
+                              padded)
+        if not isinstance(larger, _PlannedChoice) or larger.cost >= (1.0 - HOLD_SAVING) * now.cost:
+            return None
+        if self._cached(app, function, min(n, self.planners[app.name].largest_batch), budget, kinds, padded) is None:
+            return None  # if no job came, the jobs waiting could not be dispatched on time then
+        self._held_head[queue.key] = queue.head.job_id
+        return Choice((), reason=HOLDING, retry_at_ms=wake)
+
+    def _allowed_batches(self, function: str) -> tuple[int, ...]:
+        """The batch sizes of ``function``'s allowed configurations, ascending."""
+        found = self._batches.get(function)
+        if found is None:
+            spec = self.ctx.spec(function)
+            found = self._batches[function] = tuple(sorted(
+                {e.config.batch for e in self.ctx.profiles[function].entries if spec.allows(e.config)}))
+        return found
 
     def _cached(self, app: App, function: str, cap: int, budget: int,
                 kinds: frozenset[str | None] | None, padded: bool) -> Choice | None:
@@ -329,7 +407,8 @@ class EsgPolicy(Policy):
             lat = {c: planner.profiles[function].latency(c) for c in prios}
             downstream = {f: c for f, c in result.paths[0].configs.items() if f != function}
             return _PlannedChoice(tuple(prios), latencies=lat, downstream=downstream,
-                                  app=app.name), result.valid_from_ms
+                                  app=app.name, cost=result.paths[0].cost,
+                                  latency_ms=result.paths[0].latency_ms), result.valid_from_ms
         return Choice(), 0.0  # no path meets it, nor any lower budget
 
     def _fastest_choice(self, app: App, function: str, cap: int) -> Choice:

@@ -63,10 +63,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from esg.cluster import ClusterSnapshot
-from esg.dispatch import locality_order
+from esg.dispatch import Wait, locality_order
 from esg.events import Dispatch
 from esg.model import App, Config, Job
-from esg.placement import StartupCosts, worth_starting
+from esg.placement import WAITING_FOR_A_WORKER, StartupCosts, worth_starting
 from esg.planner import Planner
 from esg.policies import register
 from esg.policies.base import Choice, Policy, PolicyContext
@@ -128,12 +128,27 @@ class EsgPolicy(Policy):
     name = "esg"
 
     def __init__(self, ctx: PolicyContext, exact: bool = False, bounded_keep_alive: bool = False,
-                 hold_batches: bool = True):
+                 hold_batches: bool = False, widen_pools: bool = False, function_scale_out: bool = False):
         super().__init__(ctx, EsgPlacer(ctx))
         self.exact = exact
         self.hold_batches = hold_batches
         """Hold a queue's jobs back for a larger batch when that is cheaper per request and every held
-        job still meets its budget (:meth:`_hold`); False: dispatch what has arrived at once."""
+        job still meets its budget (:meth:`_hold`; off by default: measured on the trace it did not help
+        at light load and lost overall, docs/baselines.md); False: dispatch what has arrived at once."""
+        self.widen_pools = widen_pools
+        """Pre-warm one more worker of a function whose head waited for a busy worker of it, on room a
+        pre-warm may take (:meth:`_widen`; off by default, measured as above); False: the pool grows only
+        by the scale-out rule."""
+        self.function_scale_out = function_scale_out
+        """While a head is on time, the scale-out rule weighs every batch of its function in flight,
+        whichever app's queue it serves (:meth:`running_for`; off by default, measured as above); False:
+        only the queue's own."""
+        self._running_fn: Counter[str] = Counter()
+        """This policy's batches in flight per function."""
+        self._on_time: set[tuple[str, str]] = set()
+        """The AFW queues whose head had an on-time plan at its last choice."""
+        self._short: dict[str, tuple[str, Config]] = {}
+        """Functions whose head waited for a busy worker this step: (app, the planned configuration)."""
         self.bounded_keep_alive = bounded_keep_alive
         """Bound idle cost by the gap-based keep-alive (off by default: measured on the trace it cost hit
         rate in most cells, docs/baselines.md; False: the platform's keep-alive, JIT pre-warming only)."""
@@ -183,6 +198,7 @@ class EsgPolicy(Policy):
         self._batch_choice = {b: c for b, c in self._batch_choice.items() if c.app not in changed}
 
     def choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
+        self._on_time.discard(queue.key)
         choice = self._choose(app, queue, now_ms, snapshot)
         self._chosen[queue.key] = choice
         return choice
@@ -205,6 +221,7 @@ class EsgPolicy(Policy):
         for padded in paddings:
             choice = self._cached(app, function, cap, budget, kinds, padded)
             if choice is not None:
+                self._on_time.add(queue.key)
                 if self.hold_batches and padded == paddings[0] and isinstance(choice, _PlannedChoice):
                     held = self._hold(app, queue, now_ms, warm, choice, padded)
                     if held is not None:
@@ -294,13 +311,33 @@ class EsgPolicy(Policy):
         if isinstance(choice, _PlannedChoice):  # (an explorer's probe is placed from no choice of this policy)
             self._batch_choice[dispatch.batch_id] = choice
         self._busy[(dispatch.function, dispatch.config.gpu)] += 1
+        self._running_fn[dispatch.function] += 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] += 1
 
     def on_done(self, dispatch: Dispatch) -> None:
         super().on_done(dispatch)
         self._batch_choice.pop(dispatch.batch_id, None)
         self._busy[(dispatch.function, dispatch.config.gpu)] -= 1
+        self._running_fn[dispatch.function] -= 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] -= 1
+
+    def running_for(self, key: tuple[str, str]) -> int:
+        """Workers belong to functions, not to queues: a worker of f busy with another app's batch frees
+        up for this queue's head in milliseconds, where a new one takes seconds to start. So while the
+        head has an on-time plan, ESG's scale-out rule weighs every batch of the function in flight (with
+        only the queue's own, a queue whose app had no batch running started a worker -- a cold start of
+        seconds for a head with milliseconds of slack, and an instance taken -- while the function's
+        workers were milliseconds from free); a late head weighs its queue's own, so that a backlog
+        still grows the pool."""
+        if self.function_scale_out and key in self._on_time:
+            return self._running_fn[key[1]]
+        return self.running[key]
+
+    def on_wait(self, app: App, queue: AfwQueue, choice: Choice, wait: Wait) -> None:
+        """A head left waiting for a busy worker of its function marks the function short of workers
+        (:meth:`prewarm` widens its pool)."""
+        if self.widen_pools and wait.reason.startswith(WAITING_FOR_A_WORKER) and choice.priorities:
+            self._short.setdefault(queue.key[1], (app.name, choice.priorities[0]))
 
     # -- JIT pre-warming along the DAG, bounded keep-alive -------------------------------------------
     def on_arrival(self, request, app: App, now_ms: float) -> None:
@@ -347,7 +384,22 @@ class EsgPolicy(Policy):
                     self._pending.add(start, want)
                 else:
                     wants[key] = want
+        self._widen(now_ms, wants)
         return list(wants.values())
+
+    def _widen(self, now_ms: float, wants: dict[tuple[str, str | None, str], WarmUp]) -> None:
+        """One more worker for each function a head waited for this step, of the kind its plan wanted,
+        unless one of that kind is starting already: placed as every pre-warm is, on room no instance is
+        destroyed for (a worker started by taking another function's instance would leave that
+        function's next jobs to a start-up)."""
+        short, self._short = self._short, {}
+        for function, (app, config) in short.items():
+            key = (function, config.gpu, "")
+            if key in wants or any(k[:2] == key[:2] for k in wants) or self._warming.count(
+                    function, now_ms, config.gpu) > 0:
+                continue
+            wants[key] = WarmUp(app, function, smallest_of_kind(self.ctx.profiles[function], config),
+                                self.keep_alive_ms(app, function, now_ms))
 
     def _warm_near(self, function: str, kind: str | None, node: str, snapshot: ClusterSnapshot, now_ms: float) -> bool:
         """Whether a worker of ``function`` on ``kind`` is on ``node``: running, idle or starting."""

@@ -143,8 +143,6 @@ class EsgPolicy(Policy):
         """While a head is on time, the scale-out rule weighs every batch of its function in flight,
         whichever app's queue it serves (:meth:`running_for`; off by default, measured as above); False:
         only the queue's own."""
-        self._running_fn: Counter[str] = Counter()
-        """This policy's batches in flight per function."""
         self._on_time: set[tuple[str, str]] = set()
         """The AFW queues whose head had an on-time plan at its last choice."""
         self._short: dict[str, tuple[str, Config]] = {}
@@ -159,8 +157,8 @@ class EsgPolicy(Policy):
         """ESG_1Q per app on the profiled latencies alone."""
         self._plans = PlanCache()
         self._before: dict[tuple[str, str, bool], float] = {}
-        self._busy: Counter[tuple[str, str | None]] = Counter()
-        """This policy's batches in flight per (function, MIG profile or None for CPU)."""
+        self._busy: dict[str, Counter[str | None]] = {}
+        """This policy's batches in flight per function, per MIG profile (None for CPU)."""
         self._kinds: dict[str, tuple[str, ...]] = {}
         self._batches: dict[str, tuple[int, ...]] = {}
         self._held_head: dict[tuple[str, str], str] = {}
@@ -310,15 +308,16 @@ class EsgPolicy(Policy):
         choice = self._chosen.pop((dispatch.app, dispatch.function), None)
         if isinstance(choice, _PlannedChoice):  # (an explorer's probe is placed from no choice of this policy)
             self._batch_choice[dispatch.batch_id] = choice
-        self._busy[(dispatch.function, dispatch.config.gpu)] += 1
-        self._running_fn[dispatch.function] += 1
+        busy = self._busy.get(dispatch.function)
+        if busy is None:
+            busy = self._busy[dispatch.function] = Counter()
+        busy[dispatch.config.gpu] += 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] += 1
 
     def on_done(self, dispatch: Dispatch) -> None:
         super().on_done(dispatch)
         self._batch_choice.pop(dispatch.batch_id, None)
-        self._busy[(dispatch.function, dispatch.config.gpu)] -= 1
-        self._running_fn[dispatch.function] -= 1
+        self._busy[dispatch.function][dispatch.config.gpu] -= 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] -= 1
 
     def running_for(self, key: tuple[str, str]) -> int:
@@ -330,7 +329,8 @@ class EsgPolicy(Policy):
         workers were milliseconds from free); a late head weighs its queue's own, so that a backlog
         still grows the pool."""
         if self.function_scale_out and key in self._on_time:
-            return self._running_fn[key[1]]
+            busy = self._busy.get(key[1])
+            return sum(busy.values()) if busy else 0
         return self.running[key]
 
     def on_wait(self, app: App, queue: AfwQueue, choice: Choice, wait: Wait) -> None:
@@ -409,7 +409,8 @@ class EsgPolicy(Policy):
     def _warm_kinds(self, function: str, snapshot: ClusterSnapshot) -> set[str | None]:
         """The kinds of instance (MIG profile, None for CPU) where a worker of ``function`` exists:
         idle on a node, or running one of this policy's batches."""
-        kinds = {k[1] for k, n in self._busy.items() if n > 0 and k[0] == function}
+        busy = self._busy.get(function)
+        kinds = {k for k, n in busy.items() if n > 0} if busy else set()
         for name in snapshot.nodes_with_warm(function):
             for (f, ref), n in snapshot.nodes[name].idle_workers.items():
                 if f == function and n > 0:

@@ -1,5 +1,6 @@
-"""ESG holds a queue for a larger batch when waiting is cheaper within the budget (EsgPolicy._hold): a rule
-of the scheduler step, so the emulator and the live service hold alike."""
+"""ESG holds a queue for a larger batch when waiting is cheaper within the budget (EsgPolicy._hold), and the
+two pool rules measured beside it: rules of the scheduler step, so the emulator and the live service
+decide alike. All three are off by default (measured on the trace, docs/baselines.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import pytest
 from esg.cluster import ClusterSnapshot, NodeState
 from esg.events import Arrival, BatchDone, Request
 from esg.model import App
-from esg.policies import PolicyContext
+from esg.policies import PolicyContext, make_policy
+from esg.placement import WAITING_FOR_A_WORKER
 from esg.policies.esg_policy import HOLD_GAPS, HOLDING, EsgPolicy
 from esg.scheduler import Scheduler
 
@@ -89,6 +91,8 @@ def test_no_hold_before_enough_gaps_were_seen_or_when_switched_off():
     for s in (scheduler(gaps=HOLD_GAPS - 2), scheduler(hold=False)):
         out = s.step(T0, tracked(), [arrive("r0", T0)])
         assert [d.config.batch for d in out.dispatches] == [1]
+    policy = make_policy("esg", PolicyContext({}, {}))
+    assert not (policy.hold_batches or policy.widen_pools or policy.function_scale_out), "all off by default"
 
 
 def test_a_busy_worker_still_runs_the_batch_when_it_frees():
@@ -98,3 +102,38 @@ def test_a_busy_worker_still_runs_the_batch_when_it_frees():
     d = s.step(T0 + 5.0, snap, [arrive("r1", T0 + 5.0)]).dispatches[0]
     done = s.step(T0 + 20.0, snap, [BatchDone(d.batch_id)])
     assert {o.request_id for o in done.outcomes} == {"r0", "r1"} and all(o.slo_hit for o in done.outcomes)
+
+
+# -- the two pool rules measured beside holding (off by default) -------------------------------------
+SHARED = [(1, 1, "1g.5gb", 10.0)]
+
+
+def shared_scheduler(**flags) -> Scheduler:
+    """Two apps of one function g: a worker of g serves both apps' queues."""
+    apps = {name: App(name, 100.0, ("g",), ()) for name in ("a", "b")}
+    ctx = PolicyContext(apps, {"g": profile("g", SHARED, cold_start_ms=1000.0)}, mig_reconfig_ms=2000.0)
+    return Scheduler(apps, EsgPolicy(ctx, **flags))
+
+
+def _second_app_waits(s: Scheduler):
+    snap = tracked()
+    first = s.step(0.0, snap, [Arrival(Request("r0", "b", 0.0))])
+    assert len(first.dispatches) == 1, "b's job starts g's first worker"
+    return s.step(1.0, snap, [Arrival(Request("r1", "a", 1.0))])
+
+
+def test_by_default_a_queue_with_no_batch_of_its_own_starts_a_worker_for_an_on_time_head():
+    (d,) = _second_app_waits(shared_scheduler()).dispatches
+    assert d.fit.warm_worker is None, "a start-up of seconds for a head with 99 ms left"
+
+
+def test_function_scale_out_waits_for_the_functions_busy_worker_while_the_head_is_on_time():
+    out = _second_app_waits(shared_scheduler(function_scale_out=True))
+    assert not out.dispatches and out.waiting[("a", "g")].startswith(WAITING_FOR_A_WORKER)
+
+
+def test_widen_pools_prewarms_one_more_worker_on_free_room_for_a_head_that_waits_for_a_busy_one():
+    out = _second_app_waits(shared_scheduler(function_scale_out=True, widen_pools=True))
+    (p,) = out.prewarms
+    assert p.function == "g" and p.config.gpu == "1g.5gb" and not p.fit.destroy
+    assert not _second_app_waits(shared_scheduler(function_scale_out=True)).prewarms

@@ -2,7 +2,7 @@
 
 For the head job of a queue the budget is what is left of its request's SLO; the search covers the
 job's function and every function after it in the app, with batch sizes capped at the jobs waiting in
-the queue (ESG batches what has arrived, it does not hold jobs back to fill a batch). The distinct
+the queue (by default ESG batches what has arrived: it holds no jobs back to fill a batch). The distinct
 configurations of the queue's function across the K cheapest paths form the priority list that
 ESG_Dispatch walks.
 
@@ -29,6 +29,13 @@ started when none of the queue's batches runs, or when the running ones would ta
 start to work the queue off. (With the shared rule -- scale out whenever more jobs wait than the running
 batches take next -- ESG started 40-60 workers per measured half-minute on the trace, each taking an
 instance from another function for seconds.)
+
+Three rules are built and off by default (measured on the trace to lose overall, docs/baselines.md):
+holding a queue for a larger batch when that is cheaper per request within every held job's budget
+(``hold_batches``, :meth:`EsgPolicy._hold`: a :class:`Choice` with ``retry_at_ms``, so the scheduler
+step wakes then in both drivers), pre-warming one more worker of a function whose head waits for a busy
+one (``widen_pools``), and weighing every batch of the function in flight in the scale-out rule while
+the head is on time (``function_scale_out``).
 
 Plans are cached (:mod:`esg.policies.plan_cache`) per (app, function, batch cap, allowed instance
 kinds) over the budgets, floored to 1 ms (which keeps the plan on the safe side), for which planning

@@ -9,8 +9,8 @@ import pytest
 from esg.cluster import ClusterSnapshot, NodeState
 from esg.events import Arrival, BatchDone, Request
 from esg.model import App
-from esg.policies import PolicyContext, make_policy
 from esg.placement import WAITING_FOR_A_WORKER
+from esg.policies import PolicyContext, make_policy
 from esg.policies.esg_policy import HOLD_GAPS, HOLDING, EsgPolicy
 from esg.scheduler import Scheduler
 

@@ -53,7 +53,14 @@ from typing import Any
 
 import redis
 
-from agent_channel.protocol import BatchResult, DispatchMessage, PrewarmDone, PrewarmMessage, ProtocolError, decode
+from agent_channel.protocol import (
+    BatchResult,
+    DispatchMessage,
+    PrewarmDone,
+    PrewarmMessage,
+    ProtocolError,
+    decode,
+)
 from agent_channel.streams import Entry
 from invoker_agent.batch import BatchRunner, failed_ids
 from invoker_agent.channel import AgentChannel

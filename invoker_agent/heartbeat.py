@@ -89,10 +89,16 @@ class BatchTrack:
         with self._lock:
             self._running.discard(batch_id)
             self._done.append((self.clock(), batch_id))
-            if prewarm is not None:     # named done again (delivered twice): what the first did stands
-                self._outcomes.setdefault(batch_id, prewarm)
+            if prewarm is not None:     # named done again (delivered twice): what it did, not the repeat
+                known = self._outcomes.get(batch_id)
+                if known is None or known.outcome == "repeated":
+                    self._outcomes[batch_id] = prewarm
             if len(self._done) > self.cap:
                 self._forget(self._done.popleft()[1])
+
+    def is_running(self, batch_id: str) -> bool:
+        with self._lock:
+            return batch_id in self._running
 
     def view(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         running, done, _ = self.report()
@@ -108,7 +114,7 @@ class BatchTrack:
             done = tuple(b for _, b in self._done)
             outcomes = self._outcomes
             return (tuple(sorted(self._running)), done,
-                    tuple(outcomes[b] for b in done if b in outcomes) if outcomes else ())
+                    tuple(outcomes[b] for b in dict.fromkeys(done) if b in outcomes) if outcomes else ())
 
     def _forget(self, batch_id: str) -> None:
         if batch_id not in self._outcomes:

@@ -267,7 +267,10 @@ class AgentService:
         self._answer_safely(entry.id, "", None)      # retired first: a pre-warm runs at most once
         if not self.recent.add(msg.prewarm_id):
             log.info("pre-warm %s delivered again: already taken", msg.prewarm_id)
-            self._prewarm_done(msg, "repeated")
+            if self.heartbeats.batches.is_running(msg.prewarm_id):
+                self._count("repeated")     # the first is still starting: named done when it is
+            else:
+                self._prewarm_done(msg, "repeated")
             return
         self.heartbeats.batches.taken(msg.prewarm_id)
         try:
@@ -310,6 +313,9 @@ class AgentService:
     def _prewarm_done(self, msg: PrewarmMessage, outcome: str, reconfigured: int = 0) -> None:
         """Name the pre-warm done in the next heartbeats, with its outcome, and count it."""
         self.heartbeats.batches.answered(msg.prewarm_id, PrewarmDone(msg.prewarm_id, outcome, reconfigured))
+        self._count(outcome)
+
+    def _count(self, outcome: str) -> None:
         with self._count_lock:
             setattr(self.prewarms, outcome, getattr(self.prewarms, outcome) + 1)
 

@@ -127,8 +127,8 @@ class EsgPolicy(Policy):
         """ESG_1Q per app on the profiled latencies alone."""
         self._plans = PlanCache()
         self._before: dict[tuple[str, str, bool], float] = {}
-        self._busy: Counter[tuple[str, str | None]] = Counter()
-        """This policy's batches in flight per (function, MIG profile or None for CPU)."""
+        self._busy: dict[str, Counter[str | None]] = {}
+        """This policy's batches in flight per function, per MIG profile (None for CPU)."""
         self._kinds: dict[str, tuple[str, ...]] = {}
         self.searches = 0
         self.expanded = 0
@@ -215,13 +215,16 @@ class EsgPolicy(Policy):
         choice = self._chosen.pop((dispatch.app, dispatch.function), None)
         if isinstance(choice, _PlannedChoice):  # (an explorer's probe is placed from no choice of this policy)
             self._batch_choice[dispatch.batch_id] = choice
-        self._busy[(dispatch.function, dispatch.config.gpu)] += 1
+        busy = self._busy.get(dispatch.function)
+        if busy is None:
+            busy = self._busy[dispatch.function] = Counter()
+        busy[dispatch.config.gpu] += 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] += 1
 
     def on_done(self, dispatch: Dispatch) -> None:
         super().on_done(dispatch)
         self._batch_choice.pop(dispatch.batch_id, None)
-        self._busy[(dispatch.function, dispatch.config.gpu)] -= 1
+        self._busy[dispatch.function][dispatch.config.gpu] -= 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] -= 1
 
     # -- JIT pre-warming along the DAG, bounded keep-alive -------------------------------------------
@@ -279,7 +282,8 @@ class EsgPolicy(Policy):
     def _warm_kinds(self, function: str, snapshot: ClusterSnapshot) -> set[str | None]:
         """The kinds of instance (MIG profile, None for CPU) where a worker of ``function`` exists:
         idle on a node, or running one of this policy's batches."""
-        kinds = {k[1] for k, n in self._busy.items() if n > 0 and k[0] == function}
+        busy = self._busy.get(function)
+        kinds = {k for k, n in busy.items() if n > 0} if busy else set()
         for name in snapshot.nodes_with_warm(function):
             for (f, ref), n in snapshot.nodes[name].idle_workers.items():
                 if f == function and n > 0:

@@ -53,8 +53,8 @@ fallback) with that locality order and the scale-out rule above; what is ESG's o
 JIT pre-warming along the DAG (after Xanadu): when a batch of f is dispatched, each successor g whose
 configuration on the planned cheapest path is of a kind of instance with no worker of g near f's batch
 (idle, running or starting, on f's node -- where ESG_Dispatch looks first for g's batch) gets one
-started there, timed to be ready when f's batch ends: it starts at max(now, f's planned end - g's
-start-up). With start-ups of seconds against batches of milliseconds that is at once: the worker serves
+started there, timed to be ready when f's batch ends: it starts at max(now, f's planned end - the hop
+to g's worker - g's start-up). With start-ups of seconds against batches of milliseconds that is at once: the worker serves
 g's later batches, not this one's. A bound on idle cost is available (``bounded_keep_alive=True``, off
 by default: on the trace it cost hit rate in most cells): a worker is kept as long as the app's next
 request is likely to come (twice the 99th percentile of its last 256 request gaps), never shorter than a
@@ -386,7 +386,7 @@ class EsgPolicy(Policy):
                 want = WarmUp(d.app, g, smallest_of_kind(self.ctx.profiles[g], planned),
                               self.keep_alive_ms(d.app, g, now_ms), preferred=(d.node,), only_preferred=True,
                               ready_by_ms=end)
-                start = end - self.startup_ms(g, planned.gpu is not None)
+                start = self.prewarm_start_ms(g, planned.gpu is not None, end)
                 if start > now_ms:
                     self._pending.add(start, want)
                 else:

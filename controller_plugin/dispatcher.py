@@ -20,7 +20,8 @@ start or a MIG change at the agent, which says so in its result.
 
 **Pre-warms** are kept on their nodes' views as batches are -- their slice and vCPUs held while the
 worker starts -- until a heartbeat names them answered (``done``): that report shows the worker idle,
-or shows none if the pre-warm failed. Nothing else answers a pre-warm; one its agent never reports is
+or shows none if the pre-warm failed, and says what the agent did with it (``prewarmed``: started a
+worker, found one warm, failed, expired...), which goes to the decision log for the costs. Nothing else answers a pre-warm; one its agent never reports is
 dropped after :data:`PREWARM_KEEP_S` and with its agent, and never taken back from the stream (it
 costs an idle worker at most, within its keep-alive).
 """
@@ -56,6 +57,19 @@ PREWARM_KEEP_S = 120.0
 
 
 @dataclass(frozen=True)
+class Warmed:
+    """A pre-warm a heartbeat named done."""
+
+    prewarm: Prewarm
+    sent_ms: int
+    """When it was sent (epoch ms)."""
+    ready: bool
+    """That heartbeat showed an idle worker of its function on its slice."""
+    done: protocol.PrewarmDone | None
+    """What the agent did with it (None: an older agent, which does not say)."""
+
+
+@dataclass(frozen=True)
 class InFlight:
     dispatch: Dispatch
     entry_id: str
@@ -77,9 +91,8 @@ class Dispatcher:
         self._sets: dict[str, tuple[protocol.Heartbeat, frozenset[str], frozenset[str]]] = {}
         self.prewarming: dict[str, tuple[Prewarm, float, int]] = {}
         """Pre-warms sent that no heartbeat has named done yet, with when (monotonic s, epoch ms)."""
-        self.warmed: list[tuple[Prewarm, int, bool]] = []
-        """Pre-warms heartbeats named done since the caller last took them (:meth:`take_warmed`): each
-        with when it was sent (epoch ms) and whether the heartbeat showed an idle worker of it."""
+        self.warmed: list[Warmed] = []
+        """Pre-warms heartbeats named done since the caller last took them (:meth:`take_warmed`)."""
         self.count = 0
         self.prewarms = 0
         self.ignored = 0
@@ -90,13 +103,14 @@ class Dispatcher:
     def heartbeat(self, hb: protocol.Heartbeat, mono: float) -> Agent | None:
         """Record a heartbeat; the agent if it just joined (or came back)."""
         joined = self.registry.heartbeat(hb, mono)
+        outcomes = {o.prewarm_id: o for o in hb.prewarmed} if hb.prewarmed else {}
         for batch_id in hb.done:
             self.finished.pop(batch_id, None)
             warming = self.prewarming.pop(batch_id, None)
             if warming is not None:
                 p = warming[0]
                 ready = any(w.count > 0 and w.function == p.function and w.slice == p.fit.slice for w in hb.idle)
-                self.warmed.append((p, warming[2], ready))
+                self.warmed.append(Warmed(p, warming[2], ready, outcomes.get(batch_id)))
         if self.finished:
             old = [b for b, (_, t, _) in self.finished.items() if mono - t > FINISHED_KEEP_S]
             for b in old:
@@ -164,7 +178,7 @@ class Dispatcher:
             self.metrics.batch_size.observe(len(s.dispatch.jobs))
         self.count += len(sends)
 
-    def take_warmed(self) -> list[tuple[Prewarm, int, bool]]:
+    def take_warmed(self) -> list[Warmed]:
         out, self.warmed = self.warmed, []
         return out
 

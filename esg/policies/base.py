@@ -88,8 +88,18 @@ class Policy(ABC):
               holds: list[placement.Hold] | None = None) -> Placement | Wait:
         """Where the head batch runs, or why it waits: this policy's placer (:meth:`Placer.place
         <esg.policies.placer.Placer.place>`), given the queue's running batches."""
-        return self.placer.place(app, queue, choice, snapshot, preferred, now_ms, no_fit, self.running[queue.key],
+        return self.placer.place(app, queue, choice, snapshot, preferred, now_ms, no_fit, self.running_for(queue.key),
                                  holds)
+
+    def on_wait(self, app: App, queue: AfwQueue, choice: Choice, wait: Wait) -> None:
+        """The head of ``queue`` was not placed from ``choice``, for ``wait``'s reason (told at every step
+        it waits, whether its placement was worked out again or a kept hold answered)."""
+        return None
+
+    def running_for(self, key: tuple[str, str]) -> int:
+        """The batches in flight the placer's scale-out rule weighs for the head of queue ``key``: the
+        queue's own (:attr:`running`) unless the policy says otherwise."""
+        return self.running[key]
 
     def preferred_nodes(self, app: App, head: Job, snapshot: ClusterSnapshot) -> list[str]:
         """Nodes to try first for ``head``'s batch: this policy's placer's order."""
@@ -120,8 +130,19 @@ class Policy(ABC):
         the cold start. (Without the hop the worker counted as neither starting nor idle for that long,
         and the next step could ask for it again.)"""
         if self._warming is not None:
-            ready = now_ms + self.ctx.stage_overhead_ms + self.startup_ms(prewarm.function, prewarm.fit.create)
-            self._warming.add(prewarm, ready)
+            self._warming.add(prewarm, now_ms + self.prewarm_takes_ms(prewarm.function, prewarm.fit.create))
+
+    def prewarm_takes_ms(self, function: str, creates_instance: bool) -> float:
+        """How long a pre-warm of ``function`` takes from the step that places it until its worker is
+        ready, as the drivers time it: the hop to the worker (``PolicyContext.stage_overhead_ms``), then
+        the MIG instance created where ``creates_instance``, then the cold start."""
+        return self.ctx.stage_overhead_ms + self.startup_ms(function, creates_instance)
+
+    def prewarm_start_ms(self, function: str, creates_instance: bool, ready_by_ms: float) -> float:
+        """When a pre-warm of ``function`` must be placed for its worker to be ready at ``ready_by_ms``:
+        that time less all of :meth:`prewarm_takes_ms` -- the hop included, as its end counts it (a start
+        that left the hop out made the worker ready one hop late, after the batch it was timed for)."""
+        return ready_by_ms - self.prewarm_takes_ms(function, creates_instance)
 
     def prewarm_wake_ms(self) -> float | None:
         """When this policy next wants to be asked for pre-warms though nothing happens (a window or

@@ -87,7 +87,7 @@ class Emulation:
         self._measured: set[str] = set()
         self._noise = lognormal_params(params.noise_cv)
         self._noise_buf: list[float] = []
-        self._hop_rng = (np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0])  # type: ignore[attr-defined]
+        self._hop_rng = (np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0])
                          if params.hop_log_sd > 0 else None)
         """The hop's own generator (the run's execution-time draws stay as they are)."""
 

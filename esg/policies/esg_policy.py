@@ -364,7 +364,7 @@ class EsgPolicy(Policy):
         """For each dispatched batch of f, each successor g whose planned kind of instance has no worker
         on f's node: one started there, ready when f's batch is planned to end."""
         wants: dict[tuple[str, str | None, str], WarmUp] = {}
-        due = self._pending.due(now_ms)  # type: ignore[union-attr]
+        due = self._pending.due(now_ms)
         for want in due:
             key = (want.function, want.config.gpu, want.preferred[0])
             if key not in wants and not self._warm_near(want.function, want.config.gpu, want.preferred[0], snapshot,
@@ -388,7 +388,7 @@ class EsgPolicy(Policy):
                               ready_by_ms=end)
                 start = self.prewarm_start_ms(g, planned.gpu is not None, end)
                 if start > now_ms:
-                    self._pending.add(start, want)  # type: ignore[union-attr]
+                    self._pending.add(start, want)
                 else:
                     wants[key] = want
         self._widen(now_ms, wants)
@@ -411,7 +411,7 @@ class EsgPolicy(Policy):
     def _warm_near(self, function: str, kind: str | None, node: str, snapshot: ClusterSnapshot, now_ms: float) -> bool:
         """Whether a worker of ``function`` on ``kind`` is on ``node``: running, idle or starting."""
         return (self._busy_on[(function, kind, node)] > 0 or idle_of_kind(snapshot, function, kind, (node,)) > 0
-                or self._warming.count(function, now_ms, kind, (node,)) > 0)  # type: ignore[union-attr]
+                or self._warming.count(function, now_ms, kind, (node,)) > 0)
 
     def _warm_kinds(self, function: str, snapshot: ClusterSnapshot) -> set[str | None]:
         """The kinds of instance (MIG profile, None for CPU) where a worker of ``function`` exists:

@@ -267,6 +267,8 @@ class SchedulerService:
         prewarms: list[PrewarmSend] = []
         if self.workflows.busy(t):
             sends, prewarms, answers = self.workflows.step(t, self.dispatcher.snapshot())
+            if self.workflows.unsent_prewarms:
+                self.dispatcher.forget_view()   # their reservations are on the kept snapshot
             for o in self.workflows.last_outcomes:
                 self.decisions.outcome(o)
             self._answer(answers)

@@ -200,7 +200,7 @@ def test_the_snapshot_kept_across_turns_is_the_one_built_afresh(ops):
     answered: list = []     # answered by the agent, result not delivered yet
     done: dict[str, list[str]] = {n: [] for n in truth}
     seq = {n: 1 for n in truth}
-    for n, t in truth.items():
+    for t in truth.values():
         disp.heartbeat(_heartbeat(t, 1, (), ()), 0.0)
     events: list = []
     for i, (op, k) in enumerate(ops):

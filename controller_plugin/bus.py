@@ -99,25 +99,27 @@ class Delivery:
         self.is_done = True
 
 
-def producer_settings(bootstrap: str, client_id: str, timeout_ms: int) -> dict:
+def producer_settings(bootstrap: str, client_id: str, timeout_ms: int, delivery_timeout_ms: int = 120_000) -> dict:
     """librdkafka's settings for the scheduler's producer: an ack leaves at once (``linger.ms`` 0, no
     Nagle delay); under load the sender batches what queued meanwhile. A message the broker has not
-    taken within two minutes is reported failed (kafka-python's delivery timeout), and sent again by
-    its caller."""
+    taken within ``delivery_timeout_ms`` (two minutes, kafka-python's delivery timeout) is reported
+    failed, and sent again by its caller."""
     return {"bootstrap.servers": bootstrap, "client.id": client_id, "acks": 1, "linger.ms": 0,
             "socket.nagle.disable": True, "message.max.bytes": 2 * wire.MAX_MESSAGE_BYTES + 1024,
-            "request.timeout.ms": timeout_ms, "message.timeout.ms": 120_000,
+            "request.timeout.ms": timeout_ms, "message.timeout.ms": delivery_timeout_ms,
             "log.connection.close": False}
 
 
 class Bus:
-    def __init__(self, bootstrap: str, client_id: str = "esg-scheduler", timeout_ms: int = 5000) -> None:
+    def __init__(self, bootstrap: str, client_id: str = "esg-scheduler", timeout_ms: int = 5000,
+                 delivery_timeout_ms: int = 120_000) -> None:
         self.bootstrap = bootstrap
         probe(bootstrap)
         try:
             self.admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id + "-admin",
                                           request_timeout_ms=timeout_ms)
-            self.producer = Producer(producer_settings(bootstrap, client_id, timeout_ms), logger=log)
+            self.producer = Producer(producer_settings(bootstrap, client_id, timeout_ms, delivery_timeout_ms),
+                                     logger=log)
         except (KafkaError, KafkaException, OSError, ValueError) as exc:
             why = "no broker answered" if "NoBrokersAvailable" in type(exc).__name__ else str(exc)
             raise BusError(f"cannot reach Kafka at {bootstrap}: {why}") from None

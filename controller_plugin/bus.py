@@ -9,7 +9,7 @@ topic. Everything between the scheduler and its agents goes over Redis (:mod:`co
 (every ack) goes through librdkafka (``confluent_kafka``), whose sender runs in C off the interpreter's
 lock. kafka-python's sender thread cost about 0.6-0.75 ms of CPU per ack in a burst of a real agent's
 activations (a produce request per loop turn; each of its wake-ups runs a few hundred lines of Python),
-more than the scheduler's own main loop; librdkafka's costs a tenth of that.
+more than the scheduler's own main loop; librdkafka's broker thread costs a twentieth of that.
 :class:`Delivery` stands for the broker's answer to one message: the producer's delivery reports fill
 it in when the bus is polled (:meth:`Bus.poll`, :meth:`Bus.flush`).
 """

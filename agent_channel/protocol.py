@@ -12,13 +12,15 @@ raising :class:`ProtocolError` naming the one that is wrong.
   worker of one function in one configuration (its MIG slice carved as a dispatch's is, then the
   runtime's cold start and ``/init``) and keep it idle for at most ``keep_alive_ms``; no job runs and
   nothing is answered -- the worker shows in the agent's heartbeats as an idle warm worker, and the
-  pre-warm's id in their ``running`` / ``done`` lists, as a batch's.
+  pre-warm's id in their ``running`` / ``done`` lists, as a batch's, with what the agent did with it
+  (:class:`PrewarmDone`: started a worker, found one warm, failed, taken too late or twice).
 * :class:`BatchResult` (agent -> the scheduler named in ``reply_to``): per activation its status,
   timings, logs, and either the result inline or the key and size of the stored output; per batch the
   function, configuration and measured run time.
 * :class:`Heartbeat` (every agent, once a second): the node's vCPUs, memory, MIG slices, warm workers,
   its idle warm workers by (function, vCPUs, slice), and the batches it is running and has recently
-  answered (so the scheduler knows which of its own reservations the report already shows).
+  answered (so the scheduler knows which of its own reservations the report already shows), with the
+  outcome of each pre-warm among them.
 
 **Data flow** (:func:`compose_input`): an entry function gets the call's parameters; a function with one
 predecessor gets that predecessor's output; with several, an object keyed by the predecessors' names in
@@ -201,6 +203,25 @@ class IdleWorkers:
     count: int
 
 
+#: What an agent did with a pre-warm (:attr:`PrewarmDone.outcome`).
+PREWARM_OUTCOMES = ("started", "warm", "failed", "expired", "repeated", "dropped")
+
+
+@dataclass(frozen=True)
+class PrewarmDone:
+    """What the agent did with one pre-warm its heartbeat names done, so the scheduler's decision log
+    (and ``esg replay``'s costs) charge only what ran. ``outcome``: ``started`` (a worker was started
+    and ``/init``-ed), ``warm`` (an idle worker was there already: its keep-alive was extended, nothing
+    started), ``failed``, ``expired`` (taken after its keep-alive had run out since it was sent: not
+    started), ``repeated`` (delivered again, or taken before a restart: not started) or ``dropped``
+    (the agent stopped before it could start it)."""
+
+    prewarm_id: str
+    outcome: str
+    reconfigured: int = 0
+    """MIG instances the agent created or destroyed for it (its slice carved there)."""
+
+
 @dataclass(frozen=True)
 class Heartbeat:
     node: str
@@ -219,6 +240,8 @@ class Heartbeat:
     """Batch ids the agent has taken and not yet answered (what the slices and workers above show busy)."""
     done: tuple[str, ...] = ()
     """Batch ids the agent answered recently (their workers are idle above again)."""
+    prewarmed: tuple[PrewarmDone, ...] = ()
+    """The outcomes of the pre-warms among ``done`` (an older agent's heartbeats have none)."""
 
     def node_state(self) -> NodeState:
         """The node as the scheduler plans on it (its slices copied: the scheduler's reservations mark
@@ -278,7 +301,9 @@ def to_dict(msg: Message) -> dict[str, Any]:
             "draining": msg.draining, "seq": msg.seq, "sent_ms": msg.sent_ms,
             "idle": [{"function": w.function, "vcpus": w.vcpus, "slice": _slice(w.slice), "count": w.count}
                      for w in msg.idle],
-            "running": list(msg.running), "done": list(msg.done)}
+            "running": list(msg.running), "done": list(msg.done),
+            "prewarmed": [{"prewarm_id": p.prewarm_id, "outcome": p.outcome, "reconfigured": p.reconfigured}
+                          for p in msg.prewarmed]}
 
 
 def _action(a: ActionRef) -> dict[str, Any]:
@@ -494,7 +519,26 @@ def _heartbeat(d: dict) -> Heartbeat:
     return Heartbeat(_need(d, "node", str, w), _need(d, "vcpus_total", int, w), _need(d, "vcpus_free", int, w),
                      _need(d, "memory_mb", int, w), d.get("gpu_model"), slices, warm,
                      bool(d.get("draining", False)), int(d.get("seq", 0)), int(d.get("sent_ms", 0)), idle,
-                     _ids(d.get("running", []), w + ".running"), _ids(d.get("done", []), w + ".done"))
+                     _ids(d.get("running", []), w + ".running"), _ids(d.get("done", []), w + ".done"),
+                     tuple(_prewarm_done(x, w + ".prewarmed") for x in _list(d.get("prewarmed", []), w + ".prewarmed")))
+
+
+def _list(xs: Any, where: str) -> list:
+    if not isinstance(xs, list):
+        raise ProtocolError(f"{where}: must be a list")
+    return xs
+
+
+def _prewarm_done(x: Any, where: str) -> PrewarmDone:
+    if not isinstance(x, dict):
+        raise ProtocolError(f"{where}: an entry must be an object")
+    outcome = _need(x, "outcome", str, where)
+    if outcome not in PREWARM_OUTCOMES:
+        raise ProtocolError(f"{where}: 'outcome' must be one of {', '.join(PREWARM_OUTCOMES)}, got {outcome!r}")
+    reconfigured = x.get("reconfigured", 0)
+    if isinstance(reconfigured, bool) or not isinstance(reconfigured, int) or reconfigured < 0:
+        raise ProtocolError(f"{where}: field 'reconfigured' must be a non-negative integer")
+    return PrewarmDone(_need(x, "prewarm_id", str, where), outcome, reconfigured)
 
 
 def _idle(x: Any, where: str) -> IdleWorkers:

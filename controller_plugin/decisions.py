@@ -17,7 +17,10 @@ agents' own)``.
 One per pre-warm a heartbeat named done (``type: "prewarm"``): ``prewarm_id, app, function, node,
 gpu_model, vcpus, gpu, slice, create, keep_alive_ms, sent_ms, done_ms`` (done: the heartbeat that named
 it read -- at most one heartbeat late), ``ready`` (that heartbeat showed an idle worker of the function
-on its slice; false: it failed or was taken already).
+on its slice; false: it failed or was taken already), ``outcome`` (what the agent did with it, as its
+heartbeat said: ``started`` a worker, found one ``warm`` -- its keep-alive extended, nothing started --,
+``failed``, ``expired``, ``repeated`` or ``dropped``; null: an agent that does not say) and
+``reconfigured`` (MIG instances the agent created or destroyed for it; null when it does not say).
 
 ``esg replay`` reads it for the cost (idle MIG instances kept for warm workers included, by the
 emulator's rule), cold starts, MIG changes and batch sizes of its measured requests (what the emulator
@@ -96,14 +99,18 @@ class DecisionLog:
             "keep_alive_ms": d.keep_alive_ms}
         self._staged.append(json.dumps(entry, separators=(",", ":")).encode())
 
-    def prewarm(self, p: Prewarm, sent_ms: int, done_ms: int, gpu_model: str | None, ready: bool) -> None:
-        """A pre-warm a heartbeat named done at ``done_ms`` (sent at ``sent_ms``)."""
+    def prewarm(self, p: Prewarm, sent_ms: int, done_ms: int, gpu_model: str | None, ready: bool,
+                done: protocol.PrewarmDone | None = None) -> None:
+        """A pre-warm a heartbeat named done at ``done_ms`` (sent at ``sent_ms``), with what the agent did
+        with it (``done``; None: it did not say)."""
         s = p.fit.slice
         self._staged.append(json.dumps({
             "type": "prewarm", "prewarm_id": p.prewarm_id, "app": p.app, "function": p.function, "node": p.node,
             "gpu_model": gpu_model, "vcpus": p.config.vcpus, "gpu": p.config.gpu,
             "slice": None if s is None else f"{s.profile}@{s.start}", "create": p.fit.create,
-            "keep_alive_ms": p.keep_alive_ms, "sent_ms": sent_ms, "done_ms": done_ms, "ready": ready},
+            "keep_alive_ms": p.keep_alive_ms, "sent_ms": sent_ms, "done_ms": done_ms, "ready": ready,
+            "outcome": None if done is None else done.outcome,
+            "reconfigured": None if done is None else done.reconfigured},
             separators=(",", ":")).encode())
 
     def outcome(self, o: RequestOutcome) -> None:

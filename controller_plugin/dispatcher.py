@@ -20,7 +20,8 @@ start or a MIG change at the agent, which says so in its result.
 
 **Pre-warms** are kept on their nodes' views as batches are -- their slice and vCPUs held while the
 worker starts -- until a heartbeat names them answered (``done``): that report shows the worker idle,
-or shows none if the pre-warm failed. Nothing else answers a pre-warm; one its agent never reports is
+or shows none if the pre-warm failed, and says what the agent did with it (``prewarmed``: started a
+worker, found one warm, failed, expired...), which goes to the decision log for the costs. Nothing else answers a pre-warm; one its agent never reports is
 dropped after :data:`PREWARM_KEEP_S` and with its agent, and never taken back from the stream (it
 costs an idle worker at most, within its keep-alive).
 """
@@ -56,6 +57,19 @@ PREWARM_KEEP_S = 120.0
 
 
 @dataclass(frozen=True)
+class Warmed:
+    """A pre-warm a heartbeat named done."""
+
+    prewarm: Prewarm
+    sent_ms: int
+    """When it was sent (epoch ms)."""
+    ready: bool
+    """That heartbeat showed an idle worker of its function on its slice."""
+    done: protocol.PrewarmDone | None
+    """What the agent did with it (None: an older agent, which does not say)."""
+
+
+@dataclass(frozen=True)
 class InFlight:
     dispatch: Dispatch
     entry_id: str
@@ -86,9 +100,8 @@ class Dispatcher:
         one of these is in the report already, so not finished again)."""
         self._stale: set[str] = set()
         """Nodes of the view to build again from their latest report (and claims) at the next snapshot."""
-        self.warmed: list[tuple[Prewarm, int, bool]] = []
-        """Pre-warms heartbeats named done since the caller last took them (:meth:`take_warmed`): each
-        with when it was sent (epoch ms) and whether the heartbeat showed an idle worker of it."""
+        self.warmed: list[Warmed] = []
+        """Pre-warms heartbeats named done since the caller last took them (:meth:`take_warmed`)."""
         self.count = 0
         self.prewarms = 0
         self.ignored = 0
@@ -100,6 +113,7 @@ class Dispatcher:
         """Record a heartbeat; the agent if it just joined (or came back)."""
         joined = self.registry.heartbeat(hb, mono)
         self._stale.add(hb.node)
+        outcomes = {o.prewarm_id: o for o in hb.prewarmed} if hb.prewarmed else {}
         for batch_id in hb.done:
             gone = self.finished.pop(batch_id, None)
             if gone is not None:
@@ -109,7 +123,7 @@ class Dispatcher:
                 p = warming[0]
                 self._stale.add(p.node)
                 ready = any(w.count > 0 and w.function == p.function and w.slice == p.fit.slice for w in hb.idle)
-                self.warmed.append((p, warming[2], ready))
+                self.warmed.append(Warmed(p, warming[2], ready, outcomes.get(batch_id)))
         if self.finished:
             old = [b for b, (_, t, _) in self.finished.items() if mono - t > FINISHED_KEEP_S]
             for b in old:
@@ -207,7 +221,7 @@ class Dispatcher:
             self.metrics.batch_size.observe(len(s.dispatch.jobs))
         self.count += len(sends)
 
-    def take_warmed(self) -> list[tuple[Prewarm, int, bool]]:
+    def take_warmed(self) -> list[Warmed]:
         out, self.warmed = self.warmed, []
         return out
 

@@ -360,8 +360,8 @@ class SchedulerService:
         joined = self.dispatcher.heartbeat(hb, mono)
         if self.dispatcher.warmed:
             t = now_ms()
-            for p, sent_ms, ready in self.dispatcher.take_warmed():
-                self.decisions.prewarm(p, sent_ms, t, hb.gpu_model, ready)
+            for w in self.dispatcher.take_warmed():
+                self.decisions.prewarm(w.prewarm, w.sent_ms, t, hb.gpu_model, w.ready, w.done)
         if joined is None:
             return
         log.info("agent %s is alive as invoker%d (%d MB)", hb.node, joined.invoker_id, hb.memory_mb)

@@ -224,7 +224,7 @@ class ClusterSnapshot:
         if node.gpu_model is None:
             return None
         placed = gpu_fit(node.gpu_model, self.layout(node_name), config.gpu)
-        return None if placed is None else Fit(node_name, *placed)
+        return None if placed is None else _gpu_fit_on(node_name, placed)
 
     def reserve(self, config: Config, fit: Fit) -> None:
         node = self.nodes[fit.node]
@@ -232,26 +232,33 @@ class ClusterSnapshot:
         if fit.warm_worker is not None and node.idle_workers.get(fit.warm_worker, 0) > 0:
             node.idle_workers[fit.warm_worker] -= 1
         if fit.slice is not None:
-            node.slices = [s for s in node.slices if s.ref not in fit.destroy]
+            if fit.destroy:
+                node.slices = [s for s in node.slices if s.ref not in fit.destroy]
             for s in node.slices:
                 if s.ref == fit.slice:
                     s.busy = True
                     break
             else:
                 node.slices.append(Slice(fit.slice, busy=True))
-        killed = [k for k in node.idle_workers if k[1] is not None and k[1] in fit.destroy]
-        for k in killed:  # destroying a MIG instance kills its workers
-            del node.idle_workers[k]
-        self._changed(fit.node, workers=fit.warm_worker is not None or bool(killed))
+        killed = False
+        if fit.destroy:
+            for k in [k for k in node.idle_workers if k[1] is not None and k[1] in fit.destroy]:
+                del node.idle_workers[k]  # destroying a MIG instance kills its workers
+                killed = True
+        self._changed(fit.node, workers=True if killed else
+                      (fit.warm_worker[0] if fit.warm_worker is not None else False))
 
     def release(self, config: Config, fit: Fit) -> None:
         """Undo :meth:`reserve`'s claim (the slice stays, idle; destroyed slices stay destroyed)."""
-        node = self.nodes[fit.node]
+        self._release(self.nodes[fit.node], config, fit)
+        self._changed(fit.node, workers=False)
+
+    @staticmethod
+    def _release(node: NodeState, config: Config, fit: Fit) -> None:
         node.vcpus_free = min(node.vcpus_total, node.vcpus_free + config.vcpus)
         for s in node.slices:
             if s.ref == fit.slice:
                 s.busy = False
-        self._changed(fit.node, workers=False)
 
     def finish(self, function: str, config: Config, fit: Fit) -> None:
         """A reserved batch ended: :meth:`release`, and its worker waits idle and warm on its slice (a
@@ -259,14 +266,14 @@ class ClusterSnapshot:
         node = self.nodes[fit.node]
         if fit.slice is not None and all(s.ref != fit.slice for s in node.slices):
             node.slices.append(Slice(fit.slice))
-        self.release(config, fit)
+        self._release(node, config, fit)
         key = (function, fit.slice)
         node.idle_workers[key] = node.idle_workers.get(key, 0) + 1
-        self._changed(fit.node)
+        self._changed(fit.node, workers=function)
 
-    def _changed(self, node_name: str, workers: bool = True) -> None:
+    def _changed(self, node_name: str, workers: bool | str = True) -> None:
         """A node's state changed: forget what was derived from it and update the indexes
-        (``workers``: its idle workers may have changed too)."""
+        (``workers``: its idle workers may have changed too; a function's name: only that function's)."""
         state = self.nodes[node_name]
         state.memo.clear()
         if self._deferred is not None:      # building the snapshot: the indexes follow once, at the end
@@ -282,8 +289,22 @@ class ClusterSnapshot:
                 del ordered[bisect.bisect_left(ordered, old)]
             keys[node_name] = new = self._capacity_key(node_name, gpu)
             bisect.insort(ordered, new)
-        if workers and self._warm is not None:
+        if workers is False or self._warm is None:
+            return
+        if workers is True:
             self._index_warm(node_name, state)
+            return
+        warm_here = any(n > 0 for (f, _), n in state.idle_workers.items() if f == workers)
+        nodes = self._warm.get(workers)
+        if warm_here:
+            if nodes is None:
+                nodes = self._warm[workers] = set()
+            if node_name not in nodes:
+                nodes.add(node_name)
+                self._warm_of[node_name] = self._warm_of.get(node_name, _NONE) | {workers}
+        elif nodes is not None and node_name in nodes:
+            nodes.discard(node_name)
+            self._warm_of[node_name] = self._warm_of[node_name] - {workers}
 
     def _capacity_key(self, node_name: str, gpu: bool) -> tuple:
         if gpu:
@@ -313,6 +334,13 @@ def _warm_functions(node: NodeState) -> frozenset[str]:
     if found is None:
         found = node.memo["warm"] = frozenset(k[0] for k, v in node.idle_workers.items() if v > 0)
     return found
+
+
+@cache
+def _gpu_fit_on(node_name: str, placed: tuple[SliceRef, bool, tuple[SliceRef, ...]]) -> Fit:
+    """:func:`gpu_fit`'s answer as a :class:`Fit` on a node (immutable, so shared: a node's fits are
+    looked up again after each of its changes)."""
+    return Fit(node_name, *placed)
 
 
 @cache

@@ -22,6 +22,8 @@ snapshot shows their instance busy, not whose it is), so it does not ask for the
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -151,20 +153,26 @@ class Gaps:
 
 class Timed:
     """Pre-warms a policy timed for later (a worker should be ready at a planned time, and starting it
-    now would leave it idle before): kept until their start time comes."""
+    now would leave it idle before): kept until their start time comes (a heap: a policy asks at
+    every step)."""
 
     def __init__(self) -> None:
-        self._items: list[tuple[float, WarmUp]] = []
+        self._items: list[tuple[float, int, WarmUp]] = []
+        self._added = itertools.count()
 
     def add(self, start_ms: float, want: WarmUp) -> None:
-        self._items.append((start_ms, want))
+        heapq.heappush(self._items, (start_ms, next(self._added), want))
 
     def due(self, now_ms: float) -> list[WarmUp]:
         """The pre-warms whose start time came, in the order they were added (and forgets them)."""
-        out = [w for t, w in self._items if t <= now_ms]
-        if out:
-            self._items = [(t, w) for t, w in self._items if t > now_ms]
-        return out
+        items = self._items
+        if not items or items[0][0] > now_ms:
+            return []
+        out = []
+        while items and items[0][0] <= now_ms:
+            out.append(heapq.heappop(items))
+        out.sort(key=lambda item: item[1])
+        return [w for _, _, w in out]
 
     def next_ms(self) -> float | None:
-        return min((t for t, _ in self._items), default=None)
+        return self._items[0][0] if self._items else None

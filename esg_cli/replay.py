@@ -6,9 +6,11 @@ sent at its time (from a pool of ``--concurrency`` client threads); each app's S
 ``esg-slo-ms`` annotation. Writes ``summary.csv`` and ``per_app.csv`` with ``esg emulate``'s columns,
 where a request's latency runs from the moment the scheduler accepted it to its answer (the scheduler's
 decision log, read from ``--redis``), and adds the end-to-end figures the client saw (``e2e_*``: POST to
-response, the controller's hops included). Cost (execution from dispatch to answer, pre-warms' start-up
-from sent to ready, and MIG instances kept idle for warm workers within the measured window -- each for
-its own keep-alive -- as the emulator charges them), cold starts, pre-warms, MIG changes and batch sizes
+response, the controller's hops included). Cost (execution from dispatch to answer, the start-up of the
+pre-warms that started a worker from sent to ready -- one that found a worker warm there, failed, or was
+dropped charges none, as the emulator charges a start only where one runs --, and MIG instances kept idle
+for warm workers within the measured window -- each for its own keep-alive -- as the emulator charges
+them), cold starts, pre-warms (those that started a worker), MIG changes and batch sizes
 come from the decision log too (without ``--redis`` they are empty and the latency is the client's). Requests arriving
 before ``--warmup-s`` are sent but not measured, as in the emulator; ``decisions.csv`` lists the
 measured batches' configurations.
@@ -225,13 +227,7 @@ def measure(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]]
             sched.cost_idle += prices.slice_rate(gpu_model) * compute_slices(gpu_model, profile) * ms
         for p in log:
             if p.get("type") == "prewarm" and window[0] <= float(p["sent_ms"]) <= window[1]:
-                # a pre-warm's whole time held, hop to ready, is its start-up: the cold-start column (the
-                # log does not split a MIG instance's creation from it)
-                sched.prewarms += 1
-                sched.reconfigured_instances += int(bool(p.get("create")))
-                config = Config(1, p["vcpus"], p["gpu"])
-                sched.cost_cold += (prices.rate(p.get("gpu_model") or DEFAULT_GPU_MODEL, config)
-                                    * (float(p["done_ms"]) - float(p["sent_ms"])))
+                _charge_prewarm(sched, prices, p)
     for b in batches:
         sched.batches += 1
         sched.jobs += len(b["jobs"])
@@ -259,6 +255,27 @@ def measure(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]]
                         "e2e_slo_hit_rate": et.hits / et.requests if et.requests else 0.0,
                         "e2e_p50_ms": _pct(et.latencies_ms, 50), "e2e_p99_ms": _pct(et.latencies_ms, 99)})
     return summary, per_app, batches
+
+
+def prewarm_started(p: dict[str, Any]) -> bool:
+    """Whether a pre-warm of the decision log started a worker: its agent said so (``outcome``), or --
+    an agent that does not say -- it is taken to have."""
+    return p.get("outcome") in (None, "started")
+
+
+def _charge_prewarm(m: Metrics, prices: Prices, p: dict[str, Any]) -> None:
+    """A pre-warm's start-up, as the emulator charges one: only where a worker was started. Its whole
+    time held, hop to ready, is its start-up: the cold-start column (the log does not split a MIG
+    instance's creation from it). One that found an idle worker there (its keep-alive extended), failed,
+    expired or was dropped started nothing: it charges no start-up, only the MIG changes its agent made."""
+    reconfigured = p.get("reconfigured")
+    m.reconfigured_instances += int(bool(p.get("create"))) if reconfigured is None else int(reconfigured)
+    if not prewarm_started(p):
+        return
+    m.prewarms += 1
+    config = Config(1, p["vcpus"], p["gpu"])
+    m.cost_cold += (prices.rate(p.get("gpu_model") or DEFAULT_GPU_MODEL, config)
+                    * (float(p["done_ms"]) - float(p["sent_ms"])))
 
 
 def ready_ms(log: list[dict[str, Any]]) -> dict[str, float]:
@@ -291,14 +308,19 @@ def idle_instance_ms(log: list[dict[str, Any]], lo_ms: float, hi_ms: float,
     worker (or a pre-warmed one, from when it was ready) waits idle on its instance until a batch of its
     function takes it there (the one that would stay longest), its instance is destroyed, or its own
     keep-alive runs out (the batch's or pre-warm's ``keep_alive_ms``, else ``keep_alive_ms``); the
-    instance's own batches are execution."""
+    instance's own batches are execution, a pre-warm's start-up is its start-up. A pre-warm that found
+    a worker idle there extends that worker's keep-alive from when it was sent (nothing started: the
+    instance stays idle); one that started nothing else is left out."""
     events = []
     for e in log:
         if e.get("type") == "batch" and e.get("slice"):
             events.append((float(e["sent_ms"]), 1, e))
             events.append((float(e["done_ms"]), 0, e))
         elif e.get("type") == "prewarm" and e.get("slice") and e.get("ready"):
-            events.append((float(e["done_ms"]), 0, e))
+            if prewarm_started(e):
+                events.append((float(e["done_ms"]), 0, e))
+            elif e.get("outcome") == "warm":
+                events.append((float(e["sent_ms"]), 0, e))
     events.sort(key=lambda x: (x[0], x[1]))
     idle: dict[tuple[str, str], list[tuple[float, float]]] = {}
     busy: dict[tuple[str, str], list[tuple[float, float]]] = {}
@@ -328,7 +350,8 @@ def idle_instance_ms(log: list[dict[str, Any]], lo_ms: float, hi_ms: float,
                     pool.remove(taken)
                     ended(instance, taken, t)
         else:
-            busy.setdefault(instance, []).append((float(e["sent_ms"]), t))   # a pre-warm's start-up too
+            if e.get("type") == "batch" or prewarm_started(e):
+                busy.setdefault(instance, []).append((float(e["sent_ms"]), t))   # a pre-warm's start-up too
             keep = e.get("keep_alive_ms")
             pools.setdefault((node, e["function"], ref), []).append((t, keep_alive_ms if keep is None else float(keep)))
     for (node, _, ref), workers in pools.items():

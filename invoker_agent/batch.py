@@ -25,7 +25,7 @@ from dataclasses import replace
 from agent_channel.protocol import BatchResult, DispatchMessage, PrewarmMessage, RunResult
 from esg.nesting import MAX_NESTING, deeper_than
 from invoker_agent import runtime_client as rt
-from invoker_agent.actions import ActionFetcher, ActionFetchError, ActionNotFound
+from invoker_agent.actions import ActionCode, ActionFetcher, ActionFetchError, ActionNotFound
 from invoker_agent.data import DataPlane, MissingInput, Write
 from invoker_agent.heartbeat import WarmRegistry
 from invoker_agent.node import NodeAgent
@@ -143,12 +143,17 @@ class BatchRunner:
             action = self.fetcher.get(fqn, msg.action.revision, auth=msg.api_key)
         except ActionFetchError as e:
             return PrewarmOutcome(error=str(e))
-        uuid = None
+        uuid, changes = None, 0
         if msg.slice is not None:
             try:
-                uuid, _ = self.slices.carve(msg.slice, msg.destroy)
+                uuid, changes = self.slices.carve(msg.slice, msg.destroy)
             except SliceError as e:
                 return PrewarmOutcome(error=str(e))
+        out = self._prewarm_on(msg, action, uuid)
+        return replace(out, reconfigured=changes) if changes else out
+
+    def _prewarm_on(self, msg: PrewarmMessage, action: ActionCode, uuid: str | None) -> PrewarmOutcome:
+        """The pre-warm's worker started on its carved slice (``uuid``; None: CPU only), which it releases."""
         try:
             try:
                 ids = self.vcpus.acquire(msg.config.vcpus, PREWARM_VCPU_WAIT_S)

@@ -14,7 +14,7 @@ import threading
 import time
 from collections import deque
 
-from agent_channel.protocol import Heartbeat, IdleWorkers
+from agent_channel.protocol import Heartbeat, IdleWorkers, PrewarmDone
 from esg.cluster import SliceRef
 from esg.model import Config
 from invoker_agent.runner import WorkerKey, WorkerPool
@@ -67,6 +67,8 @@ class BatchTrack:
     time (a few heartbeats), not a count, which a burst of more batches per heartbeat than the count
     used to overflow (thousands of stale claims after a 3,000-activation burst). ``cap`` bounds a
     heartbeat's size under extreme rates; batches beyond it fall back to the scheduler's backstop.
+    A pre-warm is named done with its outcome (:class:`~agent_channel.protocol.PrewarmDone`), kept as
+    long as its id.
     """
 
     def __init__(self, keep_s: float = 3.0, cap: int = 20000, clock=time.monotonic) -> None:
@@ -76,24 +78,49 @@ class BatchTrack:
         self._lock = threading.Lock()
         self._running: set[str] = set()
         self._done: deque[tuple[float, str]] = deque()
+        self._outcomes: dict[str, PrewarmDone] = {}
 
     def taken(self, batch_id: str) -> None:
         with self._lock:
             self._running.add(batch_id)
 
-    def answered(self, batch_id: str) -> None:
+    def answered(self, batch_id: str, prewarm: PrewarmDone | None = None) -> None:
+        """``batch_id`` answered (a pre-warm's id: done, with what became of it)."""
         with self._lock:
             self._running.discard(batch_id)
             self._done.append((self.clock(), batch_id))
+            if prewarm is not None:     # named done again (delivered twice): what it did, not the repeat
+                known = self._outcomes.get(batch_id)
+                if known is None or known.outcome == "repeated":
+                    self._outcomes[batch_id] = prewarm
             if len(self._done) > self.cap:
-                self._done.popleft()
+                self._forget(self._done.popleft()[1])
+
+    def is_running(self, batch_id: str) -> bool:
+        with self._lock:
+            return batch_id in self._running
 
     def view(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        running, done, _ = self.report()
+        return running, done
+
+    def report(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[PrewarmDone, ...]]:
+        """The ids running, those answered within ``keep_s``, and the outcomes of the pre-warms among
+        them (one read: every pre-warm named done comes with its outcome)."""
         with self._lock:
             horizon = self.clock() - self.keep_s
             while self._done and self._done[0][0] < horizon:
-                self._done.popleft()
-            return tuple(sorted(self._running)), tuple(b for _, b in self._done)
+                self._forget(self._done.popleft()[1])
+            done = tuple(b for _, b in self._done)
+            outcomes = self._outcomes
+            return (tuple(sorted(self._running)), done,
+                    tuple(outcomes[b] for b in dict.fromkeys(done) if b in outcomes) if outcomes else ())
+
+    def _forget(self, batch_id: str) -> None:
+        if batch_id not in self._outcomes:
+            return
+        if not any(b == batch_id for _, b in self._done):    # (named done twice: kept for the later one)
+            del self._outcomes[batch_id]
 
 
 class HeartbeatBuilder:
@@ -113,11 +140,11 @@ class HeartbeatBuilder:
         with self._lock:
             self._seq += 1
             seq = self._seq
-        running, done = self.batches.view()
+        running, done, prewarmed = self.batches.report()
         status = self.slices.status()
         return Heartbeat(self.node, self.vcpus.total, self.vcpus.free, self.memory_mb, self.slices.gpu_model,
                          status, self.warm.warm(self.pool), draining, seq, int(time.time() * 1000),
-                         self.idle(status), running, done)
+                         self.idle(status), running, done, prewarmed)
 
     def idle(self, status) -> tuple[IdleWorkers, ...]:
         """Idle warm workers by (function, vCPUs, slice); a worker on a slice no longer listed is left out."""

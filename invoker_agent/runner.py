@@ -239,12 +239,18 @@ class _Entry:
 @dataclass(frozen=True)
 class PrewarmOutcome:
     """What a pre-warm did: ``started`` a worker (its cold start ``init_ms``), found one ``warm`` already,
-    or failed (``error``)."""
+    or failed (``error``); ``reconfigured``: MIG instances created or destroyed for it."""
 
     started: bool = False
     warm: bool = False
     init_ms: float | None = None
     error: str | None = None
+    reconfigured: int = 0
+
+    @property
+    def outcome(self) -> str:
+        """Its name in a heartbeat (:data:`agent_channel.protocol.PREWARM_OUTCOMES`)."""
+        return "failed" if self.error is not None else "warm" if self.warm else "started"
 
 
 @dataclass

@@ -11,6 +11,9 @@ Threads:
   incarnation took and never answered (the consumer group's pending list). No read asks for more than
   the idle threads can start, so an undelivered dispatch waits in the stream, where a scheduler can
   still take it back.
+* **the pre-warm threads** (``max_prewarms`` of them, a pool of their own): each starts one pre-warm's
+  worker at a time, so a batch never waits behind a worker's start-up (a batch thread that reads a
+  pre-warm hands it over and reads again); more pre-warms than threads wait their turn in the pool.
 * **the heartbeat thread**: every ``heartbeat_s`` (also while draining) publishes a
   :class:`~agent_channel.protocol.Heartbeat` and evicts warm workers idle past their TTL.
 * the caller of :meth:`AgentService.run` waits for :meth:`AgentService.stop`.
@@ -23,13 +26,17 @@ answer; otherwise it is logged and retired.
 by the same threads. A pre-warm is retired from the stream as soon as it is read (at most once: one
 lost with a crash costs a later batch a cold start, nothing else, so it is neither resumed nor
 answered; one an earlier incarnation took and never retired is retired unstarted and named done), then
-:meth:`~invoker_agent.batch.BatchRunner.prewarm` starts its worker; its id is in the
-heartbeats' ``running`` list meanwhile and in ``done`` after, as a batch's, so the scheduler knows
-when the reported idle workers include it. Outcomes are counted (:class:`PrewarmCounts`) and logged;
-none is fatal.
+handed to the pre-warm threads, where :meth:`~invoker_agent.batch.BatchRunner.prewarm` starts its
+worker (one taken after its keep-alive ran out since it was sent is dropped, :func:`prewarm_expired`);
+its id is in the heartbeats' ``running`` list meanwhile and in ``done`` after, as a batch's, so the
+scheduler knows when the reported idle workers include it, with its outcome
+(:class:`~agent_channel.protocol.PrewarmDone`: started a worker, found one warm, failed, expired,
+repeated, or dropped when the agent stopped first), which the scheduler's decision log keeps for the
+costs. Outcomes are also counted (:class:`PrewarmCounts`) and logged; none is fatal.
 
 **Draining.** :meth:`AgentService.stop` (SIGTERM / SIGINT) stops taking dispatches; running batches
-finish and are answered; then a final heartbeat with ``draining: true`` goes out and the pool closes.
+finish and are answered, pre-warms being started finish and those still waiting for a pre-warm thread
+are dropped; then a final heartbeat with ``draining: true`` goes out and the pool closes.
 Dispatches not yet taken stay in the stream for the next incarnation.
 """
 
@@ -40,12 +47,20 @@ import logging
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
-from agent_channel.protocol import BatchResult, DispatchMessage, PrewarmMessage, ProtocolError, decode
+from agent_channel.protocol import (
+    BatchResult,
+    DispatchMessage,
+    PrewarmDone,
+    PrewarmMessage,
+    ProtocolError,
+    decode,
+)
 from agent_channel.streams import Entry
 from invoker_agent.batch import BatchRunner, failed_ids
 from invoker_agent.channel import AgentChannel
@@ -53,6 +68,7 @@ from invoker_agent.data import Write
 from invoker_agent.heartbeat import HeartbeatBuilder
 from invoker_agent.intake import Intake
 from invoker_agent.node import NodeAgent
+from invoker_agent.runner import PrewarmOutcome
 from openwhisk_status import STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.agent")
@@ -68,6 +84,8 @@ class ServiceSettings:
     node: str
     heartbeat_s: float = 1.0
     max_batches: int = 4
+    max_prewarms: int = 2
+    """Pre-warms starting their workers at once, on threads of their own (the rest wait their turn)."""
 
 
 class RecentBatches:
@@ -104,6 +122,8 @@ class PrewarmCounts:
     """Delivered again, or taken before a restart: not started."""
     expired: int = 0
     """Taken after its keep-alive had run out since it was sent: not started (:func:`prewarm_expired`)."""
+    dropped: int = 0
+    """Still waiting for a pre-warm thread when the agent stopped: not started."""
 
 
 def prewarm_expired(msg: PrewarmMessage, now_ms: int, idle_ttl_s: float) -> bool:
@@ -135,6 +155,7 @@ class AgentService:
         self._intake = Intake(lambda count, block_ms: channel.take(count, block_ms, cohort=True), self._stop,
                               READ_BLOCK_MS, settings.max_batches)
         self._hb_thread = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
+        self._prewarm_pool = ThreadPoolExecutor(settings.max_prewarms, thread_name_prefix="prewarm")
 
     # --- control ---------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -162,13 +183,15 @@ class AgentService:
             for t in threads:
                 if t.is_alive():
                     t.join()
+            self._prewarm_pool.shutdown(wait=True)  # those waiting are dropped (_start_prewarm), not started
             self._hb_stop.set()
             self._hb_thread.join(timeout=self.settings.heartbeat_s + 5)
             self._beat(draining=True)
             self.node.close()
             p = self.prewarms
             log.info("agent %s: stopped (pre-warms: %d started, %d already warm, %d failed, %d repeated, "
-                     "%d expired)", self.settings.node, p.started, p.warm, p.failed, p.repeated, p.expired)
+                     "%d expired, %d dropped)", self.settings.node, p.started, p.warm, p.failed, p.repeated,
+                     p.expired, p.dropped)
         return 0
 
     def _pending(self) -> list[Entry]:
@@ -218,8 +241,7 @@ class AgentService:
             if resumed:     # taken by an earlier incarnation that died before retiring it: at most once
                 log.info("pre-warm %s was taken before a restart: retired, not started", msg.prewarm_id)
                 self._answer_safely(entry.id, "", None)
-                self.heartbeats.batches.answered(msg.prewarm_id)    # the scheduler's claim ends with it
-                self._count("repeated")
+                self._prewarm_done(msg, "repeated")     # the scheduler's claim ends with it
                 return
             self._prewarm(entry, msg)
             return
@@ -240,37 +262,58 @@ class AgentService:
         self.heartbeats.batches.answered(msg.batch_id)
 
     def _prewarm(self, entry: Entry, msg: PrewarmMessage) -> None:
+        """Retire the pre-warm and hand it to the pre-warm threads: the batch thread that read it goes
+        back to the stream at once, whatever the worker's start-up takes."""
         self._answer_safely(entry.id, "", None)      # retired first: a pre-warm runs at most once
         if not self.recent.add(msg.prewarm_id):
             log.info("pre-warm %s delivered again: already taken", msg.prewarm_id)
-            self.heartbeats.batches.answered(msg.prewarm_id)
-            self._count("repeated")
-            return
-        if prewarm_expired(msg, int(time.time() * 1000), self.node.pool.idle_ttl_s):
-            log.info("pre-warm %s of %s taken %d ms after it was sent, past its keep-alive: dropped",
-                     msg.prewarm_id, msg.function, int(time.time() * 1000) - (msg.sent_ms or 0))
-            self.heartbeats.batches.answered(msg.prewarm_id)
-            self._count("expired")
+            if self.heartbeats.batches.is_running(msg.prewarm_id):
+                self._count("repeated")     # the first is still starting: named done when it is
+            else:
+                self._prewarm_done(msg, "repeated")
             return
         self.heartbeats.batches.taken(msg.prewarm_id)
         try:
-            with self._intake.running():
+            self._prewarm_pool.submit(self._start_prewarm, msg)
+        except RuntimeError:    # the pool is shut down: the agent stopped meanwhile
+            self._prewarm_done(msg, "dropped")
+
+    def _start_prewarm(self, msg: PrewarmMessage) -> None:
+        """On a pre-warm thread: start ``msg``'s worker (unless it is too late, or the agent stops) and
+        name it done with what became of it."""
+        outcome, reconfigured = "failed", 0
+        try:
+            now = int(time.time() * 1000)
+            if self._stop.is_set():
+                log.info("pre-warm %s of %s not started: the agent stops", msg.prewarm_id, msg.function)
+                outcome = "dropped"
+            elif prewarm_expired(msg, now, self.node.pool.idle_ttl_s):
+                log.info("pre-warm %s of %s taken %d ms after it was sent, past its keep-alive: dropped",
+                         msg.prewarm_id, msg.function, now - (msg.sent_ms or 0))
+                outcome = "expired"
+            else:
                 out = self.runner.prewarm(msg)
+                outcome, reconfigured = out.outcome, out.reconfigured
+                self._log_prewarm(msg, out)
         finally:
-            self.heartbeats.batches.answered(msg.prewarm_id)
+            self._prewarm_done(msg, outcome, reconfigured)
+
+    def _log_prewarm(self, msg: PrewarmMessage, out: PrewarmOutcome) -> None:
         where = f"{msg.config.label()}" + (f" on MIG {msg.slice.profile}@{msg.slice.start}" if msg.slice else "")
         if out.error is not None:
-            self._count("failed")
             log.warning("pre-warm %s of %s (%s) failed: %s", msg.prewarm_id, msg.function, where, out.error)
         elif out.warm:
-            self._count("warm")
             log.info("pre-warm %s of %s (%s): already warm, nothing to do", msg.prewarm_id, msg.function, where)
         else:
-            self._count("started")
             keep = (f"{msg.keep_alive_ms} ms" if msg.keep_alive_ms is not None
                     else f"the idle TTL ({self.node.pool.idle_ttl_s:g} s)")
             log.info("pre-warm %s of %s (%s): worker ready in %.0f ms, idle for at most %s", msg.prewarm_id,
                      msg.function, where, out.init_ms or 0.0, keep)
+
+    def _prewarm_done(self, msg: PrewarmMessage, outcome: str, reconfigured: int = 0) -> None:
+        """Name the pre-warm done in the next heartbeats, with its outcome, and count it."""
+        self.heartbeats.batches.answered(msg.prewarm_id, PrewarmDone(msg.prewarm_id, outcome, reconfigured))
+        self._count(outcome)
 
     def _count(self, outcome: str) -> None:
         with self._count_lock:

@@ -11,6 +11,7 @@ from agent_channel.protocol import (
     Heartbeat,
     IdleWorkers,
     InputRef,
+    PrewarmDone,
     PrewarmMessage,
     ProtocolError,
     RunRequest,
@@ -92,6 +93,11 @@ def test_planning_on_a_heartbeat_marks_the_schedulers_copy_of_its_slices_not_the
     ("idle", [{"function": "f", "vcpus": 0, "slice": None, "count": 1}], "vcpus"),
     ("idle", [{"function": "f", "vcpus": 1, "slice": None, "count": -1}], "count"),
     ("idle", ["x"], "object"), ("running", "b1", "batch ids"), ("done", [1], "batch ids"),
+    ("prewarmed", {"p1": "started"}, "must be a list"), ("prewarmed", ["p1"], "object"),
+    ("prewarmed", [{"prewarm_id": "p1"}], "outcome"),
+    ("prewarmed", [{"prewarm_id": "p1", "outcome": "ready"}], "one of started"),
+    ("prewarmed", [{"prewarm_id": 7, "outcome": "warm"}], "prewarm_id"),
+    ("prewarmed", [{"prewarm_id": "p1", "outcome": "warm", "reconfigured": -1}], "reconfigured"),
 ])
 def test_malformed_heartbeat_tracking_fields_are_named(field, value, needle):
     import json
@@ -179,3 +185,11 @@ def test_a_prewarm_may_leave_its_keep_alive_to_the_agent_and_say_when_it_was_sen
     assert b"keep_alive_ms" not in encode(bare) and decode(encode(bare)) == bare
     old = PrewarmMessage("p1", "n0", "app", "f", ActionRef("guest", "f"), Config(1, 1, None), None, (), 0)
     assert decode(encode(old)).sent_ms is None and b"sent_ms" not in encode(old)
+
+
+def test_a_heartbeat_says_what_became_of_each_prewarm_it_names_done_and_an_older_one_says_nothing():
+    h = Heartbeat("n0", 16, 12, 65536, "A100-40GB", done=("b1", "p1", "p2", "p3"),
+                  prewarmed=(PrewarmDone("p1", "started", 1), PrewarmDone("p2", "warm"), PrewarmDone("p3", "expired")))
+    assert decode(encode(h)) == h
+    older = encode(h).replace(encode(h)[encode(h).index(b',"prewarmed"'):-1], b"")
+    assert b"prewarmed" not in older and decode(older) == replace(h, prewarmed=())

@@ -120,8 +120,19 @@ class Policy(ABC):
         the cold start. (Without the hop the worker counted as neither starting nor idle for that long,
         and the next step could ask for it again.)"""
         if self._warming is not None:
-            ready = now_ms + self.ctx.stage_overhead_ms + self.startup_ms(prewarm.function, prewarm.fit.create)
-            self._warming.add(prewarm, ready)
+            self._warming.add(prewarm, now_ms + self.prewarm_takes_ms(prewarm.function, prewarm.fit.create))
+
+    def prewarm_takes_ms(self, function: str, creates_instance: bool) -> float:
+        """How long a pre-warm of ``function`` takes from the step that places it until its worker is
+        ready, as the drivers time it: the hop to the worker (``PolicyContext.stage_overhead_ms``), then
+        the MIG instance created where ``creates_instance``, then the cold start."""
+        return self.ctx.stage_overhead_ms + self.startup_ms(function, creates_instance)
+
+    def prewarm_start_ms(self, function: str, creates_instance: bool, ready_by_ms: float) -> float:
+        """When a pre-warm of ``function`` must be placed for its worker to be ready at ``ready_by_ms``:
+        that time less all of :meth:`prewarm_takes_ms` -- the hop included, as its end counts it (a start
+        that left the hop out made the worker ready one hop late, after the batch it was timed for)."""
+        return ready_by_ms - self.prewarm_takes_ms(function, creates_instance)
 
     def prewarm_wake_ms(self) -> float | None:
         """When this policy next wants to be asked for pre-warms though nothing happens (a window or

@@ -46,8 +46,8 @@ fallback) with that locality order and the scale-out rule above; what is ESG's o
 JIT pre-warming along the DAG (after Xanadu): when a batch of f is dispatched, each successor g whose
 configuration on the planned cheapest path is of a kind of instance with no worker of g near f's batch
 (idle, running or starting, on f's node -- where ESG_Dispatch looks first for g's batch) gets one
-started there, timed to be ready when f's batch ends: it starts at max(now, f's planned end - g's
-start-up). With start-ups of seconds against batches of milliseconds that is at once: the worker serves
+started there, timed to be ready when f's batch ends: it starts at max(now, f's planned end - the hop
+to g's worker - g's start-up). With start-ups of seconds against batches of milliseconds that is at once: the worker serves
 g's later batches, not this one's. A bound on idle cost is available (``bounded_keep_alive=True``, off
 by default: on the trace it cost hit rate in most cells): a worker is kept as long as the app's next
 request is likely to come (twice the 99th percentile of its last 256 request gaps), never shorter than a
@@ -127,8 +127,8 @@ class EsgPolicy(Policy):
         """ESG_1Q per app on the profiled latencies alone."""
         self._plans = PlanCache()
         self._before: dict[tuple[str, str, bool], float] = {}
-        self._busy: Counter[tuple[str, str | None]] = Counter()
-        """This policy's batches in flight per (function, MIG profile or None for CPU)."""
+        self._busy: dict[str, Counter[str | None]] = {}
+        """This policy's batches in flight per function, per MIG profile (None for CPU)."""
         self._kinds: dict[str, tuple[str, ...]] = {}
         self.searches = 0
         self.expanded = 0
@@ -215,13 +215,16 @@ class EsgPolicy(Policy):
         choice = self._chosen.pop((dispatch.app, dispatch.function), None)
         if isinstance(choice, _PlannedChoice):  # (an explorer's probe is placed from no choice of this policy)
             self._batch_choice[dispatch.batch_id] = choice
-        self._busy[(dispatch.function, dispatch.config.gpu)] += 1
+        busy = self._busy.get(dispatch.function)
+        if busy is None:
+            busy = self._busy[dispatch.function] = Counter()
+        busy[dispatch.config.gpu] += 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] += 1
 
     def on_done(self, dispatch: Dispatch) -> None:
         super().on_done(dispatch)
         self._batch_choice.pop(dispatch.batch_id, None)
-        self._busy[(dispatch.function, dispatch.config.gpu)] -= 1
+        self._busy[dispatch.function][dispatch.config.gpu] -= 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] -= 1
 
     # -- JIT pre-warming along the DAG, bounded keep-alive -------------------------------------------
@@ -264,7 +267,7 @@ class EsgPolicy(Policy):
                 want = WarmUp(d.app, g, smallest_of_kind(self.ctx.profiles[g], planned),
                               self.keep_alive_ms(d.app, g, now_ms), preferred=(d.node,), only_preferred=True,
                               ready_by_ms=end)
-                start = end - self.startup_ms(g, planned.gpu is not None)
+                start = self.prewarm_start_ms(g, planned.gpu is not None, end)
                 if start > now_ms:
                     self._pending.add(start, want)
                 else:
@@ -279,7 +282,8 @@ class EsgPolicy(Policy):
     def _warm_kinds(self, function: str, snapshot: ClusterSnapshot) -> set[str | None]:
         """The kinds of instance (MIG profile, None for CPU) where a worker of ``function`` exists:
         idle on a node, or running one of this policy's batches."""
-        kinds = {k[1] for k, n in self._busy.items() if n > 0 and k[0] == function}
+        busy = self._busy.get(function)
+        kinds = {k for k, n in busy.items() if n > 0} if busy else set()
         for name in snapshot.nodes_with_warm(function):
             for (f, ref), n in snapshot.nodes[name].idle_workers.items():
                 if f == function and n > 0:

@@ -185,7 +185,7 @@ class InflessPolicy(Policy):
                 continue
             head, keep = self._windows(d.app)  # type: ignore[misc]
             end = now_ms + (d.planned_latency_ms or 0.0)
-            start = max(now_ms, end + head - self.startup_ms(d.function, d.config.gpu is not None))
+            start = max(now_ms, self.prewarm_start_ms(d.function, d.config.gpu is not None, end + head))
             config = smallest_of_kind(self.ctx.profiles[d.function], d.config)
             self._pending.add(start, WarmUp(d.app, d.function, config, keep, ready_by_ms=end + head))
         due = self._pending.due(now_ms)

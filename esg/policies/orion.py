@@ -11,7 +11,7 @@ them whatever happens.
 
 Pre-warming (Orion's third technique): when a stage's batch starts, each downstream stage gets a worker
 of the request's planned configuration started so that it is ready when the upstream batch is planned
-to end (start at max(now, planned end - start-up)), unless an idle one of that kind waits (or starts)
+to end (start at max(now, planned end - the hop to its worker - start-up)), unless an idle one of that kind waits (or starts)
 anywhere -- Orion's platform runs one request per instance, so a running instance is no spare. The
 platform places it (every node by free capacity) and keeps it its usual time.
 """
@@ -112,7 +112,7 @@ class OrionPolicy(Policy):
             end = now_ms + (d.planned_latency_ms or 0.0)
             for g in self.ctx.apps[d.app].successors(d.function):
                 config = plan[g]
-                start = max(now_ms, end - self.startup_ms(g, config.gpu is not None))
+                start = max(now_ms, self.prewarm_start_ms(g, config.gpu is not None, end))
                 self._pending.add(start, WarmUp(d.app, g, config, None, ready_by_ms=end))
         out: list[WarmUp] = []
         for want in self._pending.due(now_ms):

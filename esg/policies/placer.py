@@ -46,6 +46,8 @@ class Placer:
         self._fastest: dict[str, tuple[Config, ...]] = {}
         self._groups: dict[tuple, tuple[object, tuple]] = {}
         """(function, configurations, id of the latencies) -> (those latencies, their profile groups)."""
+        self._startup: dict[str, tuple[object, placement.StartupCosts]] = {}
+        """function -> (its profile, the start-up costs worked out from it)."""
 
     def add_app(self, ctx: PolicyContext, app: App) -> None:
         """The policy learnt (or replaced) ``app``: ``ctx`` is its context now; what was worked out from
@@ -56,6 +58,7 @@ class Placer:
         changed = {a.name for a in ctx.apps.values() if functions & set(a.functions)} | {app.name}
         self._rest_ms = {k: v for k, v in self._rest_ms.items() if k[0] not in changed}
         self._fastest = {}
+        self._startup = {}
         self._groups = {}
 
     def preferred_nodes(self, app: App, head: Job, snapshot: ClusterSnapshot) -> list[str]:
@@ -83,7 +86,7 @@ class Placer:
         own = placement.cap_batches(choice.priorities, queued, profile)
         if not own:
             return Wait(choice.reason) if choice.reason else NO_CONFIGURATION
-        startup = placement.StartupCosts(self.ctx.mig_reconfig_ms, cold_start_ms(profile, self.ctx.cold_start_scale))
+        startup = self._startup_of(function, profile)
         rest = self.rest_ms(app, function)
         budget = queue.head.deadline_ms - now_ms - rest
         latency_of = placement.latency_lookup(choice.latencies, profile)
@@ -135,6 +138,14 @@ class Placer:
             return tuple(self.may_scale_out(r, q, configs, head.latency_of, head.startup) for configs in lists_)
         return placement.Hold.of(wait, head.function, deadline_ms, rest_ms, head.startup, made, snapshot, deep,
                                  scale_out, scale_out(running, queued))
+
+    def _startup_of(self, function: str, profile) -> placement.StartupCosts:
+        """The function's start-up costs (remembered while its profile and the context stay)."""
+        hit = self._startup.get(function)
+        if hit is None or hit[0] is not profile:
+            hit = self._startup[function] = (profile, placement.StartupCosts(
+                self.ctx.mig_reconfig_ms, cold_start_ms(profile, self.ctx.cold_start_scale)))
+        return hit[1]
 
     def _fastest_first(self, function: str) -> tuple[Config, ...]:
         """The function's allowed configurations, fastest first (remembered until an app is added)."""

@@ -83,6 +83,8 @@ def test_a_prewarm_carves_the_slice_starts_the_worker_idle_and_the_next_batch_ru
     assert ("echo", 2, three, 1) in [(w.function, w.vcpus, w.slice, w.count) for w in hb.idle], hb
     assert any(s.ref == three and not s.busy for s in hb.slices) and pw.prewarm_id not in hb.running
     assert not [r for r in sched.results if r.batch_id == pw.prewarm_id]
+    # and says what the pre-warm did: started a worker, on an instance it created
+    assert [(p.outcome, p.reconfigured) for p in hb.prewarmed if p.prewarm_id == pw.prewarm_id] == [("started", 1)]
     assert sched.pending(node) == 0
     # the next batch there takes that worker: no cold start, no MIG change
     res = sched.result(sched.dispatch(node, "echo", [{"i": 1}, {"i": 2}], slice_=three,
@@ -102,6 +104,9 @@ def test_a_prewarm_of_a_warm_function_or_a_missing_action_changes_nothing(agent)
     missing = sched.prewarm(node, "nowhere", Config(1, 1, None))
     hb = sched.heartbeat(node, lambda h: {again.prewarm_id, missing.prewarm_id} <= set(h.done))
     assert [(w.function, w.slice, w.count) for w in hb.idle if w.slice is None] == idle
+    # the heartbeat says so: one found its worker warm (nothing started), the other failed
+    outcomes = {p.prewarm_id: (p.outcome, p.reconfigured) for p in hb.prewarmed}
+    assert outcomes[again.prewarm_id] == ("warm", 0) and outcomes[missing.prewarm_id] == ("failed", 0), hb
     # the agent goes on: the next batch still runs warm on the one worker
     res = sched.result(sched.dispatch(node, "echo", [{"i": 2}], config=Config(1, 1, None)).batch_id)
     assert res.results[0].status_code == 0 and res.cold is False
@@ -137,6 +142,7 @@ def test_a_prewarm_taken_by_an_earlier_incarnation_is_retired_unstarted(redis_ur
         hb = sched.heartbeat(node, lambda h: res.batch_id in h.done)
         # named done all the same, so a scheduler holding its claim lets the slice and vCPUs go at once
         assert pw.prewarm_id in hb.done and pw.prewarm_id not in hb.running
+        assert [p.outcome for p in hb.prewarmed if p.prewarm_id == pw.prewarm_id] == ["repeated"]
     finally:
         proc.stop()
         sched.close()

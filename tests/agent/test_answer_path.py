@@ -110,6 +110,22 @@ def test_every_answered_batch_stays_named_for_the_window_however_many_there_are(
     assert track.view()[1] == ("late",)
 
 
+def test_a_prewarm_is_named_done_with_its_outcome_for_as_long_as_its_id_and_a_repeat_hides_nothing():
+    from agent_channel.protocol import PrewarmDone
+
+    now = [100.0]
+    track = BatchTrack(keep_s=3.0, clock=lambda: now[0])
+    track.taken("p1")
+    track.answered("b1")
+    track.answered("p2", PrewarmDone("p2", "repeated"))     # delivered again after it was done
+    track.answered("p1", PrewarmDone("p1", "started", 1))
+    track.answered("p2", PrewarmDone("p2", "warm"))         # what it did: not hidden by the repeat
+    assert track.report() == ((), ("b1", "p2", "p1", "p2"), (PrewarmDone("p2", "warm"), PrewarmDone("p1", "started", 1)))
+    now[0] += 3.5
+    track.answered("b2")
+    assert track.report() == ((), ("b2",), ()) and not track._outcomes, "forgotten with their ids"
+
+
 def _serve_once(reply: bytes) -> int:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))

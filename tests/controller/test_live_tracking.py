@@ -234,3 +234,32 @@ def test_the_snapshot_kept_across_turns_is_the_one_built_afresh(ops):
             for d in out.dispatches:
                 send(disp, d)
                 sent.append(d)
+
+
+def test_the_decision_log_keeps_what_the_agent_says_a_prewarm_did():
+    """A heartbeat names a pre-warm done with its outcome (here: a worker was idle there already, so none
+    was started); the decision log keeps it for esg replay's costs. An older agent's says nothing: null."""
+    import json
+    from dataclasses import replace
+
+    from agent_channel.protocol import PrewarmDone
+    from controller_plugin.decisions import DecisionLog
+    from controller_plugin.workflows import PrewarmSend
+    from esg.cluster import Fit
+    from esg.events import Prewarm
+
+    disp = dispatcher()
+    disp.heartbeat(beat("n0", 1), 0.0)
+    ps = [Prewarm(f"inc-p{i}", "one", "f", Config(1, 2, "3g.20gb"), Fit("n0", THREE), 30000.0) for i in range(2)]
+    disp.prewarmed([PrewarmSend(p, None) for p in ps], 0.0, 1000)
+    done = beat("n0", 2, [IdleWorkers("f", 2, THREE, 1)], done=["inc-p0"])
+    disp.heartbeat(replace(done, prewarmed=(PrewarmDone("inc-p0", "warm"),)), 1.0)
+    disp.heartbeat(beat("n0", 3, [IdleWorkers("f", 2, THREE, 1)], done=["inc-p1"]), 2.0)    # an older agent
+    warmed = disp.take_warmed()
+    assert [(w.prewarm.prewarm_id, w.sent_ms, w.ready, w.done) for w in warmed] == [
+        ("inc-p0", 1000, True, PrewarmDone("inc-p0", "warm")), ("inc-p1", 1000, True, None)]
+    log = DecisionLog("k")
+    for w in warmed:
+        log.prewarm(w.prewarm, w.sent_ms, 3000, "A100-40GB", w.ready, w.done)
+    entries = [json.loads(e) for e in log._staged]
+    assert [(e["outcome"], e["reconfigured"]) for e in entries] == [("warm", 0), (None, None)]

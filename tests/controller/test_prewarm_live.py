@@ -115,6 +115,7 @@ def test_a_step_that_prewarms_starts_the_worker_and_the_next_batch_runs_warm(
         # the decision log has the pre-warm, for esg replay's accounting: ready when the heartbeat said done
         (logged,) = [e for e in read_decisions(redis_client, svc.decisions.key, t1) if e["type"] == "prewarm"]
         assert logged["prewarm_id"] == pw.prewarm_id and logged["ready"] is True and logged["slice"] is None
+        assert logged["outcome"] == "started" and logged["reconfigured"] == 0, logged     # as the agent said
         assert logged["sent_ms"] <= logged["done_ms"] <= fast["sent_ms"]
         assert [b["cold"] for b in batches_of(redis_client, svc, "slow", t1)] == [True]
         # the policy's keep-alive came with each dispatch: both workers outlive the agent's own 1 s TTL

@@ -266,3 +266,43 @@ def test_infless_releases_a_cpu_only_worker_whose_window_covers_its_cold_start()
     assert head == pytest.approx(BIN_MS * (1 - MARGIN))
     assert pol.keep_alive_ms("chain", "a", 0.0) == 0.0, "released, pre-warmed back"
     assert pol.keep_alive_ms("chain", "b", 0.0) > 0.0, "kept: a GPU re-warm takes longer than the window"
+
+
+# -- the hop in a timed pre-warm's start ------------------------------------------------------------
+def _with_hop(policy: str, hop_ms: float, cold_ms: float = 4.0):
+    profiles = {"a": profile("a", [(1, 1, None, 200.0)], cold_start_ms=cold_ms),
+                "b": profile("b", B_ROWS, cold_start_ms=cold_ms)}
+    ctx = PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=0.0, stage_overhead_ms=hop_ms)
+    return Scheduler({"chain": CHAIN}, make_policy(policy, ctx))
+
+
+@pytest.mark.parametrize("policy", ["esg", "orion"])
+def test_a_timed_prewarm_starts_a_hop_earlier_so_its_worker_is_ready_by_the_planned_end(policy):
+    """A pre-warm's end counts the hop to its worker (``on_prewarm``, as the drivers time it): its start
+    counts it too, so the worker is ready when the predecessor's batch is planned to end, not a hop
+    later."""
+    s = _with_hop(policy, hop_ms=50.0)
+    snap = tracked(1)
+    out = s.step(0.0, snap, [Arrival(Request("r0", "chain", 0.0))])
+    (d,) = out.dispatches
+    end = d.planned_latency_ms
+    start = end - 50.0 - 4.0
+    assert start > 0.0 and not out.prewarms and out.wake_at_ms == pytest.approx(start)
+    (p,) = s.step(start, snap, []).prewarms
+    assert p.function == "b" and p.ready_by_ms == pytest.approx(end)
+    # ready (hop, then the cold start) exactly at the planned end
+    assert s.policy._warming.count("b", end - 0.5) == 1 and s.policy._warming.count("b", end + 0.5) == 0
+
+
+def test_infless_times_its_prewarm_back_a_hop_earlier_too():
+    profiles = {"a": profile("a", A_ROWS, cold_start_ms=1000.0), "b": profile("b", B_ROWS, cold_start_ms=1000.0)}
+    pol = make_policy("infless", PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=2000.0,
+                                               stage_overhead_ms=50.0))
+    t = 0.0
+    for i in range(30):
+        t = 300_000.0 * i
+        pol.on_arrival(Request(f"r{i}", "chain", t), CHAIN, t)
+    head, _ = pol.lsth["chain"].windows()
+    d = Dispatch("b0", "chain", "a", (), Config(1, 1, None), Fit("n0"), 10.0)
+    assert pol.prewarm(t, tracked(1), [d]) == []
+    assert pol.prewarm_wake_ms() == pytest.approx(t + 10.0 + head - 50.0 - 1000.0)

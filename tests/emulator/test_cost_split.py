@@ -199,3 +199,36 @@ def test_replay_charges_a_prewarm_in_the_window_its_start_up_as_a_cold_start():
     assert summary["prewarms"] == 1 and summary["mig_changes"] == 1
     assert summary["cost_cold"] == pytest.approx(rate * 800.0)            # per measured request: one of them
     assert summary["cost_idle"] > 0                                       # its 100 ms idle on 1g.5gb@6
+
+
+def test_replay_charges_only_the_prewarms_that_started_a_worker_as_the_emulator_does():
+    """The agent says what each pre-warm did (its heartbeat's ``prewarmed``, kept in the decision log as
+    ``outcome``). The emulator charges a start-up only where a worker starts (a batch that finds a warm
+    worker pays none); so does replay: a pre-warm that found a worker warm there extends its keep-alive
+    (idle time, from when it was sent) and starts nothing, and one that expired or failed starts nothing."""
+    from esg.mig import compute_slices
+    from esg.model import Config
+    from esg_cli.replay import Call, measure
+
+    calls = [Call("app", 0.0, 0.0, 50.0, "a1", True), Call("app", 10.0, 10_000.0, 10_050.0, "a2", True)]
+    common = {"type": "prewarm", "node": "n0", "function": "f", "gpu_model": "A100-40GB", "vcpus": 1,
+              "gpu": "1g.5gb", "slice": "1g.5gb@6"}
+    log = [{"type": "request", "id": "a2", "app": "app", "arrival_ms": 10_000.0, "finished_ms": 10_040.0,
+            "ok": True},
+           {**common, "prewarm_id": "w0", "create": True, "keep_alive_ms": 100.0, "sent_ms": 5_000.0,
+            "done_ms": 5_800.0, "ready": True, "outcome": "started", "reconfigured": 1},
+           # the scheduler's view was a heartbeat old: the agent found w0's worker idle and kept it 1 s more
+           {**common, "prewarm_id": "w1", "create": True, "keep_alive_ms": 1000.0, "sent_ms": 5_850.0,
+            "done_ms": 6_400.0, "ready": True, "outcome": "warm", "reconfigured": 0},
+           {**common, "prewarm_id": "w2", "create": False, "keep_alive_ms": 100.0, "sent_ms": 7_000.0,
+            "done_ms": 7_900.0, "ready": False, "outcome": "expired", "reconfigured": 0},
+           {**common, "prewarm_id": "w3", "create": False, "keep_alive_ms": 100.0, "sent_ms": 8_000.0,
+            "done_ms": 8_900.0, "ready": False, "outcome": "failed", "reconfigured": 0}]
+    summary, _, _ = measure(calls, {"app": 1000.0}, log, 1.0, 0.0, "esg", "moderate", "light")
+    prices = Prices()
+    rate = prices.rate("A100-40GB", Config(1, 1, "1g.5gb"))
+    assert summary["prewarms"] == 1 and summary["mig_changes"] == 1
+    assert summary["cost_cold"] == pytest.approx(rate * 800.0)            # w0's start-up alone
+    # 1g.5gb@6 idle from w0's ready (5.8 s) until w1's extended keep-alive ran out (5.85 s + 1 s)
+    slice_ms = prices.slice_rate("A100-40GB") * compute_slices("A100-40GB", "1g.5gb")
+    assert summary["cost_idle"] == pytest.approx(slice_ms * 1_050.0)

@@ -207,13 +207,26 @@ class ClusterSnapshot:
             fit = memo[config] = self._fit(node_name, config)
         if fit is None or function is None or fit.create:
             return fit
-        key = (function, fit.slice)
-        if node.idle_workers.get(key, 0) <= 0:
-            return fit
-        warm = memo.get((config, function))
-        if warm is None:
-            warm = memo[(config, function)] = Fit(fit.node, fit.slice, fit.create, fit.destroy, key)
-        return warm
+        warm = memo.get((config, function), _MISSING)
+        if warm is _MISSING:
+            key = self._idle_worker(node, function, fit.slice)
+            warm = memo[(config, function)] = None if key is None else Fit(fit.node, key[1], False, (), key)
+        return fit if warm is None else warm
+
+    @staticmethod
+    def _idle_worker(node: NodeState, function: str, slice_: SliceRef | None) -> tuple[str, SliceRef | None] | None:
+        """An idle worker of ``function`` that a batch fitting on ``slice_`` could take: on that slice, or on
+        another idle instance of its MIG profile on the node (the layout names one idle instance per
+        profile, which need not be the one holding the worker)."""
+        key = (function, slice_)
+        if node.idle_workers.get(key, 0) > 0:
+            return key
+        if slice_ is None:
+            return None
+        for s in node.slices:
+            if not s.busy and s.ref.profile == slice_.profile and node.idle_workers.get((function, s.ref), 0) > 0:
+                return (function, s.ref)
+        return None
 
     def _fit(self, node_name: str, config: Config) -> Fit | None:
         node = self.nodes[node_name]

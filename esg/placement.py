@@ -36,6 +36,9 @@ from esg.dispatch import NO_CONFIGURATION, Placement, Wait, candidate_fits, disp
 from esg.model import Config
 from esg.profiles import Profile
 
+WAITING_FOR_A_WORKER = "waiting for a warm worker of "
+"""How the reason of a head that waits for a busy worker of its function begins (a start-up would not
+be in time, and the placer's scale-out rule starts none)."""
 FALLBACK_OPTIONS = 4
 """How many of the function's fastest configurations the shared fallback tries."""
 
@@ -140,7 +143,7 @@ def place(snapshot: ClusterSnapshot, req: HeadBatch, no_fit: set[Config],
     if chosen is None:
         if soonest is None:
             return fits_nowhere(len(req.priorities), len(snapshot.nodes))
-        return Wait(f"waiting for a warm worker of {req.function}: starting another would take longer")
+        return Wait(f"{WAITING_FOR_A_WORKER}{req.function}: starting another would take longer")
     snapshot.reserve(*chosen)
     return Placement(*chosen)
 

@@ -142,6 +142,13 @@ class Gaps:
     def __len__(self) -> int:
         return len(self._gaps)
 
+    def recent_mean(self, n: int) -> float:
+        """The mean of the last ``n`` gaps (of all of them when fewer were seen; 0 when none)."""
+        if not self._gaps:
+            return 0.0
+        k = min(n, len(self._gaps))
+        return sum(self._gaps[-i] for i in range(1, k + 1)) / k
+
     def quantile(self, q: float) -> float:
         if self._new >= self._every or len(self._sorted) != len(self._gaps):
             self._sorted = sorted(self._gaps)

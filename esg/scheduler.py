@@ -274,6 +274,7 @@ class Scheduler:
         held = self._held.pop(key, None)
         if held is not None and self._still_waits(held, queue, choice, snapshot, now_ms):
             self._held[key] = held
+            self.policy.on_wait(app, queue, choice, held.hold.wait)
             return held.hold.wait
         preferred = self.policy.preferred_nodes(app, queue.head, snapshot)
         holds: list[Hold] | None = [] if self._holding else None
@@ -287,8 +288,9 @@ class Scheduler:
             placed = self.policy.place(app, queue, choice, snapshot, preferred, now_ms, self._no_fit, holds)
         if isinstance(placed, Wait):
             if holds:
-                self._held[key] = _Held(holds[0], queue.head, len(queue), self.policy.running[key], choice,
+                self._held[key] = _Held(holds[0], queue.head, len(queue), self.policy.running_for(key), choice,
                                         snapshot, len(snapshot.nodes), snapshot.version)
+            self.policy.on_wait(app, queue, choice, placed)
             return placed
         return self._commit(app, queue, placed, choice.latency_of(placed.config), now_ms)
 
@@ -297,7 +299,7 @@ class Scheduler:
         length that changes nothing (the same, or both at least the hold's ``deep``), the same choice,
         snapshot and scale-out answers, and every node that changed since still leaves it waiting."""
         hold = held.hold
-        queued, running = len(queue), self.policy.running[queue.key]
+        queued, running = len(queue), self.policy.running_for(queue.key)
         if (queue.head is not held.head or held.snapshot is not snapshot or len(snapshot.nodes) != held.nodes
                 or (queued != held.queued and min(queued, held.queued) < hold.deep)
                 or (held.choice is not choice and held.choice != choice)):

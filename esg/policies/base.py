@@ -88,8 +88,18 @@ class Policy(ABC):
               holds: list[placement.Hold] | None = None) -> Placement | Wait:
         """Where the head batch runs, or why it waits: this policy's placer (:meth:`Placer.place
         <esg.policies.placer.Placer.place>`), given the queue's running batches."""
-        return self.placer.place(app, queue, choice, snapshot, preferred, now_ms, no_fit, self.running[queue.key],
+        return self.placer.place(app, queue, choice, snapshot, preferred, now_ms, no_fit, self.running_for(queue.key),
                                  holds)
+
+    def on_wait(self, app: App, queue: AfwQueue, choice: Choice, wait: Wait) -> None:
+        """The head of ``queue`` was not placed from ``choice``, for ``wait``'s reason (told at every step
+        it waits, whether its placement was worked out again or a kept hold answered)."""
+        return None
+
+    def running_for(self, key: tuple[str, str]) -> int:
+        """The batches in flight the placer's scale-out rule weighs for the head of queue ``key``: the
+        queue's own (:attr:`running`) unless the policy says otherwise."""
+        return self.running[key]
 
     def preferred_nodes(self, app: App, head: Job, snapshot: ClusterSnapshot) -> list[str]:
         """Nodes to try first for ``head``'s batch: this policy's placer's order."""

@@ -2,7 +2,7 @@
 
 For the head job of a queue the budget is what is left of its request's SLO; the search covers the
 job's function and every function after it in the app, with batch sizes capped at the jobs waiting in
-the queue (ESG batches what has arrived, it does not hold jobs back to fill a batch). The distinct
+the queue (by default ESG batches what has arrived: it holds no jobs back to fill a batch). The distinct
 configurations of the queue's function across the K cheapest paths form the priority list that
 ESG_Dispatch walks.
 
@@ -29,6 +29,13 @@ started when none of the queue's batches runs, or when the running ones would ta
 start to work the queue off. (With the shared rule -- scale out whenever more jobs wait than the running
 batches take next -- ESG started 40-60 workers per measured half-minute on the trace, each taking an
 instance from another function for seconds.)
+
+Three rules are built and off by default (measured on the trace to lose overall, docs/baselines.md):
+holding a queue for a larger batch when that is cheaper per request within every held job's budget
+(``hold_batches``, :meth:`EsgPolicy._hold`: a :class:`Choice` with ``retry_at_ms``, so the scheduler
+step wakes then in both drivers), pre-warming one more worker of a function whose head waits for a busy
+one (``widen_pools``), and weighing every batch of the function in flight in the scale-out rule while
+the head is on time (``function_scale_out``).
 
 Plans are cached (:mod:`esg.policies.plan_cache`) per (app, function, batch cap, allowed instance
 kinds) over the budgets, floored to 1 ms (which keeps the plan on the safe side), for which planning
@@ -63,10 +70,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from esg.cluster import ClusterSnapshot
-from esg.dispatch import locality_order
+from esg.dispatch import Wait, locality_order
 from esg.events import Dispatch
 from esg.model import App, Config, Job
-from esg.placement import StartupCosts, worth_starting
+from esg.placement import WAITING_FOR_A_WORKER, StartupCosts, worth_starting
 from esg.planner import Planner
 from esg.policies import register
 from esg.policies.base import Choice, Policy, PolicyContext
@@ -82,6 +89,15 @@ PLATFORM_KEEP_ALIVE_MS = 600_000.0
 GAP_QUANTILE, GAP_HEADROOM, MIN_GAPS = 0.99, 2.0, 16
 """ESG's keep-alive: ``GAP_HEADROOM`` times the ``GAP_QUANTILE`` of the app's request gaps, once
 ``MIN_GAPS`` were seen."""
+HOLD_GAPS = 16
+"""Holding for a batch: the next arrival is expected one mean of the app's last ``HOLD_GAPS`` request
+gaps from now (and no hold before that many gaps were seen)."""
+HOLD_SLACK_SHARE = 0.5
+"""Holding for a batch spends at most this share of the head's slack (its budget less the on-time plan's
+latency); the rest is left for the queueing of its later stages."""
+HOLD_SAVING = 0.25
+"""Holding for a batch must save at least this share of the on-time plan's cost per request."""
+HOLDING = "holding for a larger batch"
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,10 @@ class _PlannedChoice(Choice):
 
     downstream: Mapping[str, Config] = field(default_factory=dict)
     app: str = ""
+    cost: float = 0.0
+    """The cheapest path's cost per request (what holding for a larger batch is weighed against)."""
+    latency_ms: float = 0.0
+    """The cheapest path's latency."""
 
 
 class EsgPlacer(Placer):
@@ -114,9 +134,26 @@ class EsgPolicy(Policy):
 
     name = "esg"
 
-    def __init__(self, ctx: PolicyContext, exact: bool = False, bounded_keep_alive: bool = False):
+    def __init__(self, ctx: PolicyContext, exact: bool = False, bounded_keep_alive: bool = False,
+                 hold_batches: bool = False, widen_pools: bool = False, function_scale_out: bool = False):
         super().__init__(ctx, EsgPlacer(ctx))
         self.exact = exact
+        self.hold_batches = hold_batches
+        """Hold a queue's jobs back for a larger batch when that is cheaper per request and every held
+        job still meets its budget (:meth:`_hold`; off by default: measured on the trace it did not help
+        at light load and lost overall, docs/baselines.md); False: dispatch what has arrived at once."""
+        self.widen_pools = widen_pools
+        """Pre-warm one more worker of a function whose head waited for a busy worker of it, on room a
+        pre-warm may take (:meth:`_widen`; off by default, measured as above); False: the pool grows only
+        by the scale-out rule."""
+        self.function_scale_out = function_scale_out
+        """While a head is on time, the scale-out rule weighs every batch of its function in flight,
+        whichever app's queue it serves (:meth:`running_for`; off by default, measured as above); False:
+        only the queue's own."""
+        self._on_time: set[tuple[str, str]] = set()
+        """The AFW queues whose head had an on-time plan at its last choice."""
+        self._short: dict[str, tuple[str, Config]] = {}
+        """Functions whose head waited for a busy worker this step: (app, the planned configuration)."""
         self.bounded_keep_alive = bounded_keep_alive
         """Bound idle cost by the gap-based keep-alive (off by default: measured on the trace it cost hit
         rate in most cells, docs/baselines.md; False: the platform's keep-alive, JIT pre-warming only)."""
@@ -130,6 +167,9 @@ class EsgPolicy(Policy):
         self._busy: dict[str, Counter[str | None]] = {}
         """This policy's batches in flight per function, per MIG profile (None for CPU)."""
         self._kinds: dict[str, tuple[str, ...]] = {}
+        self._batches: dict[str, tuple[int, ...]] = {}
+        self._held_head: dict[tuple[str, str], str] = {}
+        """The job each AFW queue was last held for (its head then): a head is held once."""
         self.searches = 0
         self.expanded = 0
         self._chosen: dict[tuple[str, str], Choice] = {}
@@ -158,10 +198,12 @@ class EsgPolicy(Policy):
             self._plans.drop_app(a.name)
         self._before = {k: v for k, v in self._before.items() if k[0] not in changed}
         self._kinds = {}
+        self._batches = {}
         self._chosen = {k: v for k, v in self._chosen.items() if k[0] not in changed}
         self._batch_choice = {b: c for b, c in self._batch_choice.items() if c.app not in changed}
 
     def choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
+        self._on_time.discard(queue.key)
         choice = self._choose(app, queue, now_ms, snapshot)
         self._chosen[queue.key] = choice
         return choice
@@ -177,14 +219,18 @@ class EsgPolicy(Policy):
         # start-up inside the path evaluation: a configuration on a kind of instance (a MIG profile, or
         # CPU) where no worker of the function exists pays a cold start, and a MIG instance created,
         # before it runs -- allowed only when the head's budget covers that
-        startup = self._startup_ms(function)
-        kinds = warm | {k for k in (None, *self._gpu_kinds(function)) if budget >= startup[k is not None]}
+        kinds = self._kinds_within(function, warm, budget)
         # with the per-batch overhead counted first; when no such path meets the budget, on the profiled
         # latencies alone (the fastest chance the head still has) before the queue is planned as late
         paddings = (True, False) if self.ctx.stage_overhead_ms else (False,)
         for padded in paddings:
-            choice = self._cached(app, function, cap, budget, frozenset(kinds), padded)
+            choice = self._cached(app, function, cap, budget, kinds, padded)
             if choice is not None:
+                self._on_time.add(queue.key)
+                if self.hold_batches and padded == paddings[0] and isinstance(choice, _PlannedChoice):
+                    held = self._hold(app, queue, now_ms, warm, choice, padded)
+                    if held is not None:
+                        return held
                 return choice
         # the head is late, or no path meets what it has left: plan the queue's batch as for a request
         # arriving now, so the backlog drains in batches -- on the existing workers when a plan there
@@ -196,6 +242,60 @@ class EsgPolicy(Policy):
                 if choice is not None:
                     return choice
         return self._fastest_choice(app, function, cap)
+
+    def _kinds_within(self, function: str, warm: set[str | None], budget: float) -> frozenset[str | None]:
+        """The kinds of instance ``function`` may run on with ``budget`` left: where a worker of it exists
+        (``warm``), and where a new one's start-up (a cold start, and a MIG instance created on a GPU)
+        fits the budget."""
+        startup = self._startup_ms(function)
+        return frozenset(warm | {k for k in (None, *self._gpu_kinds(function)) if budget >= startup[k is not None]})
+
+    # -- holding a queue for a larger batch ----------------------------------------------------------
+    def _hold(self, app: App, queue: AfwQueue, now_ms: float, warm: set[str | None], now: _PlannedChoice,
+              padded: bool) -> Choice | None:
+        """A choice that holds the queue until more jobs are expected, or None to dispatch ``now`` (the
+        on-time plan for the jobs waiting).
+
+        With ``n`` jobs waiting and ``b`` the function's next profiled batch above ``n`` (none: the queue
+        fills the largest batch already, dispatch at once), the missing ``b - n`` jobs are expected in
+        ``b - n`` mean recent request gaps of the app (every request brings each function one job). The
+        queue waits until then when ESG_1Q, planned for the budget the earliest deadline of the waiting
+        jobs leaves at that time, finds a path with batches up to ``b`` cheaper per request than ``now``'s
+        -- and a path with the batch of ``n`` still meets that budget, so that if the jobs do not come the
+        queue is dispatched then, within every held job's budget. The scheduler wakes at that time
+        (``Choice.retry_at_ms``); a job that arrives before looks at the queue again."""
+        function = queue.key[1]
+        n = len(queue)
+        if self._held_head.get(queue.key) == queue.head.job_id:
+            return None  # held once already: no job came in time
+        target = next((b for b in self._allowed_batches(function) if b > n), None)
+        gaps = self._gaps.get(app.name)
+        if target is None or gaps is None or len(gaps) < HOLD_GAPS:
+            return None
+        wait = (target - n) * gaps.recent_mean(HOLD_GAPS)
+        deadline = min(j.deadline_ms for j in queue.jobs)
+        if wait <= 0 or wait > HOLD_SLACK_SHARE * (deadline - now_ms - now.latency_ms):
+            return None
+        wake = now_ms + wait
+        budget = math.floor(deadline - wake)
+        kinds = self._kinds_within(function, warm, budget)
+        larger = self._cached(app, function, min(target, self.planners[app.name].largest_batch), budget, kinds,
+                              padded)
+        if not isinstance(larger, _PlannedChoice) or larger.cost >= (1.0 - HOLD_SAVING) * now.cost:
+            return None
+        if self._cached(app, function, min(n, self.planners[app.name].largest_batch), budget, kinds, padded) is None:
+            return None  # if no job came, the jobs waiting could not be dispatched on time then
+        self._held_head[queue.key] = queue.head.job_id
+        return Choice((), reason=HOLDING, retry_at_ms=wake)
+
+    def _allowed_batches(self, function: str) -> tuple[int, ...]:
+        """The batch sizes of ``function``'s allowed configurations, ascending."""
+        found = self._batches.get(function)
+        if found is None:
+            spec = self.ctx.spec(function)
+            found = self._batches[function] = tuple(sorted(
+                {e.config.batch for e in self.ctx.profiles[function].entries if spec.allows(e.config)}))
+        return found
 
     def _cached(self, app: App, function: str, cap: int, budget: int,
                 kinds: frozenset[str | None] | None, padded: bool) -> Choice | None:
@@ -226,6 +326,25 @@ class EsgPolicy(Policy):
         self._batch_choice.pop(dispatch.batch_id, None)
         self._busy[dispatch.function][dispatch.config.gpu] -= 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] -= 1
+
+    def running_for(self, key: tuple[str, str]) -> int:
+        """Workers belong to functions, not to queues: a worker of f busy with another app's batch frees
+        up for this queue's head in milliseconds, where a new one takes seconds to start. So while the
+        head has an on-time plan, ESG's scale-out rule weighs every batch of the function in flight (with
+        only the queue's own, a queue whose app had no batch running started a worker -- a cold start of
+        seconds for a head with milliseconds of slack, and an instance taken -- while the function's
+        workers were milliseconds from free); a late head weighs its queue's own, so that a backlog
+        still grows the pool."""
+        if self.function_scale_out and key in self._on_time:
+            busy = self._busy.get(key[1])
+            return sum(busy.values()) if busy else 0
+        return self.running[key]
+
+    def on_wait(self, app: App, queue: AfwQueue, choice: Choice, wait: Wait) -> None:
+        """A head left waiting for a busy worker of its function marks the function short of workers
+        (:meth:`prewarm` widens its pool)."""
+        if self.widen_pools and wait.reason.startswith(WAITING_FOR_A_WORKER) and choice.priorities:
+            self._short.setdefault(queue.key[1], (app.name, choice.priorities[0]))
 
     # -- JIT pre-warming along the DAG, bounded keep-alive -------------------------------------------
     def on_arrival(self, request, app: App, now_ms: float) -> None:
@@ -272,7 +391,22 @@ class EsgPolicy(Policy):
                     self._pending.add(start, want)
                 else:
                     wants[key] = want
+        self._widen(now_ms, wants)
         return list(wants.values())
+
+    def _widen(self, now_ms: float, wants: dict[tuple[str, str | None, str], WarmUp]) -> None:
+        """One more worker for each function a head waited for this step, of the kind its plan wanted,
+        unless one of that kind is starting already: placed as every pre-warm is, on room no instance is
+        destroyed for (a worker started by taking another function's instance would leave that
+        function's next jobs to a start-up)."""
+        short, self._short = self._short, {}
+        for function, (app, config) in short.items():
+            key = (function, config.gpu, "")
+            if key in wants or any(k[:2] == key[:2] for k in wants) or self._warming.count(
+                    function, now_ms, config.gpu) > 0:
+                continue
+            wants[key] = WarmUp(app, function, smallest_of_kind(self.ctx.profiles[function], config),
+                                self.keep_alive_ms(app, function, now_ms))
 
     def _warm_near(self, function: str, kind: str | None, node: str, snapshot: ClusterSnapshot, now_ms: float) -> bool:
         """Whether a worker of ``function`` on ``kind`` is on ``node``: running, idle or starting."""
@@ -333,7 +467,8 @@ class EsgPolicy(Policy):
             lat = {c: planner.profiles[function].latency(c) for c in prios}
             downstream = {f: c for f, c in result.paths[0].configs.items() if f != function}
             return _PlannedChoice(tuple(prios), latencies=lat, downstream=downstream,
-                                  app=app.name), result.valid_from_ms
+                                  app=app.name, cost=result.paths[0].cost,
+                                  latency_ms=result.paths[0].latency_ms), result.valid_from_ms
         return Choice(), 0.0  # no path meets it, nor any lower budget
 
     def _fastest_choice(self, app: App, function: str, cap: int) -> Choice:

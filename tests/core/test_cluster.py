@@ -55,3 +55,21 @@ def test_cpu_only_node_cannot_take_a_gpu_config_and_unknown_profile_never_fits()
 def test_new_small_instance_does_not_block_the_big_placements():
     fit = node().fit("n", Config(1, 1, "1g.5gb"))
     assert fit.slice.start == 6  # leaves 0-3 for a 4g and 4-5 for a 2g
+
+
+def test_a_fit_takes_the_idle_worker_of_the_function_on_any_idle_instance_of_the_profile():
+    # two idle 1g instances: the layout's fit names one, the worker of f waits on the other
+    refs = (SliceRef("1g.5gb", 5), SliceRef("1g.5gb", 6))
+    snap = ClusterSnapshot({"n0": NodeState("n0", 16, 16, "A100-40GB", [Slice(r) for r in refs])},
+                           tracks_workers=True)
+    named = snap.fit("n0", Config(1, 1, "1g.5gb")).slice
+    other = refs[1] if named == refs[0] else refs[0]
+    state = snap.nodes["n0"]
+    state.idle_workers = {("f", other): 1, ("g", named): 1}
+    state.memo.clear()
+    warm = snap.fit("n0", Config(1, 1, "1g.5gb"), "f")
+    assert warm.warm_worker == ("f", other) and warm.slice == other and not warm.create and not warm.destroy
+    assert snap.fit("n0", Config(1, 1, "1g.5gb"), "h").warm_worker is None, "no worker of h: the layout's fit"
+    next(sl for sl in state.slices if sl.ref == other).busy = True
+    state.memo.clear()
+    assert snap.fit("n0", Config(1, 1, "1g.5gb"), "f").warm_worker is None, "f's instance is busy"

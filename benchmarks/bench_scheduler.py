@@ -63,7 +63,9 @@ CONSUME_CODE = "def main(a):\n    return {'n': len(a['blob'])}\n"
 def forwarder(kafka: str, prefix: str) -> None:
     from controller_plugin.bus import Bus
 
-    Bus(kafka).ensure_topics([(wire.invoker_topic(0, prefix), "invoker")])
+    bus = Bus(kafka)
+    bus.ensure_topics([(wire.invoker_topic(0, prefix), "invoker")])
+    bus.close()     # an idle client left open would cost the forwarder a share of a core
     producer = KafkaProducer(bootstrap_servers=kafka, acks=1, linger_ms=1)
     consumer = KafkaConsumer(bootstrap_servers=kafka, group_id="bench-forwarder", enable_auto_commit=False,
                              auto_offset_reset="latest", fetch_max_wait_ms=FETCH_WAIT_MS, max_poll_records=500)

@@ -174,6 +174,8 @@ class AckPipeline:
         flush the producer first."""
         if wait:
             self.bus.flush()
+        else:
+            self.bus.poll()
         keep = []
         for fut, p in self._unconfirmed:
             if not fut.is_done:

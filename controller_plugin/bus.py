@@ -4,6 +4,14 @@ The scheduler reads activations on ``invoker{N}`` (with its own group ``esg-sche
 OpenWhisk's ``invoker{N}``; assigned rather than subscribed: no group join and no rebalance; manual
 commits) and writes acks to ``completed{C}``, pings to ``health`` and malformed input to its dead-letter
 topic. Everything between the scheduler and its agents goes over Redis (:mod:`controller_plugin.channel`).
+
+**Two clients.** The consumers and topic administration use kafka-python; what the scheduler produces
+(every ack) goes through librdkafka (``confluent_kafka``), whose sender runs in C off the interpreter's
+lock. kafka-python's sender thread cost about 0.6-0.75 ms of CPU per ack in a burst of a real agent's
+activations (a produce request per loop turn; each of its wake-ups runs a few hundred lines of Python),
+more than the scheduler's own main loop; librdkafka's broker thread costs a twentieth of that.
+:class:`Delivery` stands for the broker's answer to one message: the producer's delivery reports fill
+it in when the bus is polled (:meth:`Bus.poll`, :meth:`Bus.flush`).
 """
 
 from __future__ import annotations
@@ -12,7 +20,8 @@ import logging
 import socket
 from collections.abc import Iterable
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from confluent_kafka import KafkaException, Producer
+from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
@@ -66,18 +75,52 @@ def topic_settings(kind: str) -> dict[str, str]:
     return dict(_DEAD_LETTER_CONFIG)
 
 
+#: How long a produce may wait for room in the producer's queue before it fails.
+QUEUE_WAIT_S = 5.0
+
+
+class Delivery:
+    """The broker's answer to one produced message, once the producer's delivery report came in:
+    ``is_done``, then ``exception`` (None: the broker took it)."""
+
+    __slots__ = ("is_done", "exception")
+
+    def __init__(self) -> None:
+        self.is_done = False
+        self.exception: Exception | None = None
+
+    def succeeded(self) -> bool:
+        return self.is_done and self.exception is None
+
+    def report(self, err, _msg) -> None:
+        """The producer's delivery callback (run by :meth:`Bus.poll` or :meth:`Bus.flush`)."""
+        if err is not None:
+            self.exception = KafkaException(err)
+        self.is_done = True
+
+
+def producer_settings(bootstrap: str, client_id: str, timeout_ms: int, delivery_timeout_ms: int = 120_000) -> dict:
+    """librdkafka's settings for the scheduler's producer: an ack leaves at once (``linger.ms`` 0, no
+    Nagle delay); under load the sender batches what queued meanwhile. A message the broker has not
+    taken within ``delivery_timeout_ms`` (two minutes, kafka-python's delivery timeout) is reported
+    failed, and sent again by its caller."""
+    return {"bootstrap.servers": bootstrap, "client.id": client_id, "acks": 1, "linger.ms": 0,
+            "socket.nagle.disable": True, "message.max.bytes": 2 * wire.MAX_MESSAGE_BYTES + 1024,
+            "request.timeout.ms": timeout_ms, "message.timeout.ms": delivery_timeout_ms,
+            "log.connection.close": False}
+
+
 class Bus:
-    def __init__(self, bootstrap: str, client_id: str = "esg-scheduler", timeout_ms: int = 5000) -> None:
+    def __init__(self, bootstrap: str, client_id: str = "esg-scheduler", timeout_ms: int = 5000,
+                 delivery_timeout_ms: int = 120_000) -> None:
         self.bootstrap = bootstrap
         probe(bootstrap)
         try:
             self.admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id + "-admin",
                                           request_timeout_ms=timeout_ms)
-            # linger 0: an ack leaves at once; under load the sender batches what queued meanwhile.
-            self.producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id, acks=1,
-                                          linger_ms=0, max_request_size=2 * wire.MAX_MESSAGE_BYTES + 1024,
-                                          request_timeout_ms=timeout_ms, max_block_ms=timeout_ms)
-        except (KafkaError, OSError, ValueError) as exc:
+            self.producer = Producer(producer_settings(bootstrap, client_id, timeout_ms, delivery_timeout_ms),
+                                     logger=log)
+        except (KafkaError, KafkaException, OSError, ValueError) as exc:
             why = "no broker answered" if "NoBrokersAvailable" in type(exc).__name__ else str(exc)
             raise BusError(f"cannot reach Kafka at {bootstrap}: {why}") from None
         self._known: set[str] = set()
@@ -98,11 +141,27 @@ class Bus:
                 log.info("created topic %s", t.name)
         self._known.update(n for n, _ in wanted)
 
-    def send(self, topic: str, value: bytes):
-        return self.producer.send(topic, value)
+    def send(self, topic: str, value: bytes, headers: list[tuple[str, bytes]] | None = None) -> Delivery:
+        """Produce ``value`` on ``topic``; the :class:`Delivery` is filled in by a later :meth:`poll`.
+        Waits (at most :data:`QUEUE_WAIT_S`) while the producer's queue is full; :class:`BusError` after."""
+        delivery = Delivery()
+        waited = 0.0
+        while True:
+            try:
+                self.producer.produce(topic, value, headers=headers, on_delivery=delivery.report)
+                return delivery
+            except BufferError:
+                if waited >= QUEUE_WAIT_S:
+                    raise BusError(f"the producer's queue stayed full for {QUEUE_WAIT_S:.0f} s") from None
+                self.producer.poll(0.1)
+                waited += 0.1
+
+    def poll(self) -> None:
+        """Take the delivery reports that came in (fills in the :class:`Delivery` of each)."""
+        self.producer.poll(0)
 
     def flush(self, timeout_s: float = 10.0) -> None:
-        self.producer.flush(timeout=timeout_s)
+        self.producer.flush(timeout_s)
 
     def consumer(self, group_id: str | None, **kw) -> KafkaConsumer:
         return KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group_id, enable_auto_commit=False,
@@ -110,8 +169,11 @@ class Bus:
                              request_timeout_ms=31000, fetch_max_wait_ms=FETCH_WAIT_MS, max_poll_records=500, **kw)
 
     def close(self) -> None:
-        for c in (self.producer, self.admin):
-            try:
-                c.close(timeout=2) if c is self.producer else c.close()
-            except Exception:  # closing on the way out: nothing more to do
-                pass
+        try:
+            self.producer.flush(2)
+        except Exception:  # closing on the way out: nothing more to do
+            pass
+        try:
+            self.admin.close()
+        except Exception:
+            pass

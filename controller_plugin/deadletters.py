@@ -29,7 +29,7 @@ class DeadLetters:
         log.warning("dead letter: %s at %s: %s", source, position, reason)
         headers = [("esg-reason", reason.encode()), ("esg-topic", source.encode()),
                    ("esg-offset", str(position).encode())]
-        self.bus.producer.send(self.topic, raw if raw is not None else b"", headers=headers)
+        self.bus.send(self.topic, raw if raw is not None else b"", headers=headers)
         self.metrics.dead_letters.labels(source).inc()
         with self._lock:
             self.count += 1

@@ -42,7 +42,7 @@ from controller_plugin.deadletters import DeadLetters
 from controller_plugin.health import Agent, AgentRegistry
 from controller_plugin.metrics import Metrics
 from controller_plugin.workflows import PrewarmSend, Send
-from esg.cluster import Claim, ClusterSnapshot, NodeReport, tracked
+from esg.cluster import Claim, ClusterSnapshot, NodeReport, retrack, tracked
 from esg.events import Dispatch, Prewarm
 
 log = logging.getLogger("esg.scheduler")
@@ -91,6 +91,15 @@ class Dispatcher:
         self._sets: dict[str, tuple[protocol.Heartbeat, frozenset[str], frozenset[str]]] = {}
         self.prewarming: dict[str, tuple[Prewarm, float, int]] = {}
         """Pre-warms sent that no heartbeat has named done yet, with when (monotonic s, epoch ms)."""
+        self._view: ClusterSnapshot | None = None
+        """The snapshot handed to the last step, kept across turns (None: build it anew at the next
+        :meth:`snapshot`). The step's reservations stay on it as the claims of what it sent; a result
+        finishes its batch on it; a heartbeat rebuilds its node alone."""
+        self._view_done: dict[str, frozenset[str]] = {}
+        """Per node of the view: the answered batch ids of the report it was built from (a result of
+        one of these is in the report already, so not finished again)."""
+        self._stale: set[str] = set()
+        """Nodes of the view to build again from their latest report (and claims) at the next snapshot."""
         self.warmed: list[Warmed] = []
         """Pre-warms heartbeats named done since the caller last took them (:meth:`take_warmed`)."""
         self.count = 0
@@ -103,27 +112,32 @@ class Dispatcher:
     def heartbeat(self, hb: protocol.Heartbeat, mono: float) -> Agent | None:
         """Record a heartbeat; the agent if it just joined (or came back)."""
         joined = self.registry.heartbeat(hb, mono)
+        self._stale.add(hb.node)
         outcomes = {o.prewarm_id: o for o in hb.prewarmed} if hb.prewarmed else {}
         for batch_id in hb.done:
-            self.finished.pop(batch_id, None)
+            gone = self.finished.pop(batch_id, None)
+            if gone is not None:
+                self._stale.add(gone[0].node)
             warming = self.prewarming.pop(batch_id, None)
             if warming is not None:
                 p = warming[0]
+                self._stale.add(p.node)
                 ready = any(w.count > 0 and w.function == p.function and w.slice == p.fit.slice for w in hb.idle)
                 self.warmed.append(Warmed(p, warming[2], ready, outcomes.get(batch_id)))
         if self.finished:
             old = [b for b, (_, t, _) in self.finished.items() if mono - t > FINISHED_KEEP_S]
             for b in old:
-                del self.finished[b]
+                self._stale.add(self.finished.pop(b)[0].node)
         if self.prewarming:
             for p in [p for p, (_, t, _) in self.prewarming.items() if mono - t > PREWARM_KEEP_S]:
-                del self.prewarming[p]
+                self._stale.add(self.prewarming.pop(p)[0].node)
         return joined
 
     def expire(self, mono: float) -> list[tuple[Agent, list[Dispatch]]]:
         """Agents that went silent, each with its unanswered batches (taken back from its stream)."""
         out = []
         for agent in self.registry.expire(mono):
+            self._view = None
             lost = [f for f in self.inflight.values() if f.dispatch.node == agent.node]
             for f in lost:
                 del self.inflight[f.dispatch.batch_id]
@@ -140,12 +154,41 @@ class Dispatcher:
 
     def snapshot(self) -> ClusterSnapshot:
         """The live agents as their heartbeats report them, with this process's batches the reports do
-        not show yet kept on them (:func:`esg.cluster.tracked`)."""
-        reports = [NodeReport(a.heartbeat.node_state(), *self._batch_sets(a.heartbeat)) for a in self.registry.live()]
+        not show yet kept on them (:func:`esg.cluster.tracked`).
+
+        The same object from turn to turn: the step reserves what it sends on it, :meth:`complete`
+        finishes what comes back, and only the nodes whose agents reported since are built again
+        (:func:`esg.cluster.retrack`); a change of the live agents builds it all again."""
+        if self._view is not None and self._stale:
+            live = {a.node: a for a in self.registry.live()}
+            if live.keys() != self._view.nodes.keys():
+                self._view = None
+            else:
+                stale = {n: live[n] for n in self._stale if n in live}
+                retrack(self._view, [self._report(a) for a in stale.values()], self._claims(stale))
+        if self._view is None:
+            self._view_done = {}
+            self._view = tracked([self._report(a) for a in self.registry.live()], self._claims())
+        self._stale.clear()
+        return self._view
+
+    def forget_view(self) -> None:
+        """Build the next snapshot anew (the last step reserved something that was not sent)."""
+        self._view = None
+
+    def _report(self, agent: Agent) -> NodeReport:
+        running, done = self._batch_sets(agent.heartbeat)
+        self._view_done[agent.node] = done
+        return NodeReport(agent.heartbeat.node_state(), running, done)
+
+    def _claims(self, nodes: dict | None = None) -> list[Claim]:
+        """This process's claims (on ``nodes`` only, if given)."""
         claims = [c for _, _, c in self.finished.values()]
         claims += [f.claim for f in self.inflight.values()]
         claims += [Claim(p.prewarm_id, p.function, p.config, p.fit) for p, _, _ in self.prewarming.values()]
-        return tracked(reports, claims)
+        if nodes is not None:
+            claims = [c for c in claims if c.fit.node in nodes]
+        return claims
 
     def _batch_sets(self, hb: protocol.Heartbeat) -> tuple[frozenset[str], frozenset[str]]:
         """A heartbeat's running and answered batch ids as sets, made once per heartbeat (a burst's
@@ -192,6 +235,10 @@ class Dispatcher:
             return None  # a duplicate, or declared lost
         d = flight.dispatch
         self.finished[d.batch_id] = (d, time.monotonic(), replace(flight.claim, finished=True))
+        view = self._view
+        if (view is not None and d.node in view.nodes and d.node not in self._stale
+                and d.batch_id not in self._view_done.get(d.node, ())):
+            view.finish(d.function, d.config, d.fit)
         cold_miss = bool(rm.cold and d.fit.warm_worker is not None)
         if cold_miss or (rm.reconfigured and not d.fit.reconfigures):
             self.stale_starts += 1

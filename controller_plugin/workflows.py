@@ -102,6 +102,8 @@ class Workflows:
         """Why each queue the last step left waiting waits (for ``esg status``)."""
         """When a queue the core held (to fill a batch) wants to be looked at again (epoch ms)."""
         """The requests the last :meth:`step` ended (the core's outcomes, for the decision log)."""
+        self.unsent_prewarms = 0
+        """Pre-warms the last step decided and :meth:`step` could not send (no plan for their app)."""
 
     def busy(self, now_ms: float | None = None) -> bool:
         """Whether a step has anything to do: events to fold in, jobs waiting, or the time the last step
@@ -220,6 +222,7 @@ class Workflows:
         self.last_waiting = result.waiting
         sends = [Send(d, self._message(d, now_ms)) for d in result.dispatches]
         prewarms = [PrewarmSend(p, m) for p in result.prewarms if (m := self._prewarm_message(p, now_ms)) is not None]
+        self.unsent_prewarms = len(result.prewarms) - len(prewarms)
         answers = []
         for o in result.outcomes:
             run = self.runs.get(o.request_id)

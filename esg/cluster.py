@@ -423,6 +423,33 @@ def tracked(reports: Iterable[NodeReport], claims: Iterable[Claim]) -> ClusterSn
         nodes[state.name] = state
         seen[state.name] = r
     snap = ClusterSnapshot(nodes, tracks_workers=True, _deferred=set())
+    _claim(snap, seen, claims)
+    return snap
+
+
+def retrack(snap: ClusterSnapshot, reports: Iterable[NodeReport], claims: Iterable[Claim]) -> None:
+    """Put the reported nodes into ``snap`` as :func:`tracked` builds them (``claims`` on other nodes are
+    ignored), the other nodes left as they are.
+
+    For a driver that keeps one snapshot across steps: the step's own reservations stay on it (they are
+    the claims of the batches it sends), a batch whose result came is put through
+    :meth:`ClusterSnapshot.finish` on it, and only a node with a new report is built again -- not every
+    node over every claim at every step."""
+    seen: dict[str, NodeReport] = {}
+    snap._deferred = set()
+    for r in reports:
+        state = r.state
+        state.memo.clear()
+        state.vcpus_free = state.vcpus_total
+        snap.nodes[state.name] = state
+        snap._deferred.add(state.name)
+        seen[state.name] = r
+    _claim(snap, seen, claims)
+
+
+def _claim(snap: ClusterSnapshot, seen: dict[str, NodeReport], claims: Iterable[Claim]) -> None:
+    """Reserve (and finish) ``claims`` on the ``seen`` nodes of ``snap``, whose indexes follow once at the
+    end (``snap._deferred`` is set: the nodes already changed)."""
     for c in claims:
         report = seen.get(c.fit.node)
         if report is None or c.batch_id in report.done:
@@ -436,6 +463,5 @@ def tracked(reports: Iterable[NodeReport], claims: Iterable[Claim]) -> ClusterSn
         if c.finished:
             snap.finish(c.function, c.config, c.fit)
     changed, snap._deferred = snap._deferred, None
-    for name in sorted(changed):  # type: ignore[arg-type]
+    for name in sorted(changed or ()):
         snap._changed(name)
-    return snap

@@ -4,13 +4,19 @@ result handling with the core scheduler on top."""
 
 from __future__ import annotations
 
+import math
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
 from agent_channel import protocol
 from agent_channel.protocol import BatchResult, Heartbeat, IdleWorkers
 from controller_plugin.dispatcher import Dispatcher
 from controller_plugin.health import AgentRegistry
 from controller_plugin.metrics import Metrics
 from controller_plugin.workflows import Send
-from esg.cluster import Slice, SliceRef
+from esg.cluster import NodeReport, Slice, SliceRef, tracked
+from esg.emulator.nodes import NodeModel
 from esg.events import Arrival, BatchDone, Request
 from esg.model import App, Config
 from esg.policies import PolicyContext, make_policy
@@ -156,6 +162,78 @@ def test_a_prewarm_with_no_keep_alive_of_its_policy_leaves_it_to_the_agent_and_s
     assert m is not None and m.keep_alive_ms is None and m.sent_ms == 5_000
     kept = w._prewarm_message(Prewarm("inc-p1", "one", "f", Config(1, 1, None), Fit("n0"), 1500.2), 5_000)
     assert kept is not None and kept.keep_alive_ms == 1501
+
+
+# -- the snapshot kept across turns ---------------------------------------------------------------------
+turns = st.lists(st.tuples(st.sampled_from(["arrive", "take", "answer", "beat", "late"]), st.integers(0, 9)),
+                 max_size=60)
+
+
+def _seen(node) -> tuple:
+    return (node.vcpus_free, sorted((s.ref, s.busy) for s in node.slices),
+            {k: v for k, v in node.idle_workers.items() if v})
+
+
+def _heartbeat(truth: NodeModel, seq: int, running, done) -> Heartbeat:
+    state = truth.fresh_state(0.0)
+    idle = tuple(IdleWorkers(f, 1, ref, n) for (f, ref), n in state.idle_workers.items())
+    return Heartbeat(truth.name, truth.vcpus_total, truth.vcpus_free, 4096, truth.gpu_model, tuple(state.slices),
+                     (), False, seq, 0, idle, tuple(running), tuple(done))
+
+
+@settings(max_examples=300, deadline=None)
+@given(turns)
+# a report names a batch answered before its result comes: the result must not finish it a second time
+@example([("arrive", 0), ("take", 0), ("answer", 0), ("beat", 0), ("beat", 1), ("late", 0), ("beat", 0)])
+def test_the_snapshot_kept_across_turns_is_the_one_built_afresh(ops):
+    """The dispatcher keeps one snapshot across turns (the step's reservations, results finished on it,
+    a reporting node rebuilt alone); at every turn it must plan on what a snapshot built afresh from the
+    latest reports and every claim (:func:`esg.cluster.tracked`) shows -- whatever the order of sends,
+    takes, answers and reports, reports that lag, and reports that name batches whose results have not
+    come yet."""
+    disp, s = dispatcher(), Scheduler({"one": APP}, make_policy("esg", PolicyContext(
+        {"one": APP}, {"f": profile("f", ROWS, cold_start_ms=3000.0)})), batch_ids=(f"inc-{i}" for i in range(1000)),
+        prewarm=False)
+    truth = {n: NodeModel(n, 4, "A100-40GB") for n in ("n0", "n1")}
+    sent: list = []         # dispatched, not taken by the agent
+    taken: list = []        # taken, not answered
+    answered: list = []     # answered by the agent, result not delivered yet
+    done: dict[str, list[str]] = {n: [] for n in truth}
+    seq = {n: 1 for n in truth}
+    for t in truth.values():
+        disp.heartbeat(_heartbeat(t, 1, (), ()), 0.0)
+    events: list = []
+    for i, (op, k) in enumerate(ops):
+        if op == "arrive":
+            events.append(Arrival(Request(f"r{i}", "one", float(i))))
+        elif op == "take" and sent:
+            d = sent.pop(k % len(sent))
+            truth[d.node].start(d, 0.0, 0.0)
+            taken.append(d)
+        elif op == "answer" and taken:
+            d = taken.pop(k % len(taken))
+            truth[d.node].finish(d, 0.0, math.inf)
+            done[d.node].append(d.batch_id)
+            answered.append(d)
+        elif op == "late" and answered:      # a result reaches the scheduler
+            d = answered.pop(k % len(answered))
+            assert disp.complete(BatchResult(d.batch_id, d.node, (), None, "f", d.config, 6.0)) == d
+            events.append(BatchDone(d.batch_id))
+        elif op == "beat":
+            n = ("n0", "n1")[k % 2]
+            seq[n] += 1
+            running = [d.batch_id for d in taken if d.node == n]
+            disp.heartbeat(_heartbeat(truth[n], seq[n], running, done[n][-4:]), 0.1 * i)
+        view = disp.snapshot()
+        fresh = tracked([NodeReport(a.heartbeat.node_state(), frozenset(a.heartbeat.running),
+                                    frozenset(a.heartbeat.done)) for a in disp.registry.live()], disp._claims())
+        assert {n: _seen(v) for n, v in view.nodes.items()} == {n: _seen(v) for n, v in fresh.nodes.items()}
+        if events:
+            out = s.step(float(i), view, events)
+            events = []
+            for d in out.dispatches:
+                send(disp, d)
+                sent.append(d)
 
 
 def test_the_decision_log_keeps_what_the_agent_says_a_prewarm_did():

@@ -14,6 +14,7 @@ COPY controller_plugin ./controller_plugin
 COPY invoker_agent ./invoker_agent
 COPY agent_channel ./agent_channel
 COPY openwhisk_status ./openwhisk_status
+COPY esg_build ./esg_build
 COPY profiles ./profiles
 COPY apps ./apps
 COPY actions ./actions

@@ -120,15 +120,19 @@ class _SourceOnly:
 
 
 class _CopyableFrozen:
-    """A meta-path finder that loads the compiled modules as usual, then gives each frozen dataclass
+    """A meta-path finder that loads the compiled modules as usual (the shared runtime library from the
+    checkout's top level, wherever the process runs), then gives each frozen dataclass
     compiled to a native class a ``__reduce__`` that rebuilds it from its fields: mypyc's own restores
     the fields one ``setattr`` at a time, which a frozen dataclass refuses, so ``copy.deepcopy`` and
     ``pickle`` of, e.g., a :class:`esg.cluster.Fit` would fail where the pure core's succeed."""
 
     def find_spec(self, name: str, path, target=None):  # noqa: ANN001 -- the finder protocol
+        from importlib.machinery import EXTENSION_SUFFIXES, PathFinder
+
+        if name == GROUP + "__mypyc":  # the shared runtime library, at the checkout's top level, which
+            return PathFinder.find_spec(name, [ROOT])  # need not be on sys.path (an installed project)
         if not name.startswith("esg.") or path is None:
             return None
-        from importlib.machinery import EXTENSION_SUFFIXES, PathFinder
 
         spec = PathFinder.find_spec(name, path, target)
         if spec is None or spec.loader is None or not str(spec.origin).endswith(tuple(EXTENSION_SUFFIXES)):

@@ -28,6 +28,11 @@ class SliceRef:
     profile: str
     start: int
 
+    def __eq__(self, other: object) -> bool:  # the dataclass's own, written out for mypyc (esg_build)
+        if other.__class__ is self.__class__:
+            return (self.profile, self.start) == (other.profile, other.start)  # type: ignore[attr-defined]
+        return NotImplemented
+
 
 @dataclass
 class Slice:
@@ -361,6 +366,7 @@ def gpu_fit(model: str, layout: tuple[tuple[str, int, bool], ...], profile: str
             ) -> tuple[SliceRef, bool, tuple[SliceRef, ...]] | None:
     """Where ``profile`` runs on a GPU whose instances are ``layout`` (profile, start, busy):
     (slice, create?, idle slices to destroy), or None. A pure function of the layout, so remembered."""
+    start: int | None
     if profile not in mig.geometry(model).profiles:
         return None
     for p, start, busy in layout:

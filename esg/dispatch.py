@@ -11,7 +11,7 @@ bare string).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence, Set
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -89,7 +89,7 @@ def dispatch(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred:
 
 def candidate_fits(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred: Sequence[str],
                    no_fit: set[Config] | None = None, function: str | None = None,
-                   warm_nodes: frozenset[str] | None = None) -> Iterator[tuple[Config, Fit]]:
+                   warm_nodes: Set[str] | None = None) -> Iterator[tuple[Config, Fit]]:
     """(configuration, node) pairs that fit, in priority then locality order (nothing reserved).
 
     With ``warm_nodes`` (where idle warm workers of ``function`` wait) the walk of a configuration's
@@ -111,7 +111,7 @@ def candidate_fits(snapshot: ClusterSnapshot, priorities: Sequence[Config], pref
         settled: Fit | None = None
         gpu = config.gpu
         for name in node_order(snapshot, preferred, config):
-            if settled is not None and name not in warm_nodes and not (
+            if settled is not None and name not in warm_nodes and not (  # type: ignore[operator]
                     settled.create and gpu in idle_profiles(name)):
                 continue
             fit = fit_on(name, config, function)

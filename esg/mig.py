@@ -172,7 +172,7 @@ def place(model: str, profiles: Iterable[str],
         if start not in prof.starts or used & m:
             return None
         used |= m
-    counts = Counter(p.name for p, _ in fixed)
+    counts = Counter([p.name for p, _ in fixed])
     me = sum(p.media_extensions for p, _ in fixed)
     if any(counts[n] > geo.profiles[n].max_count for n in counts) or me > 1:
         return None
@@ -248,7 +248,7 @@ def all_placements(model: str) -> tuple[Layout, ...]:
 
 def layout_counts(layout: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
     """A layout reduced to sorted (profile, count) pairs: what mig-parted calls a config."""
-    return tuple(sorted(Counter(p for p, _ in layout).items()))
+    return tuple(sorted(Counter([p for p, _ in layout]).items()))
 
 
 @cache

@@ -13,7 +13,11 @@ def hash_once(cls: type) -> type:
     """For a frozen dataclass that keys dicts on hot paths (apply *under* ``@dataclass``): the hash of
     its fields is computed once, at construction, instead of at every look-up. Copies (pickle,
     ``copy.deepcopy``) are rebuilt from the fields, so a copy in a process with another hash seed hashes
-    afresh."""
+    afresh.
+
+    A class it decorates in a module compiled with mypyc (``esg_build.COMPILED``) writes out its
+    ``__eq__`` (the one ``@dataclass`` would make): there a class with this decorator is a plain Python
+    class, whose ``==`` compiled code would otherwise take to be identity."""
     names = tuple(cls.__annotations__)
     validate = cls.__dict__.get("__post_init__")
 

@@ -35,7 +35,7 @@ class AfwQueue:
 
     def keep(self, wanted: Callable[[Job], bool]) -> None:
         """Drop the jobs ``wanted`` refuses (order kept)."""
-        kept = deque(j for j in self.jobs if wanted(j))
+        kept = deque([j for j in self.jobs if wanted(j)])
         if len(kept) != len(self.jobs):
             self.jobs = kept
 

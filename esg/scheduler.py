@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from esg import admission
 from esg.cluster import ClusterSnapshot
@@ -72,7 +73,7 @@ class _Held:
     head: Job
     queued: int
     running: int
-    choice: object
+    choice: Any  # not 'object': a compiled (mypyc) dataclass cannot name it
     snapshot: ClusterSnapshot
     nodes: int
     seen: int
@@ -112,7 +113,7 @@ class Scheduler:
         self._in_flight: dict[str, Dispatch] = {}
         self._dead_jobs = False
         self._wake: float | None = None
-        self._ids = iter(batch_ids) if batch_ids is not None else (f"b{i}" for i in itertools.count())
+        self._ids = iter(batch_ids) if batch_ids is not None else map("b{}".format, itertools.count())
         self.keep_holds = keep_holds
         """Remember why a head waits and skip placing it again while nothing it depends on changed
         (False: place every waiting head at every step; the outputs are the same)."""
@@ -122,7 +123,7 @@ class Scheduler:
         self.prewarm = prewarm
         """Ask the policy for pre-warms and its keep-alive (False: no worker is started ahead of a batch,
         and every worker keeps the driver's default keep-alive)."""
-        self._prewarm_ids = iter(prewarm_ids) if prewarm_ids is not None else (f"w{i}" for i in itertools.count())
+        self._prewarm_ids = iter(prewarm_ids) if prewarm_ids is not None else map("w{}".format, itertools.count())
 
     # -- folding events in ------------------------------------------------------------------------
     def step(self, now_ms: float, snapshot: ClusterSnapshot, events: Sequence[Event] = ()) -> StepResult:
@@ -136,7 +137,7 @@ class Scheduler:
                 self._requeue(event.batch_id)
             elif self._requests.pop(event.request_id, None) is not None:
                 self._dead_jobs = True
-        self._wake: float | None = None
+        self._wake = cast("float | None", None)  # not narrowed to None: the calls below set it
         # a driver that builds a new snapshot every step (the live service) gets no holds: they could
         # never be used, since a hold is only good on the snapshot it was made on
         self._holding = self.keep_holds and snapshot is self._last_snapshot

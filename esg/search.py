@@ -25,6 +25,7 @@ import heapq
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -256,11 +257,12 @@ def brute_force_top_k(group: Group, budget_ms: float, k: int = 1, chunk: int = 1
     sizes = [len(layer) for layer in opts]
     total = int(np.prod(sizes))
     best: list[tuple[float, int]] = []
+    digits: tuple[Any, ...]
     for lo in range(0, total, chunk):
         idx = np.arange(lo, min(total, lo + chunk))
         digits = np.unravel_index(idx, sizes)
         c = np.zeros(len(idx))
-        finish = []
+        finish: list[np.ndarray] = []
         for i in range(n):
             c = c + cost[i][digits[i]]
             start = np.zeros(len(idx))

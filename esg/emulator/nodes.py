@@ -236,6 +236,7 @@ class NodeModel:
         """Per MIG profile, the time within [``start_ms``, ``end_ms``] that an instance was kept for an
         idle warm worker: the union of its workers' idle periods, less the time the instance ran a batch
         (then it is paid as execution). Periods still running count up to ``now_ms``."""
+        ref: SliceRef | None
         idle: dict[SliceRef, list[tuple[float, float]]] = {}
         for a, b, ref in self.idle_spans:
             idle.setdefault(ref, []).append((a, b))

@@ -23,6 +23,23 @@ PARAMS = [
 ]
 
 
+class _Recorded:
+    """The scheduler with each step's result logged (a wrapper: the compiled core's Scheduler does not
+    let a method be replaced on an instance)."""
+
+    def __init__(self, scheduler, log: list):
+        self._scheduler, self._log = scheduler, log
+
+    def __getattr__(self, name):
+        return getattr(self._scheduler, name)
+
+    def step(self, now, snapshot, events=()):
+        r = self._scheduler.step(now, snapshot, events)
+        self._log.append((now, [(d.batch_id, d.function, tuple(j.job_id for j in d.jobs), d.config, d.fit)
+                                for d in r.dispatches], dict(r.waiting), r.wake_at_ms))
+        return r
+
+
 def _decisions(apps, profiles, policy: str, keep_holds: bool, seed: int, nodes: int, params: EmulatorParams,
                load: str = "heavy", seconds: float = 3.0, online: bool = False):
     """Every step's full result: (time, dispatches, why each queue waits, wake-up), and the summary."""
@@ -34,15 +51,7 @@ def _decisions(apps, profiles, policy: str, keep_holds: bool, seed: int, nodes: 
                    ClusterSpec(nodes=nodes, vcpus=16), params, online=learning)
     em.scheduler.keep_holds = keep_holds
     log = []
-    step = em.scheduler.step
-
-    def recorded(now, snapshot, events=()):
-        r = step(now, snapshot, events)
-        log.append((now, [(d.batch_id, d.function, tuple(j.job_id for j in d.jobs), d.config, d.fit)
-                          for d in r.dispatches], dict(r.waiting), r.wake_at_ms))
-        return r
-
-    em.scheduler.step = recorded
+    em.scheduler = _Recorded(em.scheduler, log)
     result = em.run()
     return log, result.summary
 

@@ -1,11 +1,16 @@
 """Golden scenario, determinism and invariants checked at every step of real runs."""
 
 import filecmp
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import esg.scheduler
+import esg_build
 from esg import mig
 from esg.cluster import ClusterSnapshot
 from esg.emulator import ClusterSpec, Emulation, EmulatorParams
@@ -26,6 +31,35 @@ pre-warming policies (esg.prewarm) change ESG's and Orion's rows, and must leave
 def test_golden_summary(tmp_path):
     assert main(ARGS + ["--out", str(tmp_path)]) == 0
     assert (tmp_path / "summary.csv").read_text() == GOLDEN.read_text()
+
+
+COMPILED_HERE = esg.scheduler.__file__.endswith((".so", ".pyd"))
+"""Whether this process runs the compiled core (scripts/setup builds it where a C compiler is; without
+it, every other test here runs the pure core)."""
+
+
+@pytest.mark.skipif(not COMPILED_HERE, reason="the core is not compiled here (pure Python: the other tests cover it)")
+@pytest.mark.parametrize("prewarm", [False, True], ids=["golden", "prewarm"])
+def test_compiled_and_pure_core_write_the_same_files(tmp_path, prewarm):
+    """The compiled core (this process) and the pure one (a fresh interpreter with ESG_PURE=1, which
+    imports esg's modules from their sources) write byte-identical files, on the golden scenario and
+    with pre-warming on."""
+    args = ARGS if not prewarm else [a for a in ARGS if a != "--no-prewarm"]
+    compiled, pure = tmp_path / "compiled", tmp_path / "pure"
+    assert main(args + ["--out", str(compiled)]) == 0
+    code = ("import sys, esg.scheduler; from esg_cli.main import main; "
+            "print(esg.scheduler.__file__); sys.exit(main(sys.argv[1:]))")
+    env = {**os.environ, esg_build.PURE_ENV: "1", "PYTHONPATH": str(Path(esg_build.ROOT))}
+    run = subprocess.run([sys.executable, "-c", code, *args, "--out", str(pure)], env=env, cwd=esg_build.ROOT,
+                         capture_output=True, text=True, timeout=240)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.splitlines()[0].endswith("scheduler.py"), "the pure run imported the compiled core"
+    names = sorted(p.name for p in compiled.iterdir())
+    assert names == sorted(p.name for p in pure.iterdir()) and "summary.csv" in names
+    for name in names:
+        assert (compiled / name).read_bytes() == (pure / name).read_bytes(), f"{name} differs"
+    if not prewarm:
+        assert (compiled / "summary.csv").read_text() == GOLDEN.read_text()
 
 
 def test_same_seed_same_file_whatever_jobs(tmp_path):

@@ -52,9 +52,9 @@ def test_a_dispatch_is_not_delayed_behind_a_slow_prewarm_with_one_batch_thread(r
         hb = sched.heartbeat(node, lambda h: pw.prewarm_id in h.done, timeout=3 * SLOW_START_S)
         assert [p.outcome for p in hb.prewarmed if p.prewarm_id == pw.prewarm_id] == ["started"]
 
-        # two pre-warm threads: of three slow pre-warms (no worker of slow2 is warm) one waits, and is
-        # dropped when the agent stops
-        late = [sched.prewarm(node, "slow2", Config(1, 1, None)) for _ in range(3)]
+        # one pre-warm thread per vCPU (4): of five slow pre-warms (no worker of slow2 is warm) one waits,
+        # and is dropped when the agent stops
+        late = [sched.prewarm(node, "slow2", Config(1, 1, None)) for _ in range(5)]
         sched.heartbeat(node, lambda h: all(p.prewarm_id in h.running for p in late), after=len(sched.heartbeats))
     finally:
         agent.stop()

@@ -414,15 +414,8 @@ def tracked(reports: Iterable[NodeReport], claims: Iterable[Claim]) -> ClusterSn
 
     vCPUs are the driver's own account: the node's total less every unanswered claim (the report's
     free count lags the batches sent since). The reports' states become the snapshot's (and change)."""
-    nodes = {}
-    seen: dict[str, NodeReport] = {}
-    for r in reports:
-        state = r.state
-        state.memo.clear()
-        state.vcpus_free = state.vcpus_total
-        nodes[state.name] = state
-        seen[state.name] = r
-    snap = ClusterSnapshot(nodes, tracks_workers=True, _deferred=set())
+    seen = _reported(reports)
+    snap = ClusterSnapshot({n: r.state for n, r in seen.items()}, tracks_workers=True, _deferred=set())
     _claim(snap, seen, claims)
     return snap
 
@@ -435,16 +428,22 @@ def retrack(snap: ClusterSnapshot, reports: Iterable[NodeReport], claims: Iterab
     the claims of the batches it sends), a batch whose result came is put through
     :meth:`ClusterSnapshot.finish` on it, and only a node with a new report is built again -- not every
     node over every claim at every step."""
-    seen: dict[str, NodeReport] = {}
-    snap._deferred = set()
-    for r in reports:
-        state = r.state
-        state.memo.clear()
-        state.vcpus_free = state.vcpus_total
-        snap.nodes[state.name] = state
-        snap._deferred.add(state.name)
-        seen[state.name] = r
+    seen = _reported(reports)
+    snap._deferred = set(seen)
+    for name, r in seen.items():
+        snap.nodes[name] = r.state
     _claim(snap, seen, claims)
+
+
+def _reported(reports: Iterable[NodeReport]) -> dict[str, NodeReport]:
+    """The reports by node, each state made ready for its claims: nothing derived kept, and every vCPU
+    free (the claims take theirs again)."""
+    seen: dict[str, NodeReport] = {}
+    for r in reports:
+        r.state.memo.clear()
+        r.state.vcpus_free = r.state.vcpus_total
+        seen[r.state.name] = r
+    return seen
 
 
 def _claim(snap: ClusterSnapshot, seen: dict[str, NodeReport], claims: Iterable[Claim]) -> None:

@@ -99,8 +99,7 @@ def _own_hash() -> str:
 
 
 def clean() -> None:
-    for rel in compiled_files():
-        os.remove(os.path.join(ROOT, rel))
+    clean_outputs_only()
     shutil.rmtree(BUILD, ignore_errors=True)
 
 

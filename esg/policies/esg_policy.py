@@ -65,7 +65,7 @@ platform's 10 minutes; with fewer than 16 gaps seen, the platform's.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -164,7 +164,7 @@ class EsgPolicy(Policy):
         """ESG_1Q per app on the profiled latencies alone."""
         self._plans = PlanCache()
         self._before: dict[tuple[str, str, bool], float] = {}
-        self._busy: dict[str, Counter[str | None]] = {}
+        self._busy: defaultdict[str, Counter[str | None]] = defaultdict(Counter)
         """This policy's batches in flight per function, per MIG profile (None for CPU)."""
         self._kinds: dict[str, tuple[str, ...]] = {}
         self._batches: dict[str, tuple[int, ...]] = {}
@@ -315,10 +315,7 @@ class EsgPolicy(Policy):
         choice = self._chosen.pop((dispatch.app, dispatch.function), None)
         if isinstance(choice, _PlannedChoice):  # (an explorer's probe is placed from no choice of this policy)
             self._batch_choice[dispatch.batch_id] = choice
-        busy = self._busy.get(dispatch.function)
-        if busy is None:
-            busy = self._busy[dispatch.function] = Counter()
-        busy[dispatch.config.gpu] += 1
+        self._busy[dispatch.function][dispatch.config.gpu] += 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] += 1
 
     def on_done(self, dispatch: Dispatch) -> None:

@@ -37,6 +37,8 @@ COMPILED = (
     "esg/search.py",
     "esg/mig.py",
     "esg/emulator/nodes.py",
+    "esg/emulator/runner.py",
+    "esg/policies/placer.py",
 )
 """The hot modules that compile to the same behaviour. Left pure (docs/emulator.md says why):
 esg/policies/placer.py and esg/emulator/runner.py (their classes are subclassed in Python -- the

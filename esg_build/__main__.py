@@ -58,9 +58,13 @@ def missing_toolchain() -> str | None:
     return None
 
 
+NATIVE_DECORATORS = ("dataclass", "mypyc_attr")
+"""Class decorators that leave a class native to mypyc (``mypyc_attr`` only sets its compile options)."""
+
+
 def identity_eq_classes() -> list[str]:
     """Classes of the compiled modules that mypyc would compare by identity: one with a decorator other
-    than ``@dataclass`` is a plain Python class to mypyc, and compiled ``a == b`` on two of them is
+    than ``@dataclass`` or ``@mypyc_attr`` is a plain Python class to mypyc, and compiled ``a == b`` on two of them is
     ``a is b`` unless the class body defines ``__eq__`` (mypy 2.4's mypyc; ``@hash_once``'s classes
     write theirs out)."""
     found = []
@@ -71,7 +75,7 @@ def identity_eq_classes() -> list[str]:
             if not isinstance(node, ast.ClassDef):
                 continue
             others = [d for d in node.decorator_list
-                      if ast.unparse(d.func if isinstance(d, ast.Call) else d) != "dataclass"]
+                      if ast.unparse(d.func if isinstance(d, ast.Call) else d) not in NATIVE_DECORATORS]
             defines_eq = any(isinstance(b, ast.FunctionDef) and b.name == "__eq__" for b in node.body)
             if others and not defines_eq:
                 found.append(f"{rel}:{node.lineno} {node.name}")

@@ -22,8 +22,10 @@ import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from esg.cluster import ClusterSnapshot
 from esg.cost import Prices
@@ -51,6 +53,7 @@ class EmulationResult:
     summary: dict = field(default_factory=dict)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Emulation:
     def __init__(self, apps: Mapping[str, App], profiles: Mapping[str, Profile], policy: Policy,
                  requests: Sequence[Request], rng: np.random.Generator,
@@ -87,7 +90,7 @@ class Emulation:
         self._measured: set[str] = set()
         self._noise = lognormal_params(params.noise_cv)
         self._noise_buf: list[float] = []
-        self._hop_rng = (np.random.default_rng(rng.bit_generator.seed_seq.spawn(1)[0])
+        self._hop_rng = (np.random.default_rng(cast(np.random.SeedSequence, rng.bit_generator.seed_seq).spawn(1)[0])
                          if params.hop_log_sd > 0 else None)
         """The hop's own generator (the run's execution-time draws stay as they are)."""
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
+from mypy_extensions import mypyc_attr
+
 from esg import placement
 from esg.cluster import ClusterSnapshot
 from esg.dispatch import NO_CONFIGURATION, Placement, Wait
@@ -36,6 +38,7 @@ from esg.slo_split import group_latency
 from esg.timing import cold_start_ms
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Placer:
     """The shared placer: binds a :class:`~esg.policies.context.Choice` to a node with the machinery of
     :mod:`esg.placement`; subclasses change the node order and the scale-out rule."""

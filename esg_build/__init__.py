@@ -39,6 +39,9 @@ COMPILED = (
     "esg/emulator/nodes.py",
     "esg/emulator/runner.py",
     "esg/policies/placer.py",
+    "esg/policies/esg_policy.py",
+    "esg/policies/plan_cache.py",
+    "esg/policies/context.py",
 )
 """The hot modules that compile to the same behaviour. Left pure (docs/emulator.md says why):
 esg/policies/placer.py and esg/emulator/runner.py (their classes are subclassed in Python -- the

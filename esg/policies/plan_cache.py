@@ -9,7 +9,6 @@ a new range is clipped above the ranges below it (every part of a valid range is
 from __future__ import annotations
 
 import bisect
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from esg.policies.base import Choice
@@ -35,7 +34,9 @@ class _Ranges:
         if i > 0:
             low = max(low, self.highs[i - 1] + 1)  # budgets are whole ms: keep the ranges disjoint
         if len(self.highs) >= MAX_RANGES:
-            self.highs.clear(), self.lows.clear(), self.choices.clear()
+            self.highs.clear()
+            self.lows.clear()
+            self.choices.clear()
             i = 0
         self.highs.insert(i, high)
         self.lows.insert(i, low)
@@ -46,8 +47,8 @@ class PlanCache:
     """Choices by (app, function, batch cap) and whole-millisecond budget."""
 
     def __init__(self) -> None:
-        self._ranges: dict[Hashable, _Ranges] = {}
-        self._exact: dict[tuple[Hashable, int], Choice] = {}
+        self._ranges: dict[tuple, _Ranges] = {}
+        self._exact: dict[tuple[tuple, int], Choice] = {}
 
     def get(self, key: tuple, budget: int) -> Choice | None:
         ranges = self._ranges.get(key)

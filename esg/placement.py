@@ -55,9 +55,9 @@ class StartupCosts:
         return fit.changed_instances * self.mig_reconfig_ms + cold
 
 
-@dataclass(frozen=True)
+@dataclass
 class HeadBatch:
-    """The head batch of a queue, to place."""
+    """The head batch of a queue, to place (not frozen: see its ``__init__``; nothing changes one)."""
 
     function: str
     priorities: tuple[Config, ...]
@@ -67,6 +67,13 @@ class HeadBatch:
     """What the head job has left for this function's start-up and run time."""
     startup: StartupCosts
     may_scale_out: bool
+
+    def __init__(self, function: str, priorities: tuple[Config, ...], latency_of: Callable[[Config], float],
+                 preferred: Sequence[str], budget_ms: float, startup: StartupCosts, may_scale_out: bool) -> None:
+        # written out (the dataclass keeps it, and ``dataclasses.replace`` calls it): compiled, an __init__
+        # the dataclass generates stays interpreted Python, and a frozen one cannot be written natively
+        self.function, self.priorities, self.latency_of, self.preferred = function, priorities, latency_of, preferred
+        self.budget_ms, self.startup, self.may_scale_out = budget_ms, startup, may_scale_out
 
 
 def cap_batches(priorities: Sequence[Config], queued: int, profile: Profile) -> tuple[Config, ...]:

@@ -57,6 +57,18 @@ class StepResult:
     wake_at_ms: float | None = None
     """The earliest time a held queue asked to be looked at again (drivers set a timer)."""
 
+    def __init__(self, dispatches: list[Dispatch] | None = None, prewarms: list[Prewarm] | None = None,
+                 outcomes: list[RequestOutcome] | None = None, completed: list[FunctionDone] | None = None,
+                 waiting: dict[QueueKey, str] | None = None, wake_at_ms: float | None = None) -> None:
+        # written out (the dataclass keeps it): compiled, an __init__ the dataclass generates stays
+        # interpreted Python, and one of these is made every step
+        self.dispatches = [] if dispatches is None else dispatches
+        self.prewarms = [] if prewarms is None else prewarms
+        self.outcomes = [] if outcomes is None else outcomes
+        self.completed = [] if completed is None else completed
+        self.waiting = {} if waiting is None else waiting
+        self.wake_at_ms = wake_at_ms
+
 
 _NO_STARTUP = StartupCosts(0.0, 0.0)
 REJECTED_KEPT = 100_000
@@ -79,6 +91,11 @@ class _Held:
     seen: int
     """The snapshot's :attr:`ClusterSnapshot.version` when the nodes were last checked."""
 
+    def __init__(self, hold: Hold, head: Job, queued: int, running: int, choice: Any, snapshot: ClusterSnapshot,
+                 nodes: int, seen: int) -> None:
+        self.hold, self.head, self.queued, self.running = hold, head, queued, running  # (see StepResult)
+        self.choice, self.snapshot, self.nodes, self.seen = choice, snapshot, nodes, seen
+
 
 @dataclass
 class _RequestState:
@@ -87,6 +104,12 @@ class _RequestState:
     done: dict[str, str] = field(default_factory=dict)
     """function -> node it ran on."""
     failed: str | None = None
+
+    def __init__(self, request: Request, slo_ms: float, done: dict[str, str] | None = None,
+                 failed: str | None = None) -> None:
+        self.request, self.slo_ms = request, slo_ms  # (see StepResult)
+        self.done = {} if done is None else done
+        self.failed = failed
 
 
 class Scheduler:

@@ -24,13 +24,19 @@ from esg.model import Config
 WorkerKey = tuple[str, SliceRef | None]
 
 
-@dataclass(frozen=True)
+@dataclass
 class StartCost:
-    """What a dispatch pays before it runs on this node."""
+    """What a dispatch pays before it runs on this node (not frozen: see its ``__init__``; nothing
+    changes one)."""
 
     reconfig_ms: float
     reconfigured: int
     cold: bool
+
+    def __init__(self, reconfig_ms: float, reconfigured: int, cold: bool) -> None:
+        # written out (the dataclass keeps it): compiled, an __init__ the dataclass generates stays
+        # interpreted Python, and a frozen one cannot be written natively
+        self.reconfig_ms, self.reconfigured, self.cold = reconfig_ms, reconfigured, cold
 
 
 @dataclass

@@ -28,6 +28,10 @@ class FunctionSpec:
         return self.gpu or config.gpu is None
 
 
+_ANY_FUNCTION = FunctionSpec()
+"""The spec of a function without annotations (one, not one per look-up: it is asked at every step)."""
+
+
 @dataclass(frozen=True)
 class PolicyContext:
     """What every policy is built from."""
@@ -47,7 +51,7 @@ class PolicyContext:
     """What the driver adds to every batch beyond its run time (the hop to the worker and back)."""
 
     def spec(self, function: str) -> FunctionSpec:
-        return self.specs.get(function, FunctionSpec())
+        return self.specs.get(function, _ANY_FUNCTION)
 
 
 @dataclass(frozen=True)

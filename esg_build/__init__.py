@@ -42,6 +42,8 @@ COMPILED = (
     "esg/policies/esg_policy.py",
     "esg/policies/plan_cache.py",
     "esg/policies/context.py",
+    "esg/emulator/clock.py",
+    "esg/defaults.py",
 )
 """The hot modules that compile to the same behaviour. Left pure (docs/emulator.md says why):
 esg/policies/placer.py and esg/emulator/runner.py (their classes are subclassed in Python -- the

@@ -17,11 +17,18 @@ pre-warmed worker's end of start-up, ``WARM``, is folded into the same step as t
 them changes nothing)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Scheduled:
+    """An event popped from the heap (not frozen: see its ``__init__``; nothing changes one)."""
+
     time_ms: float
     kind: int
     payload: Any
+
+    def __init__(self, time_ms: float, kind: int, payload: Any) -> None:
+        # written out (the dataclass keeps it): compiled, an __init__ the dataclass generates stays
+        # interpreted Python, and a frozen one cannot be written natively
+        self.time_ms, self.kind, self.payload = time_ms, kind, payload
 
 
 class EventHeap:

@@ -44,7 +44,6 @@ COMPILED = (
     "esg/policies/context.py",
     "esg/emulator/clock.py",
     "esg/defaults.py",
-    "esg/policies/base.py",
 )
 """The hot modules that compile to the same behaviour. Left pure (docs/emulator.md says why):
 esg/policies/placer.py and esg/emulator/runner.py (their classes are subclassed in Python -- the

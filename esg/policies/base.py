@@ -19,8 +19,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from mypy_extensions import mypyc_attr
-
 from esg import placement
 from esg.cluster import ClusterSnapshot
 from esg.dispatch import Placement, Wait
@@ -36,7 +34,6 @@ from esg.timing import cold_start_ms
 __all__ = ["Choice", "FunctionSpec", "Policy", "PolicyContext"]
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 class Policy(ABC):
     """A policy: its proposing part (:meth:`choose` and the hooks) composed with a placer
     (:attr:`placer`); the scheduler calls only this facade."""

@@ -45,12 +45,15 @@ COMPILED = (
     "esg/emulator/clock.py",
     "esg/defaults.py",
 )
-"""The hot modules that compile to the same behaviour. Left pure (docs/emulator.md says why):
-esg/policies/placer.py and esg/emulator/runner.py (their classes are subclassed in Python -- the
-policies' placers, esg_cli.agreement's recording emulation -- and an interpreted class cannot subclass
-a compiled one), esg/model.py (its dataclasses check their fields in ``__post_init__`` and name the
-bad one in an AppError; compiled, a field of the wrong type is a TypeError at construction) and
-esg/policies/esg_policy.py (mypyc fails on it: an internal error)."""
+"""The hot modules that compile to the same behaviour. The classes Python code subclasses (the shared
+``Placer``, the emulation's ``Emulation``: the baselines' placers, ``esg_cli.agreement``'s recording
+emulation and tests extend them) are marked ``@mypyc_attr(allow_interpreted_subclasses=True)``. Left
+pure (docs/emulator.md says why): esg/model.py (its dataclasses check their fields in ``__post_init__``
+and name the bad one in an AppError; compiled, a field of the wrong type is a TypeError at
+construction), esg/policies/base.py (compiled, ``Policy`` and so ESG's policy would be native classes,
+whose methods a test or tool can no longer replace on an instance: the compiled callers would silently
+keep the class's own), the baselines' policies and the rest of the core (off the hot path)."""
+
 
 PURE_ENV = "ESG_PURE"
 

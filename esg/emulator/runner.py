@@ -22,7 +22,7 @@ import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -71,8 +71,10 @@ class Emulation:
         self.online = online
         """Online profiles (``esg emulate --profiles-online``): the scheduler learns its tables."""
         self._runs: dict[str, tuple[float, bool, float]] = {}
-        self.scheduler = Scheduler(apps, policy, explorer=online.explorer if online is not None else None,
+        self.scheduler: Any = Scheduler(apps, policy, explorer=online.explorer if online is not None else None,
                                    admission_control=admission_control, prewarm=params.prewarm)
+        """The scheduler (typed ``Any``: tests put a recording stand-in in its place, which a compiled
+        attribute of type ``Scheduler`` would refuse)."""
         self.nodes = {n: NodeModel(n, cluster.vcpus, cluster.gpu_model) for n in cluster.node_names()}
         self._snapshot = ClusterSnapshot({n: m.snapshot(0.0) for n, m in self.nodes.items()}, tracks_workers=True)
         self._changed: set[str] = set()

@@ -78,13 +78,17 @@ def forwarder_rdkafka(kafka: str, prefix: str) -> None:
     from confluent_kafka import Consumer, Producer
     from confluent_kafka import TopicPartition as RdTopicPartition
 
-    from controller_plugin.bus import Bus, activation_consumer_settings, producer_settings
+    from controller_plugin.bus import Bus, producer_settings
 
     bus = Bus(kafka)
     bus.ensure_topics([(wire.invoker_topic(0, prefix), "invoker")])
     bus.close()
     producer = Producer(producer_settings(kafka, "bench-forwarder", 5000))
-    consumer = Consumer(activation_consumer_settings(kafka, "bench-forwarder"))
+    # the scheduler's consumer settings (controller_plugin.bus.activation_consumer_settings), spelt out
+    # here so that the benchmark runs against code from before the scheduler had them too
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "bench-forwarder", "enable.auto.commit": False,
+                         "enable.auto.offset.store": False, "fetch.wait.max.ms": FETCH_WAIT_MS,
+                         "socket.nagle.disable": True, "log.connection.close": False})
     tp = RdTopicPartition(wire.invoker_topic(0, prefix), 0)
     # the end now, as kafka-python's seek_to_end + position: OFFSET_END would be looked up later, and
     # what the driver publishes meanwhile (its first health test) would be skipped

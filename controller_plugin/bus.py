@@ -10,8 +10,10 @@ produces (every ack) go through librdkafka (``confluent_kafka``), whose fetcher 
 the interpreter's lock. kafka-python's sender thread cost about 0.6-0.75 ms of CPU per ack in a burst of
 a real agent's activations (a produce request per loop turn; each of its wake-ups runs a few hundred
 lines of Python), more than the scheduler's own main loop; librdkafka's broker thread costs a twentieth
-of that. Its consumer of ``invoker{N}`` was likewise about a quarter of the scheduler's samples with
-the echo agent. Topic administration and the one-off read of ``completed{C}`` at recovery
+of that. kafka-python's consumer of ``invoker{N}`` read and parsed each fetch response in a Python
+network thread, under the interpreter's lock, before the reader's poll had it; with librdkafka's the
+hop from the controller to the reader is 1.6-2.6 ms shorter at a trickle (docs/live-path.md, run J).
+Topic administration and the one-off read of ``completed{C}`` at recovery
 (:meth:`Bus.consumer`) stay on kafka-python. :class:`Delivery` stands for the broker's answer to one
 message: the producer's delivery reports fill it in when the bus is polled (:meth:`Bus.poll`,
 :meth:`Bus.flush`).

@@ -2,15 +2,15 @@
 
 It runs in its own thread and owns the Kafka consumer (librdkafka's, :meth:`Bus.activation_consumer`;
 group ``esg-scheduler``, partitions assigned, not subscribed). Per poll: malformed messages go to the
-dead-letter topic; health test actions are handed on as they are; every other activation is inserted into the Redis ledger in one round trip (a
-known id is a redelivery and is dropped) and only then may the poll's offsets be committed (explicit
-offsets, those after the poll's last messages: never the consumer's position, which librdkafka's
-prefetching runs ahead of). Commits are
-asynchronous and at most every :data:`COMMIT_EVERY_S` (a commit not made only redelivers what the ledger
-already has, and the ledger drops it), so a steady trickle of activations does not cost a commit each. Each new activation gets its plan
-(:class:`~controller_plugin.plans.PlanCache`) here, off the main loop, and goes to the main loop's inbox
-as :class:`Accepted`. The main loop widens the set of topics read (:meth:`ActivationReader.want`) as
-agents join as new virtual invokers.
+dead-letter topic; health test actions are handed on as they are; every other activation is inserted
+into the Redis ledger in one round trip (a known id is a redelivery and is dropped) and only then may
+the poll's offsets be committed (explicit offsets, those after the poll's last messages: never the
+consumer's position, which librdkafka's prefetching runs ahead of). Commits are asynchronous and at
+most every :data:`COMMIT_EVERY_S` (a commit not made only redelivers what the ledger already has, and
+the ledger drops it), so a steady trickle of activations does not cost a commit each. Each new
+activation gets its plan (:class:`~controller_plugin.plans.PlanCache`) here, off the main loop, and
+goes to the main loop's inbox as :class:`Accepted`. The main loop widens the set of topics read
+(:meth:`ActivationReader.want`) as agents join as new virtual invokers.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from controller_plugin import wire
 from controller_plugin.arguments import ParameterKeys, prepare
@@ -170,7 +170,10 @@ class ActivationReader:
                     ledgered[(rec.topic(), rec.partition())] = rec.offset() + 1
                 uncommitted = True
             if uncommitted:
-                consumer.commit(offsets=_offsets(ledgered), asynchronous=False)
+                try:
+                    consumer.commit(offsets=_offsets(ledgered), asynchronous=False)
+                except KafkaException as exc:   # on the way out: the next start reads them again, the ledger drops them
+                    log.warning("could not commit the read offsets at stop (%s)", exc)
         finally:
             consumer.close()
 

@@ -39,9 +39,7 @@ COMPILED = (
     "esg/emulator/nodes.py",
     "esg/emulator/runner.py",
     "esg/policies/placer.py",
-    "esg/policies/esg_policy.py",
     "esg/policies/plan_cache.py",
-    "esg/policies/context.py",
     "esg/emulator/clock.py",
     "esg/defaults.py",
 )
@@ -50,9 +48,9 @@ COMPILED = (
 emulation and tests extend them) are marked ``@mypyc_attr(allow_interpreted_subclasses=True)``. Left
 pure (docs/emulator.md says why): esg/model.py (its dataclasses check their fields in ``__post_init__``
 and name the bad one in an AppError; compiled, a field of the wrong type is a TypeError at
-construction), esg/policies/base.py (compiled, ``Policy`` and so ESG's policy would be native classes,
-whose methods a test or tool can no longer replace on an instance: the compiled callers would silently
-keep the class's own), the baselines' policies and the rest of the core (off the hot path)."""
+construction), the policies (esg/policies/base.py, esg_policy.py, context.py: compiled, a method a test
+or tool replaces on a policy -- ``policy.prewarm = ...``, ``monkeypatch.setattr(pol, "_choose", ...)``
+-- is silently bypassed by the compiled calls), and the rest of the core (off the hot path)."""
 
 
 PURE_ENV = "ESG_PURE"

@@ -68,7 +68,6 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
 
 from esg.cluster import ClusterSnapshot
 from esg.dispatch import Wait, locality_order
@@ -129,6 +128,7 @@ class EsgPlacer(Placer):
         return worth_starting(running, queued, priorities, latency_of, startup)
 
 
+@register("esg")
 class EsgPolicy(Policy):
     """ESG_1Q proposes (the priority list from the K cheapest paths); :class:`EsgPlacer` places."""
 
@@ -361,7 +361,7 @@ class EsgPolicy(Policy):
         """For each dispatched batch of f, each successor g whose planned kind of instance has no worker
         on f's node: one started there, ready when f's batch is planned to end."""
         wants: dict[tuple[str, str | None, str], WarmUp] = {}
-        due = cast(Timed, self._pending).due(now_ms)
+        due = self._pending.due(now_ms)
         for want in due:
             key = (want.function, want.config.gpu, want.preferred[0])
             if key not in wants and not self._warm_near(want.function, want.config.gpu, want.preferred[0], snapshot,
@@ -385,7 +385,7 @@ class EsgPolicy(Policy):
                               ready_by_ms=end)
                 start = self.prewarm_start_ms(g, planned.gpu is not None, end)
                 if start > now_ms:
-                    cast(Timed, self._pending).add(start, want)
+                    self._pending.add(start, want)
                 else:
                     wants[key] = want
         self._widen(now_ms, wants)
@@ -399,7 +399,7 @@ class EsgPolicy(Policy):
         short, self._short = self._short, {}
         for function, (app, config) in short.items():
             key = (function, config.gpu, "")
-            if key in wants or any(k[:2] == key[:2] for k in wants) or cast(Warming, self._warming).count(
+            if key in wants or any(k[:2] == key[:2] for k in wants) or self._warming.count(
                     function, now_ms, config.gpu) > 0:
                 continue
             wants[key] = WarmUp(app, function, smallest_of_kind(self.ctx.profiles[function], config),
@@ -408,7 +408,7 @@ class EsgPolicy(Policy):
     def _warm_near(self, function: str, kind: str | None, node: str, snapshot: ClusterSnapshot, now_ms: float) -> bool:
         """Whether a worker of ``function`` on ``kind`` is on ``node``: running, idle or starting."""
         return (self._busy_on[(function, kind, node)] > 0 or idle_of_kind(snapshot, function, kind, (node,)) > 0
-                or cast(Warming, self._warming).count(function, now_ms, kind, (node,)) > 0)
+                or self._warming.count(function, now_ms, kind, (node,)) > 0)
 
     def _warm_kinds(self, function: str, snapshot: ClusterSnapshot) -> set[str | None]:
         """The kinds of instance (MIG profile, None for CPU) where a worker of ``function`` exists:
@@ -480,5 +480,3 @@ class EsgPolicy(Policy):
         return Choice(prios, reason=None if prios else "no allowed configuration",
                       latencies={o.config: o.latency_ms for o in fastest})
 
-
-register("esg")(EsgPolicy)  # a statement, not a decorator: mypyc keeps a decorated class out of native code

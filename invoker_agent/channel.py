@@ -84,20 +84,28 @@ class AgentChannel:
         spans = []
         for a in answers:
             first = len(pipe.command_stack)
-            self.stage_answer(pipe, a.entry_id, a.reply_to, a.result, a.writes)
+            self.stage_answer(pipe, a.entry_id, a.reply_to, a.result, a.writes, retire=False)
             spans.append((first, len(pipe.command_stack)))
+        # the dispatches are retired together: one XACK and one XDEL for all (both take many ids), not
+        # two commands an answer -- each costs redis-py its packing and two replies to parse (QUEUED, EXEC)
+        ids = [a.entry_id for a in answers]
+        pipe.xack(self.stream, AGENT_GROUP, *ids)
+        pipe.xdel(self.stream, *ids)
         replies = pipe.execute(raise_on_error=False)
-        return [next((r for r in replies[i:j] if isinstance(r, Exception)), None) for i, j in spans]
+        retired = next((r for r in replies[-2:] if isinstance(r, Exception)), None)
+        return [next((r for r in replies[i:j] if isinstance(r, Exception)), retired) for i, j in spans]
 
     def stage_answer(self, pipe, entry_id: str, reply_to: str, result: BatchResult,
-                     writes: Sequence[Write] = ()) -> None:
-        """:meth:`answer`'s commands, added to ``pipe`` (a transaction: several answers can share one)."""
+                     writes: Sequence[Write] = (), retire: bool = True) -> None:
+        """:meth:`answer`'s commands, added to ``pipe`` (a transaction: several answers can share one);
+        without ``retire``, the caller adds the dispatch's ``XACK`` and ``XDEL``."""
         for w in writes:
             pipe.set(w.key, w.blob, ex=w.ttl_s)
         if reply_to:
             pipe.xadd(reply_to, fields(encode(result)), maxlen=RESULTS_MAXLEN, approximate=True)
-        pipe.xack(self.stream, AGENT_GROUP, entry_id)
-        pipe.xdel(self.stream, entry_id)
+        if retire:
+            pipe.xack(self.stream, AGENT_GROUP, entry_id)
+            pipe.xdel(self.stream, entry_id)
 
     def drop(self, entry_id: str) -> None:
         """Retire a dispatch that cannot be answered (no ``reply_to`` can be read from it)."""

@@ -127,7 +127,8 @@ class RuntimeClient:
         body = json.dumps(payload).encode()
         conn = self._connect(min(5.0, timeout_s))
         try:
-            conn.sock.settimeout(timeout_s)
+            if conn.sock.gettimeout() != timeout_s:     # a system call: only when the limit changes
+                conn.sock.settimeout(timeout_s)
             conn.post(path, body)
             resp = conn.getresponse()
             status, data = resp.status, resp.read()

@@ -1,13 +1,17 @@
 """CPU per activation of the real agent (and its workers) and of the scheduler, in a burst.
 
-    PYTHONPATH=. python benchmarks/bench_agent_cpu.py [--n 3000] [--bursts 2] [--profile DIR]
+    PYTHONPATH=. python benchmarks/bench_agent_cpu.py [--n 3000] [--bursts 2] [--profile FILE] [--pool N]
 
 The ``scheduler + esg agent, warm action`` system of ``bench_scheduler.py`` (one broker, one redis-server,
 the OpenWhisk stand-in, ``esg scheduler`` and ``esg agent`` running ``def main(a): return a`` on warm
 workers): after a warm-up, each burst of ``--n`` blocking activations is timed and the CPU (user + sys,
 from ``/proc``) that the agent with its workers, and the scheduler, spent on it is divided by ``--n``.
 On a shared machine the CPU per activation is the steadier figure; throughput is printed beside it with
-the load average. ``--profile DIR``: py-spy (``--py-spy PATH``) records the agent during the last burst.
+the load average. ``--profile FILE``: py-spy (``--py-spy PATH``) samples the agent's threads that hold the
+interpreter's lock during the last burst.
+
+``--pool N``: no services; ``N`` warm ``/run`` calls in a row through the worker pool (one worker, one
+thread), the CPU per call of this process and of the worker: the ``/run`` exchange alone.
 """
 
 from __future__ import annotations
@@ -85,14 +89,38 @@ def tree_cpu(pid: int, known: set[int]) -> tuple[float, int, set[int]]:
     return sum(cpu_s(p) for p in pids), sum(switches(p) for p in pids), pids
 
 
+def pool_runs(n: int) -> None:
+    from agent_channel.protocol import RunRequest
+    from invoker_agent.actions import ActionCode
+    from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
+    action = ActionCode("/guest/echo", "1", "python:3.11", "def main(a):\n    return a\n")
+    pool = WorkerPool()
+    key, spec = WorkerKey(action.fqn, action.revision, "cpu", None), WorkerSpec((sorted(os.sched_getaffinity(0))[0],))
+    try:
+        pool.run(key, spec, action, [RunRequest("warm", value={})])
+        worker = pool._workers[key].entries[0].worker
+        for _ in range(3):
+            c0, w0, t0 = time.process_time(), cpu_s(worker.proc.pid), time.perf_counter()
+            for i in range(n):
+                pool.run(key, spec, action, [RunRequest(f"a{i}", value={"i": i})])
+            c1, w1, t1 = time.process_time(), cpu_s(worker.proc.pid), time.perf_counter()
+            print(f"pool.run: agent {(c1 - c0) / n * 1e6:6.1f} us  worker {(w1 - w0) / n * 1e6:6.1f} us  "
+                  f"wall {(t1 - t0) / n * 1e6:6.1f} us  load {os.getloadavg()[0]:.1f}", flush=True)
+    finally:
+        pool.shutdown()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=3000)
     ap.add_argument("--bursts", type=int, default=2)
     ap.add_argument("--max-batches", default="8")
-    ap.add_argument("--profile", help="py-spy's flame graph of the agent's last burst, written here")
+    ap.add_argument("--profile", help="py-spy's samples of the agent's last burst (raw stacks), written here")
     ap.add_argument("--py-spy", default="py-spy")
+    ap.add_argument("--pool", type=int, metavar="N", help="only time N warm /run calls through the worker pool")
     a = ap.parse_args()
+    if a.pool:
+        return pool_runs(a.pool)
     tmp = Path(tempfile.mkdtemp(prefix="esg-bench-cpu-"))
     write_profiles(tmp / "profiles", 16)
     with start_broker() as broker, start_redis() as redis_server, ExitStack() as stack:
@@ -117,7 +145,7 @@ def main() -> None:
             sc0 = cpu_s(sched.pid)
             spy = None
             if a.profile and b == a.bursts - 1:
-                spy = subprocess.Popen([a.py_spy, "record", "-r", "1000", "--gil", "-o", a.profile, "-f", "raw",
+                spy = subprocess.Popen([a.py_spy, "record", "-r", "500", "--gil", "-o", a.profile, "-f", "raw",
                                         "-p", str(agent.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1)
             t0 = time.monotonic()

@@ -110,6 +110,13 @@ def pool_runs(n: int) -> None:
         pool.shutdown()
 
 
+def command_calls(url: str) -> dict[str, int]:
+    """Redis's count of calls per command so far."""
+    import redis
+    stats = redis.Redis.from_url(url).info("commandstats")
+    return {k.removeprefix("cmdstat_"): v["calls"] for k, v in stats.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=3000)
@@ -143,6 +150,7 @@ def main() -> None:
             ag0, cs0, known = tree_cpu(agent.pid, known)
             self0 = cpu_s(agent.pid)
             sc0 = cpu_s(sched.pid)
+            calls0 = command_calls(redis_server.url)
             spy = None
             if a.profile and b == a.bursts - 1:
                 spy = subprocess.Popen([a.py_spy, "record", "-r", "500", "--gil", "-o", a.profile, "-f", "raw",
@@ -156,6 +164,7 @@ def main() -> None:
             ag1, cs1, known = tree_cpu(agent.pid, known)
             self1 = cpu_s(agent.pid)
             sc1 = cpu_s(sched.pid)
+            calls1 = command_calls(redis_server.url)
             if spy is not None:
                 spy.send_signal(2)
                 spy.wait(30)
@@ -165,6 +174,9 @@ def main() -> None:
                   f"agent+workers {(ag1 - ag0) * 1000 / a.n:.3f} ms/act (agent {(self1 - self0) * 1000 / a.n:.3f})  scheduler {(sc1 - sc0) * 1000 / a.n:.3f} "
                   f"ms/act  switches {(cs1 - cs0) / a.n:.1f}/act  workers {len(known) - 1}  missing {len(missing)}  load {load0:.2f} -> "
                   f"{os.getloadavg()[0]:.2f}", flush=True)
+            print("  redis calls per activation: " + ", ".join(
+                f"{c} {(calls1.get(c, 0) - calls0.get(c, 0)) / a.n:.2f}" for c in
+                ("xreadgroup", "exec", "xack", "xdel", "xadd", "evalsha", "eval") if calls1.get(c)), flush=True)
 
 
 if __name__ == "__main__":

@@ -154,9 +154,10 @@ class Handler(BaseHTTPRequestHandler):
             data = json.dumps(out)
         except BaseException as e:  # noqa: BLE001
             return self.reply(502, {"error": f"An exception occurred: {type(e).__name__}: {e}"})
-        finally:
-            print(SENTINEL, flush=True)
-            print(SENTINEL, file=sys.stderr, flush=True)
+        finally:       # one write each (under ``-u``, print writes the line and its end separately)
+            for stream in (sys.stdout, sys.stderr):
+                stream.write(SENTINEL + "\n")
+                stream.flush()
         self.send(200, data.encode())
 
 

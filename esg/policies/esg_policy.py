@@ -79,7 +79,7 @@ from esg.policies import register
 from esg.policies.base import Choice, Policy, PolicyContext
 from esg.policies.placer import Placer
 from esg.policies.plan_cache import PlanCache
-from esg.prewarm import Gaps, Timed, Warming, WarmUp, idle_of_kind, smallest_of_kind
+from esg.prewarm import Gaps, Timed, Warming, WarmUp, idle_of_kind, smallest_of_kind, spare_instance
 from esg.queues import AfwQueue
 from esg.slo_split import group_latency
 from esg.timing import cold_start_ms
@@ -135,7 +135,8 @@ class EsgPolicy(Policy):
     name = "esg"
 
     def __init__(self, ctx: PolicyContext, exact: bool = False, bounded_keep_alive: bool = False,
-                 hold_batches: bool = False, widen_pools: bool = False, function_scale_out: bool = False):
+                 hold_batches: bool = False, widen_pools: bool = False, function_scale_out: bool = False,
+                 spare_instances: bool = True):
         super().__init__(ctx, EsgPlacer(ctx))
         self.exact = exact
         self.hold_batches = hold_batches
@@ -150,6 +151,16 @@ class EsgPolicy(Policy):
         """While a head is on time, the scale-out rule weighs every batch of its function in flight,
         whichever app's queue it serves (:meth:`running_for`; off by default, measured as above); False:
         only the queue's own."""
+        self.spare_instances = spare_instances
+        """Add a worker of a function whose head waited for a busy worker of it to a spare instance
+        (:meth:`_spare`): an idle MIG instance of the planned profile, already held for another
+        function that keeps an idle worker elsewhere on the node; False: no such start."""
+        self._waited: dict[str, tuple[str, Job, Config]] = {}
+        self._spare_asked: set[tuple[str, str]] = set()
+        """(function, node) of the spare-instance starts asked for this step."""
+        self._spare_until: dict[str, float] = {}
+        """Per node, until when a spare-instance start placed there is starting (one at a time)."""
+        """Functions whose head waited for a busy worker this step: (app, the head, the planned configuration)."""
         self._on_time: set[tuple[str, str]] = set()
         """The AFW queues whose head had an on-time plan at its last choice."""
         self._short: dict[str, tuple[str, Config]] = {}
@@ -337,11 +348,20 @@ class EsgPolicy(Policy):
             return sum(busy.values()) if busy else 0
         return self.running[key]
 
+    def on_prewarm(self, prewarm, now_ms: float) -> None:
+        super().on_prewarm(prewarm, now_ms)
+        if (prewarm.function, prewarm.node) in self._spare_asked:
+            self._spare_until[prewarm.node] = now_ms + self.prewarm_takes_ms(prewarm.function, False)
+
     def on_wait(self, app: App, queue: AfwQueue, choice: Choice, wait: Wait) -> None:
         """A head left waiting for a busy worker of its function marks the function short of workers
         (:meth:`prewarm` widens its pool)."""
-        if self.widen_pools and wait.reason.startswith(WAITING_FOR_A_WORKER) and choice.priorities:
+        if not (wait.reason.startswith(WAITING_FOR_A_WORKER) and choice.priorities):
+            return
+        if self.widen_pools:
             self._short.setdefault(queue.key[1], (app.name, choice.priorities[0]))
+        if self.spare_instances:
+            self._waited.setdefault(queue.key[1], (app.name, queue.head, choice.priorities[0]))
 
     # -- JIT pre-warming along the DAG, bounded keep-alive -------------------------------------------
     def on_arrival(self, request, app: App, now_ms: float) -> None:
@@ -389,7 +409,35 @@ class EsgPolicy(Policy):
                 else:
                     wants[key] = want
         self._widen(now_ms, wants)
+        self._spare(now_ms, snapshot, wants)
         return list(wants.values())
+
+    def _spare(self, now_ms: float, snapshot: ClusterSnapshot, wants: dict[tuple[str, str | None, str], WarmUp]) -> None:
+        """A worker for each function whose head waited for a busy worker of it this step, on a spare
+        instance: an idle MIG instance of the planned profile, on the first node that has one in
+        ESG_Dispatch's order (the locality node, then the rest by free capacity), with no worker of the function, holding an idle worker of another
+        function that has a second idle worker on the node. Such an instance is paid for already (a
+        MIG instance costs the same idle with one warm worker or two): the new worker costs its cold
+        start, takes no MIG change and leaves every function on the node an idle worker. No spare
+        instance, no start (so at high load, when instances are busy, the rule does nothing)."""
+        waited, self._waited = self._waited, {}
+        self._spare_asked = set()
+        for function, (app, head, config) in waited.items():
+            if config.gpu is None or any(k[0] == function for k in wants):
+                continue
+            if self._warming.count(function, now_ms, config.gpu) > 0:
+                continue  # one is starting already
+            for node in snapshot.route(tuple(locality_order(app, head, snapshot.nodes)), True):
+                if self._spare_until.get(node, -math.inf) >= now_ms or any(k[1] == node for k in self._spare_asked):
+                    continue  # one start on a spare instance at a time per node
+                ref = spare_instance(snapshot.nodes[node], function, config.gpu)
+                if ref is not None:
+                    wants[(function, config.gpu, node)] = WarmUp(
+                        app, function, smallest_of_kind(self.ctx.profiles[function], config),
+                        self.keep_alive_ms(app, function, now_ms), preferred=(node,), only_preferred=True,
+                        instance=ref)
+                    self._spare_asked.add((function, node))
+                    break
 
     def _widen(self, now_ms: float, wants: dict[tuple[str, str | None, str], WarmUp]) -> None:
         """One more worker for each function a head waited for this step, of the kind its plan wanted,

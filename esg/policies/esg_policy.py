@@ -360,7 +360,7 @@ class EsgPolicy(Policy):
             return
         if self.widen_pools:
             self._short.setdefault(queue.key[1], (app.name, choice.priorities[0]))
-        if self.spare_instances:
+        if self.spare_instances and queue.key in self._on_time:
             self._waited.setdefault(queue.key[1], (app.name, queue.head, choice.priorities[0]))
 
     # -- JIT pre-warming along the DAG, bounded keep-alive -------------------------------------------

@@ -48,11 +48,11 @@ class WarmUp:
     """Nodes to try first (the rest follow by free capacity)."""
     only_preferred: bool = False
     """Start it on one of ``preferred`` or not at all (e.g. beside its predecessor's batch)."""
+    ready_by_ms: float | None = None
+    """When the policy expects its first batch (None: not known)."""
     instance: SliceRef | None = None
     """Start it on this existing MIG instance of ``preferred[0]`` (idle, not holding an idle worker of
     the function), or not at all: no instance is created (None: wherever the configuration fits)."""
-    ready_by_ms: float | None = None
-    """When the policy expects its first batch (None: not known)."""
 
 
 def place_warmup(snapshot: ClusterSnapshot, want: WarmUp) -> Fit | None:

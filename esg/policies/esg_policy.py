@@ -30,6 +30,13 @@ start to work the queue off. (With the shared rule -- scale out whenever more jo
 batches take next -- ESG started 40-60 workers per measured half-minute on the trace, each taking an
 instance from another function for seconds.)
 
+A head with an on-time plan that waits for a busy worker of its function gets the function one more
+worker on a spare instance (``spare_instances``, on by default; :meth:`EsgPolicy._spare`): an idle MIG
+instance of the planned profile, already held for other functions that each keep another idle worker on
+the node. The instance is paid for already, so the worker costs its cold start only: no MIG change, no
+function's last idle worker taken; one such start at a time per node. (At light and normal load on the
+trace ESG's misses were jobs waiting for the one busy worker of densenet121 or inceptionv3.)
+
 Three rules are built and off by default (measured on the trace to lose overall, docs/baselines.md):
 holding a queue for a larger batch when that is cheaper per request within every held job's budget
 (``hold_batches``, :meth:`EsgPolicy._hold`: a :class:`Choice` with ``retry_at_ms``, so the scheduler

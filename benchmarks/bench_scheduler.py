@@ -6,7 +6,9 @@ One Tansu broker and one redis-server are started; the controller driver publish
 activations. Each system answers them in turn, each in its own processes, on the same broker and Redis:
 
 * **forwarder** -- consumes ``invoker0`` and produces a Combined ack per message on ``completed0``: the
-  floor any invoker stand-in pays for OpenWhisk's two Kafka hops;
+  floor any invoker stand-in pays for OpenWhisk's two Kafka hops; on kafka-python (as in runs A-I);
+* **forwarder, librdkafka** -- the same forwarder on confluent-kafka's consumer and producer, the client
+  the scheduler reads and writes Kafka with: the like-for-like floor. Ratios are given to both;
 * **echo agent, plain action** -- ``esg scheduler`` with a fast echo agent (a process that answers the
   dispatches of each read at once, in one round trip, on the real channel; no action runtime); the
   action has no annotations (batch 1: one dispatch and one result per activation);
@@ -59,7 +61,58 @@ PRODUCE_CODE = "def main(a):\n    return {'blob': 'x' * int(a['n'])}\n"
 CONSUME_CODE = "def main(a):\n    return {'n': len(a['blob'])}\n"
 
 
+def _ack(msg: wire.ActivationMessage, instance: wire.InvokerInstance) -> bytes:
+    if msg.is_health_test:
+        return wire.encode_ack(wire.completion(msg, instance))
+    now = int(time.time() * 1000)
+    record = wire.whisk_activation(msg, start_ms=now, end_ms=now, status_code=0, result=msg.content,
+                                   kind="python:3", limits={"timeout": 60000, "memory": 256, "logs": 10,
+                                                            "concurrency": 1}, wait_time_ms=0)
+    return wire.encode_ack(wire.combined(msg, record, instance))
+
+
 # -- the plain forwarder (its own process) -----------------------------------------------------------
+def forwarder_rdkafka(kafka: str, prefix: str) -> None:
+    """The forwarder on librdkafka: the scheduler's consumer and producer settings, no group commits
+    (the forwarder keeps no guarantees: it is the floor)."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as RdTopicPartition
+
+    from controller_plugin.bus import Bus, producer_settings
+
+    bus = Bus(kafka)
+    bus.ensure_topics([(wire.invoker_topic(0, prefix), "invoker")])
+    bus.close()
+    producer = Producer(producer_settings(kafka, "bench-forwarder", 5000))
+    # the scheduler's consumer settings (controller_plugin.bus.activation_consumer_settings), spelt out
+    # here so that the benchmark runs against code from before the scheduler had them too
+    consumer = Consumer({"bootstrap.servers": kafka, "group.id": "bench-forwarder", "enable.auto.commit": False,
+                         "enable.auto.offset.store": False, "fetch.wait.max.ms": FETCH_WAIT_MS,
+                         "socket.nagle.disable": True, "log.connection.close": False})
+    tp = RdTopicPartition(wire.invoker_topic(0, prefix), 0)
+    # the end now, as kafka-python's seek_to_end + position: OFFSET_END would be looked up later, and
+    # what the driver publishes meanwhile (its first health test) would be skipped
+    consumer.assign([RdTopicPartition(tp.topic, 0, consumer.get_watermark_offsets(tp, timeout=10)[1])])
+    health = wire.health_topic(prefix)
+    instance = wire.InvokerInstance(0, 4096)
+    last_ping = 0.0
+    print("ready", flush=True)
+    while True:
+        if time.monotonic() - last_ping > 1:
+            producer.produce(health, wire.encode(wire.ping_message(instance)))
+            last_ping = time.monotonic()
+        first = consumer.poll(FETCH_WAIT_MS / 1000)
+        if first is None:
+            producer.poll(0)
+            continue
+        for m in [first, *consumer.consume(499, 0)]:
+            if m.error() is not None:
+                continue
+            msg = wire.parse_activation(m.value())
+            producer.produce(wire.completed_topic(msg.root_controller, prefix), _ack(msg, instance))
+        producer.poll(0)
+
+
 def forwarder(kafka: str, prefix: str) -> None:
     from controller_plugin.bus import Bus
 
@@ -84,16 +137,7 @@ def forwarder(kafka: str, prefix: str) -> None:
         for recs in consumer.poll(timeout_ms=FETCH_WAIT_MS).values():
             for rec in recs:
                 msg = wire.parse_activation(rec.value)
-                now = int(time.time() * 1000)
-                topic = wire.completed_topic(msg.root_controller, prefix)
-                if msg.is_health_test:
-                    producer.send(topic, wire.encode_ack(wire.completion(msg, instance)))
-                    continue
-                record = wire.whisk_activation(msg, start_ms=now, end_ms=now, status_code=0,
-                                               result=msg.content, kind="python:3",
-                                               limits={"timeout": 60000, "memory": 256, "logs": 10,
-                                                       "concurrency": 1}, wait_time_ms=0)
-                producer.send(topic, wire.encode_ack(wire.combined(msg, record, instance)))
+                producer.send(wire.completed_topic(msg.root_controller, prefix), _ack(msg, instance))
         producer.flush()
 
 
@@ -182,14 +226,24 @@ def warm_up(driver: ControllerDriver, action: str, n: int = 50) -> None:
     assert driver.wait_acked(warm, timeout=60) == [], "warm-up not answered"
 
 
-def burst(driver: ControllerDriver, action: str, n: int) -> dict:
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` and its waited-for children (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def burst(driver: ControllerDriver, action: str, n: int, pids: dict[str, int]) -> dict:
+    """Throughput of a burst of ``n`` (first publish to last ack) and the CPU each of the system's
+    processes spent over it, in ms per activation."""
     warm_up(driver, action)
+    before = {role: cpu_s(pid) for role, pid in pids.items()}
     t0 = time.monotonic()
     ids = [driver.publish(action, {"i": i}) for i in range(n)]
     driver.flush()
     missing = driver.wait_acked(ids, timeout=300)
     t1 = max(driver.acks[a].first_ack_s for a in ids if driver.acks[a].first_ack_s)
-    return {"throughput": (n - len(missing)) / (t1 - t0), "missing": len(missing)}
+    cpu = {role: (cpu_s(pid) - before[role]) * 1000 / n for role, pid in pids.items()}
+    return {"throughput": (n - len(missing)) / (t1 - t0), "missing": len(missing), "cpu_ms": cpu}
 
 
 def summary(lats: list[float]) -> dict:
@@ -260,11 +314,12 @@ def deploy(standin: OpenWhiskStandIn, max_batch: int) -> None:
 
 SYSTEMS = {
     "forwarder": "forwarder",
+    "forwarder-rdk": "forwarder, librdkafka",
     "plain-echo": "scheduler + echo agent, plain action",
     "plain-agent": "scheduler + esg agent, warm action",
     "esg-echo": "scheduler + echo agent, ESG function",
 }
-ACTIONS = {"forwarder": "guest/plain", "plain-echo": "guest/plain", "plain-agent": "guest/plain",
+ACTIONS = {"forwarder": "guest/plain", "forwarder-rdk": "guest/plain", "plain-echo": "guest/plain", "plain-agent": "guest/plain",
            "esg-echo": "guest/noop"}
 
 
@@ -279,13 +334,15 @@ def main() -> None:
     ap.add_argument("--app-rate", type=float, default=20.0, help="calls/s of the two-function app (both systems)")
     ap.add_argument("--app-s", type=float, default=15.0, help="seconds per payload size of the two-function app")
     ap.add_argument("--only", choices=["systems", "data"], help="run only one of the two parts")
-    ap.add_argument("--role", choices=["forwarder", "agent"], help=argparse.SUPPRESS)
+    ap.add_argument("--role", choices=["forwarder", "forwarder-rdk", "agent"], help=argparse.SUPPRESS)
     ap.add_argument("--kafka", help=argparse.SUPPRESS)
     ap.add_argument("--redis", help=argparse.SUPPRESS)
     ap.add_argument("--prefix", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.role == "forwarder":
         return forwarder(a.kafka, a.prefix)
+    if a.role == "forwarder-rdk":
+        return forwarder_rdkafka(a.kafka, a.prefix)
     if a.role == "agent":
         return echo_agent(a.redis, a.prefix)
 
@@ -298,26 +355,30 @@ def main() -> None:
         base_env = {"ESG_KAFKA": broker.address, "ESG_REDIS": redis_server.url, "ESG_OPENWHISK_API": standin.url,
                     "ESG_OPENWHISK_AUTH": GUEST_KEY, "PYTHONPATH": str(ROOT)}
 
+        pids: dict[str, dict[str, int]] = {}
+
         def start(stack: ExitStack, key: str, *agent_flags: str) -> ControllerDriver:
-            """One system on its own prefix: its processes and the controller driver that calls it."""
+            """One system on its own prefix: its processes (their ids in ``pids[key]``) and the controller
+            driver that calls it."""
             prefix = f"b{key.replace('-', '')}_"
             driver = stack.enter_context(ControllerDriver(broker.address, prefix=prefix,
                                                           catalog=standin.store.lookup))
             procs = stack.enter_context(Procs(tmp))
             env = {**base_env, "ESG_TOPIC_PREFIX": prefix}
-            if key == "forwarder":
-                procs.spawn([__file__, "--role", "forwarder", "--kafka", broker.address, "--prefix", prefix],
-                            "forwarder", ready=True)
+            if key.startswith("forwarder"):
+                pids[key] = {"forwarder": procs.spawn([__file__, "--role", key, "--kafka", broker.address,
+                                                       "--prefix", prefix], key, ready=True).pid}
                 return driver
-            procs.spawn(["-m", "esg_cli.main", "scheduler", "--profiles", str(tmp / "profiles"),
-                         "--log-level", "WARNING"], f"{prefix}scheduler", env)
+            sched = procs.spawn(["-m", "esg_cli.main", "scheduler", "--profiles", str(tmp / "profiles"),
+                                 "--log-level", "WARNING"], f"{prefix}scheduler", env)
             if key.endswith("echo"):
-                procs.spawn([__file__, "--role", "agent", "--redis", redis_server.url, "--prefix", prefix],
-                            f"{prefix}echo", ready=True)
+                agent = procs.spawn([__file__, "--role", "agent", "--redis", redis_server.url, "--prefix", prefix],
+                                    f"{prefix}echo", ready=True)
             else:
-                procs.spawn(["-m", "esg_cli.main", "agent", "--name", NODE, "--fake-gpu", "A100-40GB",
-                             "--vcpus", "8", "--max-batches", "8", "--log-level", "WARNING", *agent_flags],
-                            f"{prefix}agent", env)
+                agent = procs.spawn(["-m", "esg_cli.main", "agent", "--name", NODE, "--fake-gpu", "A100-40GB",
+                                     "--vcpus", "8", "--max-batches", "8", "--log-level", "WARNING",
+                                     *agent_flags], f"{prefix}agent", env)
+            pids[key] = {"scheduler": sched.pid, "agent": agent.pid}
             return driver
 
         rows: dict[str, dict] = {key: {} for key in SYSTEMS}
@@ -329,9 +390,10 @@ def main() -> None:
                         d = start(stack, key)
                         d.wait_healthy(1, timeout=60)
                         if r == 0:
-                            rows[key] = burst(d, ACTIONS[key], a.n)
+                            rows[key] = burst(d, ACTIONS[key], a.n, pids[key])
+                            cpu = ", ".join(f"{role} {ms:.2f}" for role, ms in rows[key]["cpu_ms"].items())
                             print(f"{SYSTEMS[key]:40s} burst {rows[key]['throughput']:6.0f} act/s  "
-                                  f"(missing {rows[key]['missing']})", flush=True)
+                                  f"(missing {rows[key]['missing']}; CPU ms per activation: {cpu})", flush=True)
                         else:
                             warm_up(d, ACTIONS[key])
                         got = alternate([d], ACTIONS[key], a.rate, a.latency_s, lambda k: {"k": k})[0]
@@ -353,9 +415,15 @@ def main() -> None:
 
 
 def report_systems(rows: dict[str, dict], a: argparse.Namespace) -> None:
-    fwd = rows["forwarder"]
+    for base in ("forwarder", "forwarder-rdk"):
+        report_against(rows, a, base)
+
+
+def report_against(rows: dict[str, dict], a: argparse.Namespace, base: str) -> None:
+    fwd = rows[base]
     print(f"\nburst of {a.n} blocking activations per system; latency at {a.rate:.0f}/s, {a.rounds} rounds of "
-          f"{a.latency_s:.0f} s per system, one system at a time; {os.cpu_count()} cores")
+          f"{a.latency_s:.0f} s per system, one system at a time; {os.cpu_count()} cores; ratios to: "
+          f"{SYSTEMS[base]}")
     print(f"{'system':40s} {'act/s':>7s} {'p50 ms':>7s} {'p99 ms':>7s} {'thr.':>6s} {'p50':>6s} {'p99':>6s}  "
           f"p50 per round (x forwarder)")
     for key, r in rows.items():

@@ -1,14 +1,16 @@
 """The activation reader: OpenWhisk's ``invoker{N}`` topics in, the ledger first, then the main loop.
 
-It runs in its own thread and owns the Kafka consumer (group ``esg-scheduler``, partitions assigned,
-not subscribed). Per poll: malformed messages go to the dead-letter topic; health test actions are
-handed on as they are; every other activation is inserted into the Redis ledger in one round trip (a
-known id is a redelivery and is dropped) and only then may the poll's offset be committed. Commits are
-asynchronous and at most every :data:`COMMIT_EVERY_S` (a commit not made only redelivers what the ledger
-already has, and the ledger drops it), so a steady trickle of activations does not cost a commit each. Each new activation gets its plan
-(:class:`~controller_plugin.plans.PlanCache`) here, off the main loop, and goes to the main loop's inbox
-as :class:`Accepted`. The main loop widens the set of topics read (:meth:`ActivationReader.want`) as
-agents join as new virtual invokers.
+It runs in its own thread and owns the Kafka consumer (librdkafka's, :meth:`Bus.activation_consumer`;
+group ``esg-scheduler``, partitions assigned, not subscribed). Per poll: malformed messages go to the
+dead-letter topic; health test actions are handed on as they are; every other activation is inserted
+into the Redis ledger in one round trip (a known id is a redelivery and is dropped) and only then may
+the poll's offsets be committed (explicit offsets, those after the poll's last messages: never the
+consumer's position, which librdkafka's prefetching runs ahead of). Commits are asynchronous and at
+most every :data:`COMMIT_EVERY_S` (a commit not made only redelivers what the ledger already has, and
+the ledger drops it), so a steady trickle of activations does not cost a commit each. Each new
+activation gets its plan (:class:`~controller_plugin.plans.PlanCache`) here, off the main loop, and
+goes to the main loop's inbox as :class:`Accepted`. The main loop widens the set of topics read
+(:meth:`ActivationReader.want`) as agents join as new virtual invokers.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from kafka import TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from controller_plugin import wire
 from controller_plugin.arguments import ParameterKeys, prepare
-from controller_plugin.bus import Bus, Topics
+from controller_plugin.bus import Bus, BusError, Topics
 from controller_plugin.deadletters import DeadLetters
 from controller_plugin.ledger import Ledger, LedgerEntry
 from controller_plugin.metadata import ActivationError, AppPlan
@@ -35,6 +37,8 @@ log = logging.getLogger("esg.scheduler")
 
 POLL_MS = 50
 COMMIT_EVERY_S = 0.5
+#: The most messages taken from the consumer at once (kafka-python's ``max_poll_records`` before).
+MAX_RECORDS = 500
 
 
 def now_ms() -> int:
@@ -74,6 +78,10 @@ class HealthTest:
     topic: int
 
 
+def _offsets(ledgered: dict[tuple[str, int], int]) -> list[TopicPartition]:
+    return [TopicPartition(topic, partition, offset) for (topic, partition), offset in ledgered.items()]
+
+
 class ActivationReader:
     def __init__(self, bus: Bus, topics: Topics, ledger: Ledger, plans: PlanCache, dead_letters: DeadLetters,
                  inbox: queue.Queue, group_id: str, invokers: int, owner: str,
@@ -88,6 +96,9 @@ class ActivationReader:
         self.inbox = inbox
         self.group_id = group_id
         self._wanted = invokers
+        self._consumer: Consumer | None = None
+        self._last_error = ""
+        self._commit_failed = False
 
     def want(self, invokers: int) -> None:
         """Read ``invoker{0..invokers-1}`` from now on (never fewer than before)."""
@@ -109,57 +120,103 @@ class ActivationReader:
         return Accepted(msg, entry, plan=plan, known_new=known_new, args=args, init_env=env)
 
     # -- the thread ---------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Create the consumer now, in the caller's thread (the service's start), so that a setting
+        librdkafka refuses fails the start with its reason rather than a thread later."""
+        if self._consumer is None:
+            self._consumer = self.bus.activation_consumer(self.group_id, on_commit=self._committed)
+
+    def _committed(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """An asynchronous commit's outcome (called from the reader's own poll). One that failed is logged
+        and made again at the next commit time; a commit never made only redelivers what the ledger
+        already has, which drops it."""
+        if err is not None and err.code() != KafkaError._NO_OFFSET:
+            log.warning("committing the read offsets of %s failed: %s", ", ".join(p.topic for p in partitions),
+                        err.str())
+            self._commit_failed = True
+
     def run(self, stop: threading.Event) -> None:
-        consumer = self.bus.consumer(self.group_id)
-        assigned: list[TopicPartition] = []
+        self.open()
+        consumer, self._consumer = self._consumer, None
+        assigned: set[str] = set()
+        ledgered: dict[tuple[str, int], int] = {}   # per partition, the offset after the last one in the ledger
         uncommitted = False
         last_commit = 0.0
         try:
             while not stop.is_set():
+                if self._commit_failed:
+                    self._commit_failed, uncommitted = False, True
                 if uncommitted and time.monotonic() - last_commit >= COMMIT_EVERY_S:
-                    consumer.commit_async()
+                    consumer.commit(offsets=_offsets(ledgered), asynchronous=True)
                     uncommitted, last_commit = False, time.monotonic()
                 want = self._wanted
                 if len(assigned) != want:
-                    positions = {tp: consumer.position(tp) for tp in assigned}
-                    self.bus.ensure_topics((self.topics.invoker(n), "invoker") for n in range(want))
-                    assigned = [TopicPartition(self.topics.invoker(n), 0) for n in range(want)]
-                    consumer.assign(assigned)
-                    for tp, pos in positions.items():
-                        consumer.seek(tp, pos)
+                    topics = [self.topics.invoker(n) for n in range(want)]
+                    self.bus.ensure_topics((t, "invoker") for t in topics)
+                    # the new partitions only: those read already keep their position and what was
+                    # fetched; a new one starts at the group's committed offset, else at its beginning
+                    consumer.incremental_assign([TopicPartition(t, 0) for t in topics if t not in assigned])
+                    assigned.update(topics)
                 if not assigned:
                     stop.wait(0.05)
                     continue
-                batches = consumer.poll(timeout_ms=POLL_MS)
-                if not batches:
+                records = self._poll(consumer)
+                if not records:
                     continue
-                records = [r for tp in sorted(batches) for r in batches[tp]]
                 fresh = self._take(records)
                 if fresh and not self._ledger(fresh, stop):
                     return  # stopping before the ledger answered: nothing of this poll is committed
-                uncommitted = True  # in the ledger now: committed at the next commit time
+                for rec in records:  # in the ledger now (or dead-lettered): committed at the next commit time
+                    ledgered[(rec.topic(), rec.partition())] = rec.offset() + 1
+                uncommitted = True
             if uncommitted:
-                consumer.commit()
+                try:
+                    consumer.commit(offsets=_offsets(ledgered), asynchronous=False)
+                except KafkaException as exc:   # on the way out: the next start reads them again, the ledger drops them
+                    log.warning("could not commit the read offsets at stop (%s)", exc)
         finally:
-            consumer.close(autocommit=False)
+            consumer.close()
 
-    def _take(self, records) -> list[LedgerEntry]:
+    def _poll(self, consumer: Consumer) -> list[Message]:
+        """What the consumer has: waits at most :data:`POLL_MS` for the first message (``poll`` returns
+        as soon as one is there), then takes what is already fetched behind it without waiting. Errors
+        that the consumer reports in the stream are logged (each once until another comes); a fatal
+        one stops the reader, and with it the service."""
+        first = consumer.poll(POLL_MS / 1000)
+        if first is None:
+            return []
+        got = [first, *consumer.consume(MAX_RECORDS - 1, 0)]
+        records = []
+        for m in got:
+            err = m.error()
+            if err is None:
+                records.append(m)
+                continue
+            if err.fatal():
+                raise BusError(f"reading {m.topic() or 'invoker topics'}: {err.str()}")
+            if err.code() != KafkaError._PARTITION_EOF and err.str() != self._last_error:
+                log.warning("reading %s: %s", m.topic() or "invoker topics", err.str())
+                self._last_error = err.str()
+        return records
+
+    def _take(self, records: list[Message]) -> list[LedgerEntry]:
         """Parse, dead-letter the malformed, hand on the rest in order; the ledger entries to insert."""
         t = now_ms()
         fresh: list[LedgerEntry] = []
         dead = False
         for rec in records:
-            n = self.topics.invoker_index(rec.topic)
+            topic, value = rec.topic(), rec.value() or b""
+            n = self.topics.invoker_index(topic)
             try:
-                msg = wire.parse_activation(rec.value)
+                msg = wire.parse_activation(value)
             except wire.WireError as exc:
-                self.dead_letters.put(rec.value, f"not an ActivationMessage: {exc}", rec.topic, rec.offset)
+                self.dead_letters.put(value, f"not an ActivationMessage: {exc}", topic, rec.offset())
                 dead = True
                 continue
             if msg.is_health_test:
                 self.inbox.put(HealthTest(msg, n))
                 continue
-            entry = LedgerEntry(msg.activation_id, "open", n, t, rec.value.decode("utf-8"))
+            entry = LedgerEntry(msg.activation_id, "open", n, t, value.decode("utf-8"))
             fresh.append(entry)
             self.inbox.put(self.accepted(msg, entry))
         if dead:

@@ -5,13 +5,18 @@ OpenWhisk's ``invoker{N}``; assigned rather than subscribed: no group join and n
 commits) and writes acks to ``completed{C}``, pings to ``health`` and malformed input to its dead-letter
 topic. Everything between the scheduler and its agents goes over Redis (:mod:`controller_plugin.channel`).
 
-**Two clients.** The consumers and topic administration use kafka-python; what the scheduler produces
-(every ack) goes through librdkafka (``confluent_kafka``), whose sender runs in C off the interpreter's
-lock. kafka-python's sender thread cost about 0.6-0.75 ms of CPU per ack in a burst of a real agent's
-activations (a produce request per loop turn; each of its wake-ups runs a few hundred lines of Python),
-more than the scheduler's own main loop; librdkafka's broker thread costs a twentieth of that.
-:class:`Delivery` stands for the broker's answer to one message: the producer's delivery reports fill
-it in when the bus is polled (:meth:`Bus.poll`, :meth:`Bus.flush`).
+**Two clients.** The activations' consumer (:meth:`Bus.activation_consumer`) and what the scheduler
+produces (every ack) go through librdkafka (``confluent_kafka``), whose fetcher and sender run in C off
+the interpreter's lock. kafka-python's sender thread cost about 0.6-0.75 ms of CPU per ack in a burst of
+a real agent's activations (a produce request per loop turn; each of its wake-ups runs a few hundred
+lines of Python), more than the scheduler's own main loop; librdkafka's broker thread costs a twentieth
+of that. kafka-python's consumer of ``invoker{N}`` read and parsed each fetch response in a Python
+network thread, under the interpreter's lock, before the reader's poll had it; with librdkafka's the
+hop from the controller to the reader is 1.6-2.6 ms shorter at a trickle (docs/live-path.md, run J).
+Topic administration and the one-off read of ``completed{C}`` at recovery
+(:meth:`Bus.consumer`) stay on kafka-python. :class:`Delivery` stands for the broker's answer to one
+message: the producer's delivery reports fill it in when the bus is polled (:meth:`Bus.poll`,
+:meth:`Bus.flush`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import logging
 import socket
 from collections.abc import Iterable
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
@@ -110,6 +115,19 @@ def producer_settings(bootstrap: str, client_id: str, timeout_ms: int, delivery_
             "log.connection.close": False}
 
 
+def activation_consumer_settings(bootstrap: str, group_id: str, timeout_ms: int = 5000) -> dict:
+    """librdkafka's settings for the activations' consumer: the group only holds committed offsets (the
+    partitions are assigned, never subscribed: no join, no rebalance); nothing is committed or stored
+    for the caller (it commits explicit offsets once the ledger has the activations); a partition with
+    no committed offset starts at its beginning, as kafka-python's ``auto_offset_reset="earliest"``
+    did; a fetch waits at most :data:`FETCH_WAIT_MS` on the broker, as before."""
+    return {"bootstrap.servers": bootstrap, "group.id": group_id, "client.id": f"esg-scheduler-{group_id}",
+            "enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": FETCH_WAIT_MS, "socket.nagle.disable": True,
+            "fetch.message.max.bytes": 2 * wire.MAX_MESSAGE_BYTES + 1024,
+            "socket.timeout.ms": max(timeout_ms, 10_000), "log.connection.close": False}
+
+
 class Bus:
     def __init__(self, bootstrap: str, client_id: str = "esg-scheduler", timeout_ms: int = 5000,
                  delivery_timeout_ms: int = 120_000) -> None:
@@ -163,7 +181,19 @@ class Bus:
     def flush(self, timeout_s: float = 10.0) -> None:
         self.producer.flush(timeout_s)
 
+    def activation_consumer(self, group_id: str, on_commit=None) -> Consumer:
+        """A librdkafka consumer in ``group_id`` (see :func:`activation_consumer_settings`); nothing assigned.
+        ``on_commit(err, partitions)`` is called for each asynchronous commit, when the consumer is polled."""
+        settings = activation_consumer_settings(self.bootstrap, group_id)
+        if on_commit is not None:
+            settings["on_commit"] = on_commit
+        try:
+            return Consumer(settings, logger=log)
+        except (KafkaException, ValueError) as exc:
+            raise BusError(f"cannot read from Kafka at {self.bootstrap}: {exc}") from None
+
     def consumer(self, group_id: str | None, **kw) -> KafkaConsumer:
+        """A kafka-python consumer (recovery's one-off read of ``completed{C}``)."""
         return KafkaConsumer(bootstrap_servers=self.bootstrap, group_id=group_id, enable_auto_commit=False,
                              auto_offset_reset="earliest", client_id=f"esg-scheduler-{group_id or 'reader'}",
                              request_timeout_ms=31000, fetch_max_wait_ms=FETCH_WAIT_MS, max_poll_records=500, **kw)

@@ -176,6 +176,10 @@ class SchedulerService:
                                f"{type(exc).__name__}") from None
         for e in reopened:
             self.inbox.put(self.reader.accepted(wire.parse_activation(e.raw), e, known_new=True))
+        try:
+            self.reader.open()
+        except BusError as exc:
+            raise ServiceError(str(exc)) from None
         self._spawn(lambda: self.reader.run(self.stop_event), "esg-activations")
         self._spawn(lambda: self.dispatcher.read_loop(self.stop_event, self.inbox.put, self.dead_letters),
                     "esg-agents")

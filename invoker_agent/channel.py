@@ -84,20 +84,28 @@ class AgentChannel:
         spans = []
         for a in answers:
             first = len(pipe.command_stack)
-            self.stage_answer(pipe, a.entry_id, a.reply_to, a.result, a.writes)
+            self.stage_answer(pipe, a.entry_id, a.reply_to, a.result, a.writes, retire=False)
             spans.append((first, len(pipe.command_stack)))
+        # the dispatches are retired together: one XACK and one XDEL for all (both take many ids), not
+        # two commands an answer -- each costs redis-py its packing and two replies to parse (QUEUED, EXEC)
+        ids = [a.entry_id for a in answers]
+        pipe.xack(self.stream, AGENT_GROUP, *ids)
+        pipe.xdel(self.stream, *ids)
         replies = pipe.execute(raise_on_error=False)
-        return [next((r for r in replies[i:j] if isinstance(r, Exception)), None) for i, j in spans]
+        retired = next((r for r in replies[-2:] if isinstance(r, Exception)), None)
+        return [next((r for r in replies[i:j] if isinstance(r, Exception)), retired) for i, j in spans]
 
     def stage_answer(self, pipe, entry_id: str, reply_to: str, result: BatchResult,
-                     writes: Sequence[Write] = ()) -> None:
-        """:meth:`answer`'s commands, added to ``pipe`` (a transaction: several answers can share one)."""
+                     writes: Sequence[Write] = (), retire: bool = True) -> None:
+        """:meth:`answer`'s commands, added to ``pipe`` (a transaction: several answers can share one);
+        without ``retire``, the caller adds the dispatch's ``XACK`` and ``XDEL``."""
         for w in writes:
             pipe.set(w.key, w.blob, ex=w.ttl_s)
         if reply_to:
             pipe.xadd(reply_to, fields(encode(result)), maxlen=RESULTS_MAXLEN, approximate=True)
-        pipe.xack(self.stream, AGENT_GROUP, entry_id)
-        pipe.xdel(self.stream, entry_id)
+        if retire:
+            pipe.xack(self.stream, AGENT_GROUP, entry_id)
+            pipe.xdel(self.stream, entry_id)
 
     def drop(self, entry_id: str) -> None:
         """Retire a dispatch that cannot be answered (no ``reply_to`` can be read from it)."""
@@ -126,23 +134,41 @@ class _Cohort:
     first_answer_s: float | None = field(default=None)
 
 
+class _Waiter:
+    """One caller of :meth:`AnswerGroup.commit`: its answer, its outcome once committed, and the event
+    that wakes it -- it alone: a commit wakes the callers it committed for, not every waiting thread."""
+
+    __slots__ = ("answer", "cohort", "done", "error", "wake")
+
+    def __init__(self, answer: _Answer, cohort: _Cohort | None) -> None:
+        self.answer = answer
+        self.cohort = cohort
+        self.done = False
+        self.error: BaseException | None = None
+        self.wake = threading.Event()
+
+
 class AnswerGroup:
     """Group commit of answers from several batch threads, without a thread of its own: the first
     caller commits its answer at once; callers arriving while a commit is on its way queue theirs, and
-    the first of them to find the way free commits the whole queue. Every caller returns when its own
-    answer is committed (or raises its error), so what it does next -- naming the batch answered in a
-    heartbeat, retrying -- is as before.
+    when it is back, the first of them whose answer may go is woken to commit the whole queue. Every
+    caller returns when its own answer is committed (or raises its error), so what it does next --
+    naming the batch answered in a heartbeat, retrying -- is as before.
 
     A caller whose cohort (:meth:`join`) still has dispatches running waits for their answers, at most
-    ``cohort_wait_s`` from the cohort's first answer; whoever answers last, or first finds the wait
-    over, commits the queue (another caller's commit may carry it sooner)."""
+    ``cohort_wait_s`` from the cohort's first answer; whoever answers last commits the queue, its
+    siblings' answers with it, or the first whose wait is over does.
+
+    Each wake-up goes to the one thread that has something to do (its outcome is in, or the queue is
+    its to commit). With one condition shared by all and ``notify_all``, every commit and every
+    cohort's last answer woke every waiting batch thread, and each wake-up costs a context switch and a
+    turn at the interpreter's lock: a burst's answers spent a fifth of the agent's samples there."""
 
     def __init__(self, commit, cohort_wait_s: float = COHORT_WAIT_S) -> None:
         self._commit = commit
         self._cohort_wait_s = cohort_wait_s
-        self._cond = threading.Condition()
-        self._queue: list[_Answer] = []
-        self._outcome: dict[int, Exception | None] = {}
+        self._lock = threading.Lock()
+        self._queue: list[_Waiter] = []
         self._busy = False
         self._cohorts: dict[str, _Cohort] = {}
 
@@ -151,52 +177,78 @@ class AnswerGroup:
         if len(entry_ids) < 2:
             return
         cohort = _Cohort(set(entry_ids))
-        with self._cond:
+        with self._lock:
             for e in entry_ids:
                 self._cohorts[e] = cohort
 
     def settle(self, entry_id: str) -> None:
         """``entry_id`` will not be answered (or already was): its cohort stops waiting for it."""
-        with self._cond:
+        with self._lock:
             cohort = self._cohorts.pop(entry_id, None)
             if cohort is not None:
                 cohort.running.discard(entry_id)
-                self._cond.notify_all()
+                if not cohort.running:
+                    self._wake_next()
 
     def commit(self, answer: _Answer) -> None:
-        key = id(answer)
-        with self._cond:
-            self._queue.append(answer)
+        with self._lock:
             cohort = self._cohorts.pop(answer.entry_id, None)
+            me = _Waiter(answer, cohort)
+            self._queue.append(me)
             if cohort is not None:
                 cohort.running.discard(answer.entry_id)
                 if cohort.first_answer_s is None:
                     cohort.first_answer_s = time.monotonic()
-                if not cohort.running:
-                    self._cond.notify_all()
-            while key not in self._outcome:
-                if self._busy:
-                    self._cond.wait()
-                    continue
-                if cohort is not None and cohort.running:
-                    left = cohort.first_answer_s + self._cohort_wait_s - time.monotonic()
-                    if left > 0:
-                        self._cond.wait(left)
-                        continue
-                self._busy = True
-                batch, self._queue = self._queue, []
-                self._cond.release()
-                try:
-                    try:
-                        errors: list[Exception | None] = self._commit(batch)
-                    except BaseException as e:  # noqa: BLE001 - each caller gets it and decides (retry);
-                        errors = [e] * len(batch)   # none of them is left waiting for an outcome
-                finally:
-                    self._cond.acquire()
-                    self._busy = False
-                for a, err in zip(batch, errors, strict=True):
-                    self._outcome[id(a)] = err
-                self._cond.notify_all()
-            err = self._outcome.pop(key)
-        if err is not None:
-            raise err
+            batch, timeout = self._next_step(me)
+        while not me.done:
+            if batch is None:
+                me.wake.wait(timeout)
+                with self._lock:
+                    batch, timeout = self._next_step(me)
+                continue
+            try:
+                errors: list[Exception | None] = self._commit([w.answer for w in batch])
+            except BaseException as e:  # noqa: BLE001 - each caller gets it and decides (retry);
+                errors = [e] * len(batch)   # none of them is left waiting for an outcome
+            with self._lock:
+                self._busy = False
+                for w, err in zip(batch, errors, strict=True):
+                    w.error, w.done = err, True
+                    if w is not me:
+                        w.wake.set()
+                self._wake_next()
+            batch = None
+        if me.error is not None:
+            raise me.error
+
+    def _next_step(self, me: _Waiter) -> tuple[list[_Waiter] | None, float | None]:
+        """(Under the lock.) The queue to commit now, taken; or (None, how long to wait at most: None for
+        as long as it takes) -- until woken, with ``me``'s wake-up cleared first so that none is lost."""
+        if me.done:
+            return None, None
+        left: float | None = None
+        if me.cohort is not None and me.cohort.running:
+            left = me.cohort.first_answer_s + self._cohort_wait_s - time.monotonic()
+            if left <= 0:
+                left = None
+            elif not self._busy:
+                me.wake.clear()
+                return None, left
+        if self._busy:
+            me.wake.clear()
+            return None, left
+        self._busy = True
+        batch, self._queue = self._queue, []
+        return batch, None
+
+    def _wake_next(self) -> None:
+        """(Under the lock.) Unless a commit is on its way, wake the first queued caller whose answer may
+        go now (the others' cohorts still wait; they wake when their wait is over)."""
+        if self._busy:
+            return
+        now = time.monotonic()
+        for w in self._queue:
+            c = w.cohort
+            if c is None or not c.running or now >= c.first_answer_s + self._cohort_wait_s:
+                w.wake.set()
+                return

@@ -60,6 +60,8 @@ from invoker_agent.runtime_client import (
 from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 WORKER_SCRIPT = Path(__file__).with_name("action_worker.py")
+#: How much of a worker's log one read takes (reads go on while they come back full).
+LOG_READ = 1 << 16
 _INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "SYSTEMROOT")
 
 
@@ -122,6 +124,7 @@ class ProcessWorker:
         self.dir = Path(tempfile.mkdtemp(prefix="esg-worker-"))
         self.log_path = self.dir / "action.log"
         self._log_offset = 0
+        self._log_fd: int | None = None
 
     def start(self) -> None:
         check_vcpus(self.spec.vcpus)
@@ -190,19 +193,27 @@ class ProcessWorker:
 
     def take_logs(self, limit: int = 1000) -> list[str]:
         """Lines the action printed since the last call (activation sentinels dropped, at most ``limit``)."""
+        chunks = []
         try:
-            with open(self.log_path, "rb") as f:
-                f.seek(self._log_offset)
-                data = f.read()
+            if self._log_fd is None:    # kept open: a read per activation, not an open, a seek and a close
+                self._log_fd = os.open(self.log_path, os.O_RDONLY | os.O_CLOEXEC)
+            while chunk := os.pread(self._log_fd, LOG_READ, self._log_offset):
+                chunks.append(chunk)
+                self._log_offset += len(chunk)
+                if len(chunk) < LOG_READ:
+                    break
         except OSError:
-            return []
-        self._log_offset += len(data)
+            pass
+        data = b"".join(chunks)
         lines = [ln for ln in data.decode(errors="replace").splitlines() if ln != SENTINEL]
         return lines[-limit:]
 
     def kill(self) -> None:
         if self.client is not None:
             self.client.close()
+        if self._log_fd is not None:
+            os.close(self._log_fd)
+            self._log_fd = None
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -378,12 +389,14 @@ class WorkerPool:
                 return None
             now = self.clock()
             # one past its keep-alive is gone, as in the emulator, though eviction waits for a heartbeat
-            idle = [e for e in slots.entries if not e.busy and e.worker.alive() and self._expiry(e) > now]
-            if not idle:
-                return None
-            e = max(idle, key=self._expiry)
-            e.busy = True
-            return e
+            idle = [e for e in slots.entries if not e.busy and self._expiry(e) > now]
+            # whether a worker is alive is a system call (waitpid): asked of the chosen one, and of the
+            # next only if that one died, not of every idle worker at every batch
+            for e in sorted(idle, key=self._expiry, reverse=True):
+                if e.worker.alive():
+                    e.busy = True
+                    return e
+            return None
 
     def _expiry(self, e: _Entry) -> float:
         return e.last_used + (self.idle_ttl_s if e.ttl_s is None else e.ttl_s)

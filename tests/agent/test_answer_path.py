@@ -165,3 +165,92 @@ def test_runtime_client_reports_a_reply_cut_short_as_a_crash():
     client = RuntimeClient(f"http://127.0.0.1:{port}")
     with pytest.raises(RuntimeCrashed):
         client.post("/run", {"value": {}}, 5)
+
+
+def test_runtime_client_writes_each_request_in_one_send():
+    """Head and body leave in one write (two would be two segments that can wake the worker twice), with
+    the headers the runtimes need and no Accept-Encoding."""
+    import json
+    port = _serve_once(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"a\": 1234}")
+    client = RuntimeClient(f"http://127.0.0.1:{port}")
+    conn = client._connect(5)
+    sends: list[bytes] = []
+    real = conn.sock
+
+    class Counting:
+        def sendall(self, data):
+            sends.append(bytes(data))
+            real.sendall(data)
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    conn.sock = Counting()
+    assert client.post("/run", {"value": {"x": 1}}, 5) == (200, {"a": 1234})
+    client.close()
+    assert len(sends) == 1
+    head, _, body = sends[0].partition(b"\r\n\r\n")
+    assert json.loads(body) == {"value": {"x": 1}}
+    lines = head.lower().split(b"\r\n")
+    assert lines[0] == b"post /run http/1.1"
+    assert {line.split(b":")[0] for line in lines[1:]} == {b"host", b"content-type", b"content-length"}
+
+
+def _commits_gated(calls: list[list[str]], gate: threading.Event):
+    def commit(batch):
+        calls.append(sorted(a.entry_id for a in batch))
+        if len(calls) == 1:
+            gate.wait(5)            # the first commit is on its way while the others arrive
+        return [None] * len(batch)
+    return commit
+
+
+def test_an_answer_queued_behind_a_commit_goes_when_it_is_back_though_a_queued_cohort_still_waits():
+    calls: list[list[str]] = []
+    gate = threading.Event()
+    group = AnswerGroup(_commits_gated(calls, gate), cohort_wait_s=3.0)
+    group.join(["c1", "c2"])
+    done: dict[str, float] = {}
+    first = _answer_at(group, "e0", done)
+    while not calls:
+        time.sleep(0.001)
+    waiting = [_answer_at(group, "c1", done)]      # its sibling c2 runs on: it would wait 3 s
+    time.sleep(0.05)
+    waiting.append(_answer_at(group, "e9", done))  # alone: may go as soon as the way is free
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    gate.set()
+    for t in [first, *waiting]:
+        t.join(5)
+    assert calls == [["e0"], ["c1", "e9"]]          # e9 took the queue, c1's answer with it
+    assert done["e9"] - t0 < 1.0 and done["c1"] - t0 < 1.0
+    _answer_at(group, "c2", done).join(5)
+    assert calls[-1] == ["c2"] and group._cohorts == {}
+
+
+def test_a_cohort_answer_queued_behind_a_commit_goes_when_its_wait_is_over_with_no_one_to_wake_it():
+    calls: list[list[str]] = []
+    gate = threading.Event()
+    group = AnswerGroup(_commits_gated(calls, gate), cohort_wait_s=0.4)
+    group.join(["c1", "c2"])
+    done: dict[str, float] = {}
+    first = _answer_at(group, "e0", done)
+    while not calls:
+        time.sleep(0.001)
+    t0 = time.monotonic()
+    waiting = _answer_at(group, "c1", done)        # c2 never answers
+    time.sleep(0.05)
+    gate.set()                                     # back before c1's wait is over: no one is woken
+    first.join(5)
+    waiting.join(5)
+    assert calls == [["e0"], ["c1"]]
+    assert 0.35 < done["c1"] - t0 < 2.0
+
+
+def _answer_at(group: AnswerGroup, eid: str, done: dict) -> threading.Thread:
+    def run() -> None:
+        group.commit(_Answer(eid, "r", _result(eid), ()))
+        done[eid] = time.monotonic()
+    t = threading.Thread(target=run)
+    t.start()
+    return t

@@ -352,3 +352,32 @@ def test_a_batch_knows_whether_another_workers_start_overlapped_it(pool):
         assert out[0].init_ms is not None and quiet.starts_since(mark) == 0
     finally:
         quiet.shutdown()
+
+
+PRINTER = """
+def main(args):
+    print(args["text"] * args["times"])
+    return {"ok": True}
+"""
+
+
+def test_each_run_gets_the_lines_it_printed_however_long_and_the_worker_replies_with_the_headers_it_needs(pool):
+    """The log is read from where the last run's lines ended (a kept descriptor, reads until one comes
+    back short); the runtime's reply has Date, Content-Type and Content-Length, and no Server header."""
+    import http.client
+    a = action(PRINTER, name="printer")
+    runs = [("a", 5), ("b", 200_000), ("c", 3)]                 # the second more than one read (64 KiB)
+    for text, times in runs:
+        out = pool.run(key(a), WorkerSpec(CPU), a, [RunRequest(f"act-{text}", "tx", {"text": text, "times": times})])
+        assert out[0].status_code == 0 and out[0].logs == [text * times]
+    worker = next(iter(pool._workers.values())).entries[0].worker
+    worker.client.close()                   # the worker serves one connection at a time
+    conn = http.client.HTTPConnection(worker.client.host, worker.client.port, timeout=5)
+    conn.request("POST", "/run", b'{"value": {"text": "d", "times": 1}}', {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.read() == b'{"ok": true}'
+    assert resp.getheader("Server") is None and resp.getheader("Date", "").endswith(" GMT")
+    assert resp.getheader("Content-Type") == "application/json" and resp.getheader("Content-Length") == "12"
+    conn.close()
+    worker.kill()
+    assert worker._log_fd is None

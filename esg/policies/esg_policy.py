@@ -78,7 +78,7 @@ from dataclasses import dataclass, field
 
 from esg.cluster import ClusterSnapshot
 from esg.dispatch import Wait, locality_order
-from esg.events import Dispatch
+from esg.events import Dispatch, Prewarm
 from esg.model import App, Config, Job
 from esg.placement import WAITING_FOR_A_WORKER, StartupCosts, worth_starting
 from esg.planner import Planner
@@ -160,14 +160,16 @@ class EsgPolicy(Policy):
         only the queue's own."""
         self.spare_instances = spare_instances
         """Add a worker of a function whose head waited for a busy worker of it to a spare instance
-        (:meth:`_spare`): an idle MIG instance of the planned profile, already held for another
-        function that keeps an idle worker elsewhere on the node; False: no such start."""
+        (:meth:`_spare`): an idle MIG instance of the planned profile, already held for other
+        functions that each keep an idle worker on another idle instance of it on the node (measured on
+        the trace to win, docs/baselines.md); False: no such start."""
         self._waited: dict[str, tuple[str, Job, Config]] = {}
+        """Functions whose on-time head waited for a busy worker this step: (app, the head, the planned
+        configuration)."""
         self._spare_asked: set[tuple[str, str]] = set()
         """(function, node) of the spare-instance starts asked for this step."""
         self._spare_until: dict[str, float] = {}
         """Per node, until when a spare-instance start placed there is starting (one at a time)."""
-        """Functions whose head waited for a busy worker this step: (app, the head, the planned configuration)."""
         self._on_time: set[tuple[str, str]] = set()
         """The AFW queues whose head had an on-time plan at its last choice."""
         self._short: dict[str, tuple[str, Config]] = {}
@@ -355,14 +357,15 @@ class EsgPolicy(Policy):
             return sum(busy.values()) if busy else 0
         return self.running[key]
 
-    def on_prewarm(self, prewarm, now_ms: float) -> None:
+    def on_prewarm(self, prewarm: Prewarm, now_ms: float) -> None:
+        """Also times a spare-instance start on its node (one at a time per node)."""
         super().on_prewarm(prewarm, now_ms)
         if (prewarm.function, prewarm.node) in self._spare_asked:
             self._spare_until[prewarm.node] = now_ms + self.prewarm_takes_ms(prewarm.function, False)
 
     def on_wait(self, app: App, queue: AfwQueue, choice: Choice, wait: Wait) -> None:
-        """A head left waiting for a busy worker of its function marks the function short of workers
-        (:meth:`prewarm` widens its pool)."""
+        """A head left waiting for a busy worker of its function marks the function short of workers:
+        :meth:`_widen` (``widen_pools``) and, for an on-time head, :meth:`_spare` add one."""
         if not (wait.reason.startswith(WAITING_FOR_A_WORKER) and choice.priorities):
             return
         if self.widen_pools:
@@ -419,14 +422,15 @@ class EsgPolicy(Policy):
         self._spare(now_ms, snapshot, wants)
         return list(wants.values())
 
-    def _spare(self, now_ms: float, snapshot: ClusterSnapshot, wants: dict[tuple[str, str | None, str], WarmUp]) -> None:
-        """A worker for each function whose head waited for a busy worker of it this step, on a spare
-        instance: an idle MIG instance of the planned profile, on the first node that has one in
-        ESG_Dispatch's order (the locality node, then the rest by free capacity), with no worker of the function, holding an idle worker of another
-        function that has a second idle worker on the node. Such an instance is paid for already (a
-        MIG instance costs the same idle with one warm worker or two): the new worker costs its cold
-        start, takes no MIG change and leaves every function on the node an idle worker. No spare
-        instance, no start (so at high load, when instances are busy, the rule does nothing)."""
+    def _spare(self, now_ms: float, snapshot: ClusterSnapshot,
+               wants: dict[tuple[str, str | None, str], WarmUp]) -> None:
+        """A worker for each function whose on-time head waited for a busy worker of it this step, on a
+        spare instance (:func:`esg.prewarm.spare_instance`) of the planned profile, on the first node
+        that has one in ESG_Dispatch's order (the locality node, then the rest by free capacity), one
+        such start per node at a time. Such an instance is paid for already (a MIG instance costs the
+        same idle with one warm worker or two): the new worker costs its cold start, takes no MIG
+        change and leaves every function on the node an idle worker. No spare instance, no start (so at
+        high load, when instances are busy, the rule does nothing)."""
         waited, self._waited = self._waited, {}
         self._spare_asked = set()
         for function, (app, head, config) in waited.items():
@@ -435,7 +439,8 @@ class EsgPolicy(Policy):
             if self._warming.count(function, now_ms, config.gpu) > 0:
                 continue  # one is starting already
             for node in snapshot.route(tuple(locality_order(app, head, snapshot.nodes)), True):
-                if self._spare_until.get(node, -math.inf) >= now_ms or any(k[1] == node for k in self._spare_asked):
+                if (self._spare_until.get(node, -math.inf) >= now_ms
+                        or any(k[1] == node for k in self._spare_asked)):
                     continue  # one start on a spare instance at a time per node
                 ref = spare_instance(snapshot.nodes[node], function, config.gpu)
                 if ref is not None:

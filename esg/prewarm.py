@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from esg.cluster import ClusterSnapshot, Fit
+from esg.cluster import ClusterSnapshot, Fit, NodeState, SliceRef
 from esg.events import Prewarm
 from esg.model import Config
 from esg.profiles import Profile
@@ -50,11 +50,16 @@ class WarmUp:
     """Start it on one of ``preferred`` or not at all (e.g. beside its predecessor's batch)."""
     ready_by_ms: float | None = None
     """When the policy expects its first batch (None: not known)."""
+    instance: SliceRef | None = None
+    """Start it on this existing MIG instance of ``preferred[0]`` (idle, not holding an idle worker of
+    the function), or not at all: no instance is created (None: wherever the configuration fits)."""
 
 
 def place_warmup(snapshot: ClusterSnapshot, want: WarmUp) -> Fit | None:
     """Where ``want`` starts (reserved on ``snapshot``), or None when it fits nowhere it may."""
     gpu = want.config.gpu is not None
+    if want.instance is not None:
+        return _on_instance(snapshot, want)
     for node in snapshot.route(want.preferred, gpu):
         if want.only_preferred and node not in want.preferred:
             break  # the route lists the preferred nodes first
@@ -65,6 +70,40 @@ def place_warmup(snapshot: ClusterSnapshot, want: WarmUp) -> Fit | None:
             continue  # CPU workers of the function wait idle here already
         snapshot.reserve(want.config, fit)
         return fit
+    return None
+
+
+def _on_instance(snapshot: ClusterSnapshot, want: WarmUp) -> Fit | None:
+    """``want`` on its named instance, when that is idle on its node and the vCPUs are free there."""
+    ref = want.instance
+    node = snapshot.nodes.get(want.preferred[0]) if want.preferred else None
+    if (node is None or ref is None or ref.profile != want.config.gpu or node.vcpus_free < want.config.vcpus
+            or node.idle_workers.get((want.function, ref), 0) > 0
+            or not any(s.ref == ref and not s.busy for s in node.slices)):
+        return None
+    fit = Fit(node.name, ref)
+    snapshot.reserve(want.config, fit)
+    return fit
+
+
+def spare_instance(node: NodeState, function: str, profile: str) -> SliceRef | None:
+    """An idle MIG instance of ``profile`` on ``node`` that ``function`` could have a worker added to
+    without costing another function its last idle worker of that profile: it holds no worker of
+    ``function``, holds idle workers of other functions, and each of those has another idle worker on
+    another idle instance of the profile on the node."""
+    idle = node.idle_workers
+    free = [s.ref for s in node.slices if not s.busy and s.ref.profile == profile]
+    per_function: dict[str, int] = {}
+    for ref in free:
+        for (f, r), n in idle.items():
+            if r == ref and n > 0:
+                per_function[f] = per_function.get(f, 0) + 1
+    for ref in free:
+        if idle.get((function, ref), 0) > 0:
+            continue
+        here = [f for (f, r), n in idle.items() if r == ref and n > 0]
+        if here and all(per_function[f] > 1 for f in here):
+            return ref
     return None
 
 

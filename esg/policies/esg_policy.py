@@ -30,6 +30,13 @@ start to work the queue off. (With the shared rule -- scale out whenever more jo
 batches take next -- ESG started 40-60 workers per measured half-minute on the trace, each taking an
 instance from another function for seconds.)
 
+A head with an on-time plan that waits for a busy worker of its function gets the function one more
+worker on a spare instance (``spare_instances``, on by default; :meth:`EsgPolicy._spare`): an idle MIG
+instance of the planned profile, already held for other functions that each keep another idle worker on
+the node. The instance is paid for already, so the worker costs its cold start only: no MIG change, no
+function's last idle worker taken; one such start at a time per node. (At light and normal load on the
+trace ESG's misses were jobs waiting for the one busy worker of densenet121 or inceptionv3.)
+
 Three rules are built and off by default (measured on the trace to lose overall, docs/baselines.md):
 holding a queue for a larger batch when that is cheaper per request within every held job's budget
 (``hold_batches``, :meth:`EsgPolicy._hold`: a :class:`Choice` with ``retry_at_ms``, so the scheduler
@@ -71,7 +78,7 @@ from dataclasses import dataclass, field
 
 from esg.cluster import ClusterSnapshot
 from esg.dispatch import Wait, locality_order
-from esg.events import Dispatch
+from esg.events import Dispatch, Prewarm
 from esg.model import App, Config, Job
 from esg.placement import WAITING_FOR_A_WORKER, StartupCosts, worth_starting
 from esg.planner import Planner
@@ -79,7 +86,7 @@ from esg.policies import register
 from esg.policies.base import Choice, Policy, PolicyContext
 from esg.policies.placer import Placer
 from esg.policies.plan_cache import PlanCache
-from esg.prewarm import Gaps, Timed, Warming, WarmUp, idle_of_kind, smallest_of_kind
+from esg.prewarm import Gaps, Timed, Warming, WarmUp, idle_of_kind, smallest_of_kind, spare_instance
 from esg.queues import AfwQueue
 from esg.slo_split import group_latency
 from esg.timing import cold_start_ms
@@ -135,7 +142,8 @@ class EsgPolicy(Policy):
     name = "esg"
 
     def __init__(self, ctx: PolicyContext, exact: bool = False, bounded_keep_alive: bool = False,
-                 hold_batches: bool = False, widen_pools: bool = False, function_scale_out: bool = False):
+                 hold_batches: bool = False, widen_pools: bool = False, function_scale_out: bool = False,
+                 spare_instances: bool = True):
         super().__init__(ctx, EsgPlacer(ctx))
         self.exact = exact
         self.hold_batches = hold_batches
@@ -150,6 +158,18 @@ class EsgPolicy(Policy):
         """While a head is on time, the scale-out rule weighs every batch of its function in flight,
         whichever app's queue it serves (:meth:`running_for`; off by default, measured as above); False:
         only the queue's own."""
+        self.spare_instances = spare_instances
+        """Add a worker of a function whose head waited for a busy worker of it to a spare instance
+        (:meth:`_spare`): an idle MIG instance of the planned profile, already held for other
+        functions that each keep an idle worker on another idle instance of it on the node (measured on
+        the trace to win, docs/baselines.md); False: no such start."""
+        self._waited: dict[str, tuple[str, Job, Config]] = {}
+        """Functions whose on-time head waited for a busy worker this step: (app, the head, the planned
+        configuration)."""
+        self._spare_asked: set[tuple[str, str]] = set()
+        """(function, node) of the spare-instance starts asked for this step."""
+        self._spare_until: dict[str, float] = {}
+        """Per node, until when a spare-instance start placed there is starting (one at a time)."""
         self._on_time: set[tuple[str, str]] = set()
         """The AFW queues whose head had an on-time plan at its last choice."""
         self._short: dict[str, tuple[str, Config]] = {}
@@ -337,11 +357,21 @@ class EsgPolicy(Policy):
             return sum(busy.values()) if busy else 0
         return self.running[key]
 
+    def on_prewarm(self, prewarm: Prewarm, now_ms: float) -> None:
+        """Also times a spare-instance start on its node (one at a time per node)."""
+        super().on_prewarm(prewarm, now_ms)
+        if (prewarm.function, prewarm.node) in self._spare_asked:
+            self._spare_until[prewarm.node] = now_ms + self.prewarm_takes_ms(prewarm.function, False)
+
     def on_wait(self, app: App, queue: AfwQueue, choice: Choice, wait: Wait) -> None:
-        """A head left waiting for a busy worker of its function marks the function short of workers
-        (:meth:`prewarm` widens its pool)."""
-        if self.widen_pools and wait.reason.startswith(WAITING_FOR_A_WORKER) and choice.priorities:
+        """A head left waiting for a busy worker of its function marks the function short of workers:
+        :meth:`_widen` (``widen_pools``) and, for an on-time head, :meth:`_spare` add one."""
+        if not (wait.reason.startswith(WAITING_FOR_A_WORKER) and choice.priorities):
+            return
+        if self.widen_pools:
             self._short.setdefault(queue.key[1], (app.name, choice.priorities[0]))
+        if self.spare_instances and queue.key in self._on_time:
+            self._waited.setdefault(queue.key[1], (app.name, queue.head, choice.priorities[0]))
 
     # -- JIT pre-warming along the DAG, bounded keep-alive -------------------------------------------
     def on_arrival(self, request, app: App, now_ms: float) -> None:
@@ -389,7 +419,37 @@ class EsgPolicy(Policy):
                 else:
                     wants[key] = want
         self._widen(now_ms, wants)
+        self._spare(now_ms, snapshot, wants)
         return list(wants.values())
+
+    def _spare(self, now_ms: float, snapshot: ClusterSnapshot,
+               wants: dict[tuple[str, str | None, str], WarmUp]) -> None:
+        """A worker for each function whose on-time head waited for a busy worker of it this step, on a
+        spare instance (:func:`esg.prewarm.spare_instance`) of the planned profile, on the first node
+        that has one in ESG_Dispatch's order (the locality node, then the rest by free capacity), one
+        such start per node at a time. Such an instance is paid for already (a MIG instance costs the
+        same idle with one warm worker or two): the new worker costs its cold start, takes no MIG
+        change and leaves every function on the node an idle worker. No spare instance, no start (so at
+        high load, when instances are busy, the rule does nothing)."""
+        waited, self._waited = self._waited, {}
+        self._spare_asked = set()
+        for function, (app, head, config) in waited.items():
+            if config.gpu is None or any(k[0] == function for k in wants):
+                continue
+            if self._warming.count(function, now_ms, config.gpu) > 0:
+                continue  # one is starting already
+            for node in snapshot.route(tuple(locality_order(app, head, snapshot.nodes)), True):
+                if (self._spare_until.get(node, -math.inf) >= now_ms
+                        or any(k[1] == node for k in self._spare_asked)):
+                    continue  # one start on a spare instance at a time per node
+                ref = spare_instance(snapshot.nodes[node], function, config.gpu)
+                if ref is not None:
+                    wants[(function, config.gpu, node)] = WarmUp(
+                        app, function, smallest_of_kind(self.ctx.profiles[function], config),
+                        self.keep_alive_ms(app, function, now_ms), preferred=(node,), only_preferred=True,
+                        instance=ref)
+                    self._spare_asked.add((function, node))
+                    break
 
     def _widen(self, now_ms: float, wants: dict[tuple[str, str | None, str], WarmUp]) -> None:
         """One more worker for each function a head waited for this step, of the kind its plan wanted,

@@ -91,18 +91,16 @@ def spare_instance(node: NodeState, function: str, profile: str) -> SliceRef | N
     without costing another function its last idle worker of that profile: it holds no worker of
     ``function``, holds idle workers of other functions, and each of those has another idle worker on
     another idle instance of the profile on the node."""
-    idle = node.idle_workers
     free = [s.ref for s in node.slices if not s.busy and s.ref.profile == profile]
+    holders: dict[SliceRef, list[str]] = {ref: [] for ref in free}
     per_function: dict[str, int] = {}
+    for (f, r), n in node.idle_workers.items():
+        if n > 0 and r in holders:
+            holders[r].append(f)
+            per_function[f] = per_function.get(f, 0) + 1
     for ref in free:
-        for (f, r), n in idle.items():
-            if r == ref and n > 0:
-                per_function[f] = per_function.get(f, 0) + 1
-    for ref in free:
-        if idle.get((function, ref), 0) > 0:
-            continue
-        here = [f for (f, r), n in idle.items() if r == ref and n > 0]
-        if here and all(per_function[f] > 1 for f in here):
+        here = holders[ref]
+        if here and function not in here and all(per_function[f] > 1 for f in here):
             return ref
     return None
 

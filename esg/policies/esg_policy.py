@@ -166,8 +166,8 @@ class EsgPolicy(Policy):
         self._waited: dict[str, tuple[str, Job, Config]] = {}
         """Functions whose on-time head waited for a busy worker this step: (app, the head, the planned
         configuration)."""
-        self._spare_asked: set[tuple[str, str]] = set()
-        """(function, node) of the spare-instance starts asked for this step."""
+        self._spare_asked: dict[str, str] = {}
+        """Node -> function of the spare-instance start asked for this step (one a node)."""
         self._spare_until: dict[str, float] = {}
         """Per node, until when a spare-instance start placed there is starting (one at a time)."""
         self._on_time: set[tuple[str, str]] = set()
@@ -360,7 +360,7 @@ class EsgPolicy(Policy):
     def on_prewarm(self, prewarm: Prewarm, now_ms: float) -> None:
         """Also times a spare-instance start on its node (one at a time per node)."""
         super().on_prewarm(prewarm, now_ms)
-        if (prewarm.function, prewarm.node) in self._spare_asked:
+        if self._spare_asked.get(prewarm.node) == prewarm.function:
             self._spare_until[prewarm.node] = now_ms + self.prewarm_takes_ms(prewarm.function, False)
 
     def on_wait(self, app: App, queue: AfwQueue, choice: Choice, wait: Wait) -> None:
@@ -432,7 +432,7 @@ class EsgPolicy(Policy):
         change and leaves every function on the node an idle worker. No spare instance, no start (so at
         high load, when instances are busy, the rule does nothing)."""
         waited, self._waited = self._waited, {}
-        self._spare_asked = set()
+        self._spare_asked = {}
         for function, (app, head, config) in waited.items():
             if config.gpu is None or any(k[0] == function for k in wants):
                 continue
@@ -440,7 +440,7 @@ class EsgPolicy(Policy):
                 continue  # one is starting already
             for node in snapshot.route(tuple(locality_order(app, head, snapshot.nodes)), True):
                 if (self._spare_until.get(node, -math.inf) >= now_ms
-                        or any(k[1] == node for k in self._spare_asked)):
+                        or node in self._spare_asked):
                     continue  # one start on a spare instance at a time per node
                 ref = spare_instance(snapshot.nodes[node], function, config.gpu)
                 if ref is not None:
@@ -448,7 +448,7 @@ class EsgPolicy(Policy):
                         app, function, smallest_of_kind(self.ctx.profiles[function], config),
                         self.keep_alive_ms(app, function, now_ms), preferred=(node,), only_preferred=True,
                         instance=ref)
-                    self._spare_asked.add((function, node))
+                    self._spare_asked[node] = function
                     break
 
     def _widen(self, now_ms: float, wants: dict[tuple[str, str | None, str], WarmUp]) -> None:

@@ -18,6 +18,7 @@ columns (at its configuration's price, as a batch's start-up is), its idle time 
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +42,10 @@ from esg.policies.base import Policy
 from esg.profiles import Profile
 from esg.scheduler import Scheduler
 from esg.timing import cold_start_ms, lognormal_params
+
+GC_YOUNG = 20_000
+"""The collector's youngest-generation threshold during a run (CPython's default is 700): measured on
+the heavy replay, 15-20 % less wall time with the pre-run objects frozen."""
 
 InvariantHook = Callable[[float, Mapping[str, NodeModel], Scheduler], None]
 
@@ -97,6 +102,24 @@ class Emulation:
         """The hop's own generator (the run's execution-time draws stay as they are)."""
 
     def run(self) -> EmulationResult:
+        """Replay the requests to the end (the last arrival plus the drain), with the cyclic garbage
+        collector told what it need not scan: every object made before the run (apps, profiles, the
+        requests: millions in a long replay) is frozen out of its scans while the run lasts, and its
+        youngest generation is collected less often (the run makes and drops many short-lived objects,
+        few of them in cycles). Nothing the run computes depends on when the collector runs."""
+        threshold = gc.get_threshold()
+        freeze = gc.isenabled() and gc.get_freeze_count() == 0  # leave a caller's own freeze alone
+        if freeze:
+            gc.freeze()
+            gc.set_threshold(max(threshold[0], GC_YOUNG), threshold[1], threshold[2])
+        try:
+            return self._run()
+        finally:
+            if freeze:
+                gc.set_threshold(*threshold)
+                gc.unfreeze()
+
+    def _run(self) -> EmulationResult:
         reqs, i, now = self.requests, 0, 0.0
         last = reqs[-1].arrival_ms if reqs else 0.0
         horizon = last + self.params.drain_ms

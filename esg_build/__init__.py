@@ -42,15 +42,19 @@ COMPILED = (
     "esg/policies/plan_cache.py",
     "esg/emulator/clock.py",
     "esg/defaults.py",
+    "esg/events.py",
+    "esg/policies/base.py",
+    "esg/policies/context.py",
+    "esg/policies/esg_policy.py",
 )
 """The hot modules that compile to the same behaviour. The classes Python code subclasses (the shared
-``Placer``, the emulation's ``Emulation``: the baselines' placers, ``esg_cli.agreement``'s recording
-emulation and tests extend them) are marked ``@mypyc_attr(allow_interpreted_subclasses=True)``. Left
-pure (docs/emulator.md says why): esg/model.py (its dataclasses check their fields in ``__post_init__``
-and name the bad one in an AppError; compiled, a field of the wrong type is a TypeError at
-construction), the policies (esg/policies/base.py, esg_policy.py, context.py: compiled, a method a test
-or tool replaces on a policy -- ``policy.prewarm = ...``, ``monkeypatch.setattr(pol, "_choose", ...)``
--- is silently bypassed by the compiled calls), and the rest of the core (off the hot path)."""
+``Placer``, the emulation's ``Emulation``, the policies' ``Policy`` and ESG's ``EsgPolicy``: the
+baselines' placers and policies, ``esg_cli.agreement``'s recording emulation and tests extend them) are
+marked ``@mypyc_attr(allow_interpreted_subclasses=True)``. A compiled class's methods cannot be replaced
+on an instance or on the class (compiled callers would keep its own): a test or tool that changes what a
+policy does subclasses it. Left pure (docs/emulator.md says why): esg/model.py (its dataclasses check
+their fields in ``__post_init__`` and name the bad one in an AppError; compiled, a field of the wrong type
+is a TypeError at construction), the baselines' policies and the rest of the core (off the hot path)."""
 
 
 PURE_ENV = "ESG_PURE"
@@ -151,13 +155,24 @@ class _CopyableFrozen:
         def exec_and_patch(module) -> None:  # noqa: ANN001
             exec_module(module)
             patch_frozen_dataclasses(module)
+            # the compiled modules it imported were loaded by the compiled code itself, past this finder
+            for other in list(sys.modules.values()):
+                if (getattr(other, "__name__", "").startswith("esg.") and other.__name__ not in _PATCHED
+                        and str(getattr(other, "__file__", "")).endswith(tuple(EXTENSION_SUFFIXES))):
+                    patch_frozen_dataclasses(other)
 
         loader.exec_module = exec_and_patch  # type: ignore[method-assign]
         return spec
 
 
+_PATCHED: set = set()
+"""The compiled modules :func:`patch_frozen_dataclasses` has seen (their names)."""
+
+
 def patch_frozen_dataclasses(module) -> None:  # noqa: ANN001
     import dataclasses
+
+    _PATCHED.add(module.__name__)
 
     for cls in list(vars(module).values()):
         if not (isinstance(cls, type) and cls.__module__ == module.__name__ and dataclasses.is_dataclass(cls)):

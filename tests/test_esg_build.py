@@ -72,3 +72,21 @@ def test_the_shipped_compiled_modules_have_no_such_class():
     import esg_build.__main__ as build
 
     assert build.identity_eq_classes() == []
+
+
+def test_frozen_classes_copy_whichever_module_is_imported_first():
+    """A compiled module imported by another compiled one (not through the import system's finders)
+    still gets the ``__reduce__`` that lets its frozen dataclasses be copied: ``esg.cluster`` imported
+    by way of the emulation's runner, in a fresh interpreter (compiled where the core is built here)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import copy, esg.emulator.runner; from esg.cluster import Fit; from esg.policies.context import Choice; "
+            "assert copy.deepcopy(Fit('n', None, True)) == Fit('n', None, True); "
+            "assert copy.deepcopy(Choice(())) == Choice(()); print(esg.emulator.runner.__file__)")
+    env = {**os.environ, "PYTHONPATH": esg_build.ROOT}
+    env.pop(esg_build.PURE_ENV, None)
+    run = subprocess.run([sys.executable, "-c", code], env=env, cwd=esg_build.ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]

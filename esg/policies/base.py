@@ -18,6 +18,9 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
+
+from mypy_extensions import mypyc_attr
 
 from esg import placement
 from esg.cluster import ClusterSnapshot
@@ -26,7 +29,7 @@ from esg.events import Dispatch, Prewarm, Request
 from esg.model import App, Config, Job
 from esg.policies.context import Choice, FunctionSpec, PolicyContext
 from esg.policies.placer import Placer
-from esg.prewarm import Timed, Warming, WarmUp
+from esg.prewarm import WarmUp
 from esg.profiles import Profile
 from esg.queues import AfwQueue
 from esg.timing import cold_start_ms
@@ -34,6 +37,7 @@ from esg.timing import cold_start_ms
 __all__ = ["Choice", "FunctionSpec", "Policy", "PolicyContext"]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Policy(ABC):
     """A policy: its proposing part (:meth:`choose` and the hooks) composed with a placer
     (:attr:`placer`); the scheduler calls only this facade."""
@@ -46,10 +50,13 @@ class Policy(ABC):
         """Binds this policy's choices to nodes (the shared placer unless the policy brings its own)."""
         self.running: Counter[tuple[str, str]] = Counter()
         """Batches in flight per AFW queue (the placer's scale-out rule looks at them)."""
-        self._warming: Warming | None = None
-        """Workers this policy's pre-warms are starting (a pre-warming policy sets one)."""
-        self._pending: Timed | None = None
-        """Pre-warms this policy timed for later (a policy that times them sets one)."""
+        # typed Any, not 'Warming | None' / 'Timed | None': the policies that set them use them as set, and
+        # compiled (esg_build) a subclass could not narrow the type of an attribute of this class
+        self._warming: Any = None
+        """Workers this policy's pre-warms are starting (a :class:`Warming`; a pre-warming policy sets
+        one)."""
+        self._pending: Any = None
+        """Pre-warms this policy timed for later (a :class:`Timed`; a policy that times them sets one)."""
 
     def add_app(self, app: App, profiles: Mapping[str, Profile], specs: Mapping[str, FunctionSpec]) -> None:
         """Learn (or replace) an app at run time; subclasses with per-app state override

@@ -17,7 +17,9 @@ import time
 import pytest
 
 from controller_plugin.decisions import read_decisions
+from esg import policies
 from esg.model import Config
+from esg.policies.esg_policy import EsgPolicy
 from esg.prewarm import WarmUp
 from esg_cli.openwhisk_standin import GUEST_KEY
 from tests.agent.agent_harness import AgentProcess, SchedulerSide
@@ -44,17 +46,33 @@ def deploy(standin) -> None:
 
 
 class PrewarmSuccessors:
-    """The hooks of a policy that pre-warms along the DAG, on the service's own policy: while ``armed``,
+    """The hooks of a policy that pre-warms along the DAG, on the service's own policy (ESG's, as a
+    subclass: compiled, a method replaced on a policy instance would be bypassed): while ``armed``,
     each dispatch of an app's entry function asks for its successors' workers beside it (CPU, one vCPU),
     and every batch's worker is kept warm ``KEEP_ALIVE_MS``."""
 
-    def __init__(self, core) -> None:
-        self.core = core
+    NAME = "esg-prewarm-successors"
+
+    def __init__(self, monkeypatch) -> None:
+        self.core = None
         self.armed = False
         self.placed = []
-        core.policy.prewarm = self.prewarm
-        core.policy.on_prewarm = lambda p, now_ms: self.placed.append(p)
-        core.policy.keep_alive_ms = lambda app, function, now_ms: KEEP_ALIVE_MS if self.armed else None
+        monkeypatch.setitem(policies._REGISTRY, self.NAME, self.policy)
+
+    def policy(self, ctx):
+        hook = self
+
+        class Hooked(EsgPolicy):
+            def prewarm(self, now_ms, snapshot, dispatched):
+                return hook.prewarm(now_ms, snapshot, dispatched)
+
+            def on_prewarm(self, p, now_ms):
+                hook.placed.append(p)
+
+            def keep_alive_ms(self, app, function, now_ms):
+                return KEEP_ALIVE_MS if hook.armed else None
+
+        return Hooked(ctx)
 
     def prewarm(self, now_ms, snapshot, dispatched):
         if not self.armed:
@@ -74,10 +92,11 @@ def batches_of(redis_client, svc, function_suffix: str, since_ms: int) -> list[d
 
 
 def test_a_step_that_prewarms_starts_the_worker_and_the_next_batch_runs_warm(
-        service_factory, driver, standin, redis_url, redis_client, prefix, tmp_path):
+        service_factory, driver, standin, redis_url, redis_client, prefix, tmp_path, monkeypatch):
     deploy(standin)
-    svc = service_factory()
-    hook = PrewarmSuccessors(svc.workflows.scheduler)
+    hook = PrewarmSuccessors(monkeypatch)
+    svc = service_factory(policy=hook.NAME)
+    hook.core = svc.workflows.scheduler
     agent = AgentProcess(tmp_path, redis_url, standin.url, "node-a", prefix, "--openwhisk-auth", GUEST_KEY,
                          "--fake-gpu", "A100-40GB", "--vcpus", "4", "--memory-mb", "4096", "--idle-ttl-s", "1")
     watch = SchedulerSide(redis_url, prefix)

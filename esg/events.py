@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from esg.cluster import Fit
 from esg.model import Config, Job
 
+_set = object.__setattr__
+"""How a frozen dataclass's written-out ``__init__`` sets its fields."""
+
 
 @dataclass(frozen=True)
 class Request:
@@ -37,6 +40,11 @@ class BatchDone:
     batch_id: str
     ok: bool = True
     error: str | None = None
+
+    def __init__(self, batch_id: str, ok: bool = True, error: str | None = None) -> None:
+        _set(self, "batch_id", batch_id)  # (see Dispatch)
+        _set(self, "ok", ok)
+        _set(self, "error", error)
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,19 @@ class Dispatch:
     keep_alive_ms: float | None = None
     """How long its worker stays warm after the batch (the policy's keep-alive); None: the driver's
     default."""
+
+    def __init__(self, batch_id: str, app: str, function: str, jobs: tuple[Job, ...], config: Config, fit: Fit,
+                 planned_latency_ms: float | None = None, keep_alive_ms: float | None = None) -> None:
+        # written out (the dataclass keeps it): compiled (esg_build), the one the dataclass generates stays
+        # interpreted, and one of these is made per batch; frozen, so through object.__setattr__
+        _set(self, "batch_id", batch_id)
+        _set(self, "app", app)
+        _set(self, "function", function)
+        _set(self, "jobs", jobs)
+        _set(self, "config", config)
+        _set(self, "fit", fit)
+        _set(self, "planned_latency_ms", planned_latency_ms)
+        _set(self, "keep_alive_ms", keep_alive_ms)
 
     @property
     def node(self) -> str:
@@ -111,6 +132,17 @@ class RequestOutcome:
     rejected: bool = False
     """Answered at once by SLO admission control (:mod:`esg.admission`), never run; ``ok`` is False."""
 
+    def __init__(self, request_id: str, app: str, arrival_ms: float, finished_ms: float, slo_ms: float, ok: bool,
+                 error: str | None = None, rejected: bool = False) -> None:
+        _set(self, "request_id", request_id)  # (see Dispatch)
+        _set(self, "app", app)
+        _set(self, "arrival_ms", arrival_ms)
+        _set(self, "finished_ms", finished_ms)
+        _set(self, "slo_ms", slo_ms)
+        _set(self, "ok", ok)
+        _set(self, "error", error)
+        _set(self, "rejected", rejected)
+
     @property
     def latency_ms(self) -> float:
         return self.finished_ms - self.arrival_ms
@@ -128,3 +160,9 @@ class FunctionDone:
     app: str
     function: str
     node: str
+
+    def __init__(self, request_id: str, app: str, function: str, node: str) -> None:
+        _set(self, "request_id", request_id)  # (see Dispatch)
+        _set(self, "app", app)
+        _set(self, "function", function)
+        _set(self, "node", node)

@@ -46,6 +46,10 @@ COMPILED = (
     "esg/policies/base.py",
     "esg/policies/context.py",
     "esg/policies/esg_policy.py",
+    "esg/policies/common.py",
+    "esg/policies/infless.py",
+    "esg/policies/orion.py",
+    "esg/policies/fastgshare.py",
 )
 """The hot modules that compile to the same behaviour. The classes Python code subclasses (the shared
 ``Placer``, the emulation's ``Emulation``, the policies' ``Policy`` and ESG's ``EsgPolicy``: the

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from mypy_extensions import mypyc_attr
+
 from esg.cluster import ClusterSnapshot
 from esg.cost import Prices, config_cost
 from esg.mig import compute_slices
@@ -66,6 +68,7 @@ def packing_order(snapshot: ClusterSnapshot, gpu: bool) -> list[str]:
     return sorted(snapshot.nodes, key=key)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class PackingPlacer(Placer):
     """The shared placer with a bin-packing node order: the fullest GPU node that fits first (INFless's
     and FaST-GShare's placement, :func:`packing_order`)."""

@@ -2,12 +2,16 @@
 
 import numpy as np
 
+from esg.cluster import ClusterSnapshot
 from esg.events import Request
 from esg.model import App, Config, Job
 from esg.policies import make_policy
 from esg.policies.base import PolicyContext
 from esg.policies.common import app_latency, stage_shares
 from esg.queues import AfwQueue
+
+NO_NODES = ClusterSnapshot({})
+"""The cluster a choice is asked on (these policies choose without looking at it)."""
 
 
 def _queue(app, function, n, now=0.0):
@@ -38,7 +42,7 @@ def test_infless_holds_a_filling_batch_until_its_timeout(apps, profiles):
     pol = make_policy("infless", ctx)
     for i in range(3000):  # 300 rps observed over the 10 s window: a batched config's window
         pol.on_arrival(Request(f"x{i}", "one", i * 10 / 3), app, i * 10 / 3)
-    choice = pol.choose(app, _queue(app, "resnet50", 1, now=10_000.0), 10_000.0, None)
+    choice = pol.choose(app, _queue(app, "resnet50", 1, now=10_000.0), 10_000.0, NO_NODES)
     if not choice.priorities:
         assert choice.retry_at_ms is not None and choice.retry_at_ms > 10_000.0
 
@@ -49,7 +53,7 @@ def test_fastgshare_batch_one_best_throughput_per_resource(apps, profiles):
     for app in apps.values():
         target = stage_shares(app, profiles, app.slo_ms)
         for f in app.functions:
-            choice = pol.choose(app, _queue(app, f, 20), 0.0, None)
+            choice = pol.choose(app, _queue(app, f, 20), 0.0, NO_NODES)
             assert all(c.batch == 1 for c in choice.priorities), "FaST-GShare never batches"
             ok = [e for e in profiles[f].entries if e.config.batch == 1 and e.latency_ms <= target[f]]
             if ok:
@@ -83,11 +87,11 @@ def test_orion_fixes_configurations_at_the_first_stage(apps, profiles):
     pol = make_policy("orion", PolicyContext(apps, profiles))
     app = apps["image-classification"]
     q = _queue(app, "preprocess", 1)
-    first = pol.choose(app, q, 0.0, None)
+    first = pol.choose(app, q, 0.0, NO_NODES)
     planned = pol._fixed["r0"]
     later = _queue(app, "resnet50", 1)
     # much later, with almost no budget left, the second stage keeps the configuration fixed at first
-    late = pol.choose(app, later, app.slo_ms - 1.0, None)
+    late = pol.choose(app, later, app.slo_ms - 1.0, NO_NODES)
     assert late.priorities == (planned["resnet50"],)
     assert first.priorities == (planned["preprocess"],)
 
@@ -97,7 +101,7 @@ def test_aquatope_preplans_once_and_respects_the_constraint(apps, profiles):
     evaluations = pol.evaluations
     for name, app in apps.items():
         for f in app.functions:
-            c = pol.choose(app, _queue(app, f, 5), 123.0, None).priorities
+            c = pol.choose(app, _queue(app, f, 5), 123.0, NO_NODES).priorities
             assert c == (pol.plans[name][f],)
         cost, p95 = pol.predicted[name]
         assert p95 <= app.slo_ms, f"{name}: a feasible plan exists (ESG's plan meets L) but was not found"

@@ -215,7 +215,7 @@ class ClusterSnapshot:
         warm = memo.get((config, function), _MISSING)
         if warm is _MISSING:
             key = self._idle_worker(node, function, fit.slice)
-            warm = memo[(config, function)] = None if key is None else Fit(fit.node, key[1], False, (), key)
+            warm = memo[(config, function)] = None if key is None else _warm_fit_on(fit.node, key)
         return fit if warm is None else warm
 
     @staticmethod
@@ -238,7 +238,7 @@ class ClusterSnapshot:
         if node.vcpus_free < config.vcpus:
             return None
         if config.gpu is None:
-            return Fit(node_name)
+            return _cpu_fit_on(node_name)
         if node.gpu_model is None:
             return None
         placed = gpu_fit(node.gpu_model, self.layout(node_name), config.gpu)
@@ -352,6 +352,19 @@ def _warm_functions(node: NodeState) -> frozenset[str]:
     if found is None:
         found = node.memo["warm"] = frozenset(k[0] for k, v in node.idle_workers.items() if v > 0)
     return found
+
+
+@cache
+def _cpu_fit_on(node_name: str) -> Fit:
+    """A CPU configuration's :class:`Fit` on a node (immutable, so shared, as :func:`_gpu_fit_on`'s)."""
+    return Fit(node_name)
+
+
+@cache
+def _warm_fit_on(node_name: str, worker: tuple[str, SliceRef | None]) -> Fit:
+    """The :class:`Fit` that takes the idle warm ``worker`` (function, slice) on a node (shared, as
+    :func:`_gpu_fit_on`'s)."""
+    return Fit(node_name, worker[1], False, (), worker)
 
 
 @cache

@@ -86,7 +86,8 @@ from esg.policies import register
 from esg.policies.base import Choice, Policy, PolicyContext
 from esg.policies.placer import Placer
 from esg.policies.plan_cache import PlanCache
-from esg.prewarm import Gaps, Timed, Warming, WarmUp, idle_of_kind, smallest_of_kind, spare_instance
+from esg.prewarm import (Gaps, Timed, Warming, WarmUp, idle_by_function, idle_of_kind, smallest_of_kind,
+                         spare_instance)
 from esg.queues import AfwQueue
 from esg.slo_split import group_latency
 from esg.timing import cold_start_ms
@@ -530,6 +531,7 @@ class EsgPolicy(Policy):
                 if held[profile] < per_profile[profile] and not self._warming.count(function, now_ms, profile):
                     short.append((-load[function] / max(sum(held.values()), 1), function, profile))
         placed: set[str] = set()
+        idle: dict[tuple[str, str], dict[str, int]] = {}
         for _, function, profile in sorted(short):
             if function in placed:
                 continue
@@ -537,7 +539,14 @@ class EsgPolicy(Policy):
             for node in snapshot.route((), True):
                 if self._spare_until.get(node, -math.inf) >= now_ms or node in self._spare_asked:
                     continue
-                ref = spare_instance(snapshot.nodes[node], function, profile)
+                for name in snapshot.nodes:
+                    if (name, profile) not in idle:
+                        idle[(name, profile)] = idle_by_function(snapshot.nodes[name], profile)
+                elsewhere: Counter[str] = Counter()
+                for name in snapshot.nodes:
+                    if name != node:
+                        elsewhere.update(idle[(name, profile)])
+                ref = spare_instance(snapshot.nodes[node], function, profile, elsewhere)
                 if ref is None:
                     continue
                 config = next(e.config for e in self.ctx.profiles[function].entries if e.config.gpu == profile)

@@ -37,6 +37,16 @@ the node. The instance is paid for already, so the worker costs its cold start o
 function's last idle worker taken; one such start at a time per node. (At light and normal load on the
 trace ESG's misses were jobs waiting for the one busy worker of densenet121 or inceptionv3.)
 
+Pools grown onto the instances ESG holds (``pool_sizing``, on by default; :meth:`EsgPolicy._size_pools`):
+while the load seen (each GPU function's jobs over a re-warm's time, times its run time per job) keeps at
+most ``POOL_FILL_BUSY`` of the MIG instances busy, a GPU function with load gets one more worker on a
+spare instance of a profile ESG_1Q's plan for a fresh request would use for it, the most loaded per worker
+first, until every instance of that profile holds one -- before any of its heads waits. Held instances
+then serve ESG's functions as one pool: a burst finds a worker of each function on every idle instance,
+where before it queued behind the one or two instances holding its function's workers. The instances are
+paid already (an idle instance costs the same with one warm worker or several): the pool costs cold
+starts, no MIG change and no instance more.
+
 Three rules are built and off by default (measured on the trace to lose overall, docs/baselines.md):
 holding a queue for a larger batch when that is cheaper per request within every held job's budget
 (``hold_batches``, :meth:`EsgPolicy._hold`: a :class:`Choice` with ``retry_at_ms``, so the scheduler
@@ -86,8 +96,16 @@ from esg.policies import register
 from esg.policies.base import Choice, Policy, PolicyContext
 from esg.policies.placer import Placer
 from esg.policies.plan_cache import PlanCache
-from esg.prewarm import (Gaps, Timed, Warming, WarmUp, idle_by_function, idle_of_kind, smallest_of_kind,
-                         spare_instance)
+from esg.prewarm import (
+    Gaps,
+    Timed,
+    Warming,
+    WarmUp,
+    idle_by_function,
+    idle_of_kind,
+    smallest_of_kind,
+    spare_instance,
+)
 from esg.queues import AfwQueue
 from esg.slo_split import group_latency
 from esg.timing import cold_start_ms
@@ -170,10 +188,11 @@ class EsgPolicy(Policy):
         functions that each keep an idle worker on another idle instance of it on the node (measured on
         the trace to win, docs/baselines.md); False: no such start."""
         self.pool_sizing = pool_sizing
-        """Size each GPU function's pool of workers by the load seen (:meth:`_size_pools`): while fewer
-        instances hold a worker of it than :meth:`pool_target` asks, one more on a spare instance (as the
-        spare-instance rule places it); False: pools grow only when a head waits."""
+        """Grow each GPU function's pool onto the MIG instances ESG holds while the load seen leaves them
+        room (:meth:`_size_pools`: one more worker on a spare instance at a time per node, no MIG change;
+        measured on the trace to win, docs/baselines.md); False: pools grow only when a head waits."""
         self.pool_fill_busy = POOL_FILL_BUSY
+        """The busy share of the instances up to which pools grow (``POOL_FILL_BUSY``)."""
         self._pool_kinds: dict[str, tuple[str, ...]] = {}
         """Per function, the MIG profiles its pool grows on (:meth:`_pool_profiles`)."""
         self._jobs_seen: dict[str, deque[float]] = {}

@@ -425,10 +425,13 @@ class EsgPolicy(Policy):
         gaps.add(request.arrival_ms)
         if self.pool_sizing:
             for f in app.functions:
+                if not self._gpu_kinds(f):
+                    continue  # a CPU-only function has no pool on MIG instances
                 seen = self._jobs_seen.get(f)
                 if seen is None:
                     seen = self._jobs_seen[f] = deque()
                 seen.append(now_ms)
+                self._rate(f, now_ms)  # forgets the jobs older than the window: the deque stays short
 
     def keep_alive_ms(self, app: str, function: str, now_ms: float) -> float | None:
         gaps = self._gaps.get(app)

@@ -198,9 +198,9 @@ class EsgPolicy(Policy):
         self._jobs_seen: dict[str, deque[float]] = {}
         """Per function, the arrival times of its jobs within the last :meth:`_window_ms` (every request of
         an app brings each of its functions one job)."""
-        self._service: dict[str, tuple[str, float]] = {}
-        """Per GPU function, (the MIG profile of its last batch, the run time per job of its batches: a
-        running mean over the last few, hop included)."""
+        self._service: dict[str, float] = {}
+        """Per function run on a MIG instance, the run time per job of its batches there: a running mean
+        over the last few (``SERVICE_WEIGHT``), hop included."""
         self._waited: dict[str, tuple[str, Job, Config]] = {}
         """Functions whose on-time head waited for a busy worker this step: (app, the head, the planned
         configuration)."""
@@ -379,8 +379,7 @@ class EsgPolicy(Policy):
         if dispatch.config.gpu is not None and dispatch.planned_latency_ms is not None:
             per_job = (dispatch.planned_latency_ms + self.ctx.stage_overhead_ms) / len(dispatch.jobs)
             seen = self._service.get(dispatch.function)
-            mean = per_job if seen is None else seen[1] + SERVICE_WEIGHT * (per_job - seen[1])
-            self._service[dispatch.function] = (dispatch.config.gpu, mean)
+            self._service[dispatch.function] = per_job if seen is None else seen + SERVICE_WEIGHT * (per_job - seen)
 
     def on_done(self, dispatch: Dispatch) -> None:
         super().on_done(dispatch)
@@ -526,11 +525,12 @@ class EsgPolicy(Policy):
                     wants: dict[tuple[str, str | None, str], WarmUp]) -> None:
         """Grow the pools of the GPU functions onto the MIG instances ESG holds already, while the
         instances have room: one more worker, on a spare instance (:func:`esg.prewarm.spare_instance`:
-        idle, of the profile the function's last batch ran on, held for other functions that each keep
-        another idle worker on the node), for the GPU functions with load in their :meth:`_window_ms` and
-        a worker on fewer instances of their profile than the cluster has, the most loaded per worker
-        first -- only while the instances' busy share (every GPU function's jobs per ms times its run
-        time per job, over every MIG instance) is at most ``POOL_FILL_BUSY``. An idle instance costs the
+        idle, held for other functions that each keep another idle worker on another idle instance of
+        the profile, on this node or another), for each GPU function with load in its
+        :meth:`_window_ms` and a worker on fewer instances of one of its :meth:`_pool_profiles` than the
+        cluster has of it, the most loaded per worker first -- only while the instances' busy share
+        (every GPU function's jobs per ms times its run time per job, over every MIG instance) is at
+        most ``pool_fill_busy``. An idle instance costs the
         same with one warm worker or several, so a pool grown this way costs cold starts only: no MIG
         change, no instance more; the instances ESG holds then serve its functions as one pool, and a
         burst finds a worker of each function on every idle instance. One spare-instance start at a time
@@ -539,7 +539,7 @@ class EsgPolicy(Policy):
         instances = sum(per_profile.values())
         if not instances:
             return
-        load = {f: self._rate(f, now_ms) * s for f, (_, s) in sorted(self._service.items())}
+        load = {f: self._rate(f, now_ms) * s for f, s in sorted(self._service.items())}
         if sum(load.values()) > self.pool_fill_busy * instances:
             return  # the instances are busy: a start now takes one from the jobs for seconds
         short = []

@@ -537,7 +537,7 @@ class EsgPolicy(Policy):
         change, no instance more; the instances ESG holds then serve its functions as one pool, and a
         burst finds a worker of each function on every idle instance. One spare-instance start at a time
         per node (shared with :meth:`_spare`)."""
-        per_profile: Counter[str] = Counter(s.ref.profile for n in snapshot.nodes.values() for s in n.slices)
+        per_profile: Counter[str] = Counter([s.ref.profile for n in snapshot.nodes.values() for s in n.slices])
         instances = sum(per_profile.values())
         if not instances:
             return

@@ -163,10 +163,23 @@ def idle_of_kind(snapshot: ClusterSnapshot, function: str, kind: str | None,
     for name in snapshot.nodes_with_warm(function):
         if nodes is not None and name not in nodes:
             continue
-        for (f, ref), n in snapshot.nodes[name].idle_workers.items():
-            if f == function and n > 0 and (None if ref is None else ref.profile) == kind:
-                total += n
+        total += _idle_by_kind(snapshot.nodes[name]).get((function, kind), 0)
     return total
+
+
+def _idle_by_kind(node: NodeState) -> dict[tuple[str, str | None], int]:
+    """A node's idle warm workers counted by (function, kind of instance), remembered on its state
+    (``NodeState.memo``, cleared whenever its workers change): ESG's pool rule asks for every function
+    and profile at every step."""
+    found = node.memo.get("idle_by_kind")
+    if found is None:
+        found = {}
+        for (f, ref), n in node.idle_workers.items():
+            if n > 0:
+                key = (f, None if ref is None else ref.profile)
+                found[key] = found.get(key, 0) + n
+        node.memo["idle_by_kind"] = found
+    return found
 
 
 def prewarm_of(want: WarmUp, fit: Fit, prewarm_id: str) -> Prewarm:

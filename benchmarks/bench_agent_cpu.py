@@ -7,8 +7,8 @@ the OpenWhisk stand-in, ``esg scheduler`` and ``esg agent`` running ``def main(a
 workers): after a warm-up, each burst of ``--n`` blocking activations is timed and the CPU (user + sys,
 from ``/proc``) that the agent with its workers, and the scheduler, spent on it is divided by ``--n``.
 On a shared machine the CPU per activation is the steadier figure; throughput is printed beside it with
-the load average. ``--profile FILE``: py-spy (``--py-spy PATH``) samples the agent's threads that hold the
-interpreter's lock during the last burst.
+the load average. ``--profile FILE``: py-spy (``--py-spy PATH``) samples the threads that hold the interpreter's lock
+during the last burst, of the agent or (``--profile-of scheduler``) of the scheduler.
 
 ``--pool N``: no services; ``N`` warm ``/run`` calls in a row through the worker pool (one worker, one
 thread), the CPU per call of this process and of the worker: the ``/run`` exchange alone.
@@ -124,6 +124,8 @@ def main() -> None:
     ap.add_argument("--max-batches", default="8")
     ap.add_argument("--profile", help="py-spy's samples of the agent's last burst (raw stacks), written here")
     ap.add_argument("--py-spy", default="py-spy")
+    ap.add_argument("--profile-of", choices=["agent", "scheduler"], default="agent",
+                    help="the process that --profile samples")
     ap.add_argument("--pool", type=int, metavar="N", help="only time N warm /run calls through the worker pool")
     a = ap.parse_args()
     if a.pool:
@@ -154,7 +156,7 @@ def main() -> None:
             spy = None
             if a.profile and b == a.bursts - 1:
                 spy = subprocess.Popen([a.py_spy, "record", "-r", "500", "--gil", "-o", a.profile, "-f", "raw",
-                                        "-p", str(agent.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                        "-p", str((agent if a.profile_of == "agent" else sched).pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1)
             t0 = time.monotonic()
             ids = [driver.publish("guest/plain", {"i": i}) for i in range(a.n)]

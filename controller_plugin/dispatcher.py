@@ -70,6 +70,13 @@ class Warmed:
 
 
 @dataclass(frozen=True)
+class Delivered:
+    """One read's results and heartbeats, in the order they were read: one inbox item per read."""
+
+    messages: tuple[protocol.Heartbeat | protocol.BatchResult, ...]
+
+
+@dataclass(frozen=True)
 class InFlight:
     dispatch: Dispatch
     entry_id: str
@@ -256,7 +263,8 @@ class Dispatcher:
 
     # -- the reader thread ----------------------------------------------------------------------------
     def read_loop(self, stop: threading.Event, deliver: Callable[[object], None], dead_letters: DeadLetters) -> None:
-        """Results and heartbeats to ``deliver`` (the main loop's inbox), malformed ones to dead letters."""
+        """Results and heartbeats to ``deliver`` (the main loop's inbox), each read's in one
+        :class:`Delivered`; malformed ones to dead letters."""
         failing = False
         while not stop.is_set():
             try:
@@ -268,6 +276,7 @@ class Dispatcher:
                 failing = True
                 stop.wait(0.5)
                 continue
+            messages: list[protocol.Heartbeat | protocol.BatchResult] = []
             for e in got:
                 try:
                     m = protocol.decode(e.raw or b"")
@@ -275,6 +284,8 @@ class Dispatcher:
                     dead_letters.put(e.raw, str(exc), e.stream, e.id)
                     continue
                 if isinstance(m, protocol.Heartbeat | protocol.BatchResult):
-                    deliver(m)
+                    messages.append(m)
                 else:
                     dead_letters.put(e.raw, f"unexpected {type(m).__name__} on {e.stream}", e.stream, e.id)
+            if messages:
+                deliver(Delivered(tuple(messages)))

@@ -15,7 +15,7 @@ It wires four parts, each owning its own state, and runs the main loop:
   to OpenWhisk's activation store.
 
 **The main loop** (the caller's thread, :meth:`SchedulerService.run`) waits on the inbox and wakes at
-once for each item: accepted activations and results go into ``Workflows``; a step turns them into
+once for each item (a poll's activations come as one, a read's results and heartbeats as one): accepted activations and results go into ``Workflows``; a step turns them into
 dispatches and answers. The acks are produced at once; then one Redis pipeline per turn carries the
 turn's dispatches and the ledger writes of its acks (one round trip, retried while Redis fails). Once
 a second, and whenever an agent joins, it pings ``health`` as each live agent's virtual invoker; it
@@ -45,12 +45,12 @@ from agent_channel.keys import Keys
 from controller_plugin import wire
 from controller_plugin.ack_pipeline import AckPipeline, Answer
 from controller_plugin.activation_store import ActivationStore, StoreError
-from controller_plugin.activations import Accepted, ActivationReader, HealthTest, Ledgered
+from controller_plugin.activations import Accepted, ActivationReader, HealthTest, Ledgered, Polled
 from controller_plugin.bus import Bus, BusError, Topics
 from controller_plugin.channel import SchedulerChannel
 from controller_plugin.deadletters import DeadLetters
 from controller_plugin.decisions import DecisionLog, decisions_key, status_key
-from controller_plugin.dispatcher import Dispatcher
+from controller_plugin.dispatcher import Delivered, Dispatcher
 from controller_plugin.health import AgentRegistry
 from controller_plugin.ledger import Ledger
 from controller_plugin.metadata import MetadataClient, ProfileStore
@@ -68,7 +68,7 @@ from esg.scheduler import Scheduler
 
 log = logging.getLogger("esg.scheduler")
 
-#: The most inbox items folded into one turn of the main loop.
+#: The most messages folded into one turn of the main loop (a poll's or a read's count as theirs).
 MAX_ITEMS_PER_TURN = 5000
 
 
@@ -82,6 +82,16 @@ def now_ms() -> int:
 
 class _Stop:
     """Put in the inbox to end the main loop."""
+
+
+def _unpack(item: object, into: list[object]) -> None:
+    """An inbox item into ``into``: a poll's or a read's messages one by one, in order."""
+    if isinstance(item, Polled):
+        into.extend(item.items)
+    elif isinstance(item, Delivered):
+        into.extend(item.messages)
+    else:
+        into.append(item)
 
 
 class SchedulerService:
@@ -245,11 +255,11 @@ class SchedulerService:
 
     # -- the loop -------------------------------------------------------------------------------------
     def tick(self, wait_s: float = 0.02) -> None:
-        items = []
+        items: list[object] = []
         try:
-            items.append(self.inbox.get(timeout=wait_s))
+            _unpack(self.inbox.get(timeout=wait_s), items)
             while len(items) < MAX_ITEMS_PER_TURN:
-                items.append(self.inbox.get_nowait())
+                _unpack(self.inbox.get_nowait(), items)
         except queue.Empty:
             pass
         mono, t = time.monotonic(), now_ms()

@@ -122,16 +122,17 @@ class Ledger:
             args += [a, t, ms, raw]
         return [bool(x) for x in self._accept(keys=keys, args=args)]
 
-    def mark_acking(self, items: Iterable[tuple[LedgerEntry, bytes, dict[str, Any] | None]],
+    def mark_acking(self, items: Iterable[tuple[LedgerEntry, bytes, bytes | dict[str, Any] | None]],
                     forget: Iterable[str] = (), done: Iterable[str] = ()) -> None:
         pipe = self.r.pipeline(transaction=False)
         if self.stage_acking(pipe, items, forget, done):
             pipe.execute()
 
-    def stage_acking(self, pipe, items: Iterable[tuple[LedgerEntry, bytes, dict[str, Any] | None]],
+    def stage_acking(self, pipe, items: Iterable[tuple[LedgerEntry, bytes, bytes | dict[str, Any] | None]],
                      forget: Iterable[str] = (), done: Iterable[str] = ()) -> int:
-        """Add to ``pipe``: each ack's bytes (and the activation record), the deletion of the ``forget``
-        keys (the answered requests' intermediate data), the ``done`` marks; how many commands."""
+        """Add to ``pipe``: each ack's bytes (and the activation record: a dict, or its JSON already
+        encoded), the deletion of the ``forget`` keys (the answered requests' intermediate data), the
+        ``done`` marks; how many commands."""
         n = 0
         gone = list(forget)
         if gone:
@@ -142,7 +143,11 @@ class Ledger:
         args: list[Any] = []
         for entry, ack, record in items:
             keys.append(self._key(entry.activation_id))
-            args += [ack, "" if record is None else json.dumps(record, separators=(",", ":"), allow_nan=False)]
+            if record is None:
+                args += [ack, ""]
+            else:
+                args += [ack, record if isinstance(record, bytes) else
+                         json.dumps(record, separators=(",", ":"), allow_nan=False)]
         # one script call per ACKING_PER_CALL entries, not an HSET each: redis-py packs every command of a
         # pipeline and parses every reply in Python, which cost the loop as much as the write itself
         for i in range(0, len(keys), ACKING_PER_CALL):

@@ -508,6 +508,19 @@ def encode_ack(ack: Ack, max_bytes: int = MAX_MESSAGE_BYTES) -> bytes:
     return data
 
 
+def encode_combined(ack: CombinedCompletionAndResultMessage, response_json: bytes,
+                    max_bytes: int = MAX_MESSAGE_BYTES) -> bytes:
+    """:func:`encode_ack` of ``ack`` when ``response_json`` is ``encode(ack.response)``: the record's JSON,
+    encoded once for the ack and for the ledger, goes into the ack's bytes as it is. The same bytes as
+    :func:`encode_ack` (the keys in ``to_json``'s order), shrunk by the same rule."""
+    data = b"".join((b'{"transid":', encode(ack.transid), b',"response":', response_json,
+                     b',"isSystemError":', b"true" if ack.is_system_error else b"false",
+                     b',"instance":', encode(ack.instance.to_json()), b"}"))
+    if record_size_upper_bound(len(data)) > max_bytes:
+        return encode(ack.shrink().to_json())
+    return data
+
+
 def record_size_upper_bound(value_bytes: int) -> int:
     """Size Kafka's producer assumes for a record with no key or headers (``estimateSizeInBytesUpperBound``).
 

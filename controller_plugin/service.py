@@ -15,7 +15,8 @@ It wires four parts, each owning its own state, and runs the main loop:
   to OpenWhisk's activation store.
 
 **The main loop** (the caller's thread, :meth:`SchedulerService.run`) waits on the inbox and wakes at
-once for each item (a poll's activations come as one, a read's results and heartbeats as one): accepted activations and results go into ``Workflows``; a step turns them into
+once for each item (a poll's activations come as one, a read's results and heartbeats as one; under a
+burst it gathers a little longer: :mod:`controller_plugin.inbox`): accepted activations and results go into ``Workflows``; a step turns them into
 dispatches and answers. The acks are produced at once; then one Redis pipeline per turn carries the
 turn's dispatches and the ledger writes of its acks (one round trip, retried while Redis fails). Once
 a second, and whenever an agent joins, it pings ``health`` as each live agent's virtual invoker; it
@@ -45,13 +46,14 @@ from agent_channel.keys import Keys
 from controller_plugin import wire
 from controller_plugin.ack_pipeline import AckPipeline, Answer
 from controller_plugin.activation_store import ActivationStore, StoreError
-from controller_plugin.activations import Accepted, ActivationReader, HealthTest, Ledgered, Polled
+from controller_plugin.activations import Accepted, ActivationReader, HealthTest, Ledgered
 from controller_plugin.bus import Bus, BusError, Topics
 from controller_plugin.channel import SchedulerChannel
 from controller_plugin.deadletters import DeadLetters
 from controller_plugin.decisions import DecisionLog, decisions_key, status_key
-from controller_plugin.dispatcher import Delivered, Dispatcher
+from controller_plugin.dispatcher import Dispatcher
 from controller_plugin.health import AgentRegistry
+from controller_plugin.inbox import Inbox
 from controller_plugin.ledger import Ledger
 from controller_plugin.metadata import MetadataClient, ProfileStore
 from controller_plugin.metrics import Metrics
@@ -84,16 +86,6 @@ class _Stop:
     """Put in the inbox to end the main loop."""
 
 
-def _unpack(item: object, into: list[object]) -> None:
-    """An inbox item into ``into``: a poll's or a read's messages one by one, in order."""
-    if isinstance(item, Polled):
-        into.extend(item.items)
-    elif isinstance(item, Delivered):
-        into.extend(item.messages)
-    else:
-        into.append(item)
-
-
 class SchedulerService:
     def __init__(self, settings: Settings) -> None:
         self.s = settings
@@ -108,7 +100,7 @@ class SchedulerService:
         self.topics = Topics(settings.topic_prefix, settings.controller_id)
         keys = Keys(settings.topic_prefix, settings.controller_id)
         self.metrics = Metrics()
-        self.inbox: queue.Queue = queue.Queue()
+        self.inbox = Inbox()
         self.stop_event = threading.Event()
         self.errors: list[str] = []
         self.ledger = Ledger(self.redis, keys.scope, settings.topic_prefix)
@@ -255,13 +247,7 @@ class SchedulerService:
 
     # -- the loop -------------------------------------------------------------------------------------
     def tick(self, wait_s: float = 0.02) -> None:
-        items: list[object] = []
-        try:
-            _unpack(self.inbox.get(timeout=wait_s), items)
-            while len(items) < MAX_ITEMS_PER_TURN:
-                _unpack(self.inbox.get_nowait(), items)
-        except queue.Empty:
-            pass
+        items = self.inbox.take(wait_s, MAX_ITEMS_PER_TURN)
         mono, t = time.monotonic(), now_ms()
         for item in items:
             self._take(item, mono, t)

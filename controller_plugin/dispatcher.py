@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import redis
 
@@ -224,8 +224,9 @@ class Dispatcher:
             entry_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
             d = s.dispatch
             self.inflight[d.batch_id] = InFlight(d, entry_id, Claim(d.batch_id, d.function, d.config, d.fit))
-            self.metrics.decisions.inc()
             self.metrics.batch_size.observe(len(s.dispatch.jobs))
+        if sends:
+            self.metrics.decisions.inc(len(sends))
         self.count += len(sends)
 
     def take_warmed(self) -> list[Warmed]:
@@ -241,7 +242,8 @@ class Dispatcher:
         if flight is None:
             return None  # a duplicate, or declared lost
         d = flight.dispatch
-        self.finished[d.batch_id] = (d, time.monotonic(), replace(flight.claim, finished=True))
+        c = flight.claim    # built, not dataclasses.replace'd: that reads the fields' list at every call
+        self.finished[d.batch_id] = (d, time.monotonic(), Claim(c.batch_id, c.function, c.config, c.fit, True))
         view = self._view
         if (view is not None and d.node in view.nodes and d.node not in self._stale
                 and d.batch_id not in self._view_done.get(d.node, ())):

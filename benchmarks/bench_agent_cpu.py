@@ -64,6 +64,27 @@ def switches(pid: int) -> int:
     return n
 
 
+def threads_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of each thread of ``pid`` by name (``main`` for the main thread; librdkafka's threads
+    are ``rdk:...``; Python's own threads are unnamed to the system and add up under ``python``)."""
+    out: dict[str, float] = {}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                parts = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                name = "main" if int(t) == pid else f.read().strip()
+        except OSError:
+            continue
+        name = "rdk:broker" if name.startswith("rdk:broker") else name
+        out[name] = out.get(name, 0.0) + (int(parts[11]) + int(parts[12])) / TICK
+    return out
+
+
 def descendants(pid: int) -> set[int]:
     children: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
@@ -152,6 +173,7 @@ def main() -> None:
             ag0, cs0, known = tree_cpu(agent.pid, known)
             self0 = cpu_s(agent.pid)
             sc0 = cpu_s(sched.pid)
+            th0 = threads_cpu(sched.pid)
             calls0 = command_calls(redis_server.url)
             spy = None
             if a.profile and b == a.bursts - 1:
@@ -166,6 +188,7 @@ def main() -> None:
             ag1, cs1, known = tree_cpu(agent.pid, known)
             self1 = cpu_s(agent.pid)
             sc1 = cpu_s(sched.pid)
+            th1 = threads_cpu(sched.pid)
             calls1 = command_calls(redis_server.url)
             if spy is not None:
                 spy.send_signal(2)
@@ -176,6 +199,9 @@ def main() -> None:
                   f"agent+workers {(ag1 - ag0) * 1000 / a.n:.3f} ms/act (agent {(self1 - self0) * 1000 / a.n:.3f})  scheduler {(sc1 - sc0) * 1000 / a.n:.3f} "
                   f"ms/act  switches {(cs1 - cs0) / a.n:.1f}/act  workers {len(known) - 1}  missing {len(missing)}  load {load0:.2f} -> "
                   f"{os.getloadavg()[0]:.2f}", flush=True)
+            print("  scheduler's threads, ms of CPU per activation: " + ", ".join(
+                f"{name} {(th1[name] - th0.get(name, 0.0)) * 1000 / a.n:.3f}" for name in sorted(th1)
+                if th1[name] - th0.get(name, 0.0) > 0), flush=True)
             print("  redis calls per activation: " + ", ".join(
                 f"{c} {(calls1.get(c, 0) - calls0.get(c, 0)) / a.n:.2f}" for c in
                 ("xreadgroup", "exec", "xack", "xdel", "xadd", "evalsha", "eval") if calls1.get(c)), flush=True)

@@ -138,6 +138,7 @@ def run_agent(args: argparse.Namespace) -> int:
 
     from agent_channel.connect import ChannelError, connect, redact_url
     from agent_channel.keys import Keys
+    from invoker_agent import scratch
     from invoker_agent.actions import ActionFetcher
     from invoker_agent.batch import BatchRunner
     from invoker_agent.channel import AgentChannel
@@ -150,6 +151,7 @@ def run_agent(args: argparse.Namespace) -> int:
     from invoker_agent.vcpus import VcpuAllocator, VcpuError
 
     check_args(args)
+    scratch.sweep()         # what an agent killed outright left: its workers' directories, its servers'
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     host_cpus = sorted(os.sched_getaffinity(0))

@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from esg_cli import scratch
 from esg_cli.errors import CliError
+from invoker_agent import scratch
 from invoker_agent.lifetime import die_with_parent
 
 #: kafka-python consumer settings that make a consumer-group join on Tansu take ~1 s instead of ~23 s.

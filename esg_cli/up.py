@@ -33,9 +33,10 @@ from esg.emulator.levels import SLO_LEVELS
 from esg.mig import DEFAULT_GPU_MODEL
 from esg.model import App
 from esg.planner import Planner
-from esg_cli import checks, scratch
+from esg_cli import checks
 from esg_cli.errors import CliError
 from esg_files import load_app, load_profiles
+from invoker_agent import scratch
 from invoker_agent.lifetime import die_with_parent
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -30,7 +30,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -42,6 +41,7 @@ from typing import Any
 
 from agent_channel.protocol import RunRequest
 from esg.model import Config
+from invoker_agent import scratch
 from invoker_agent.actions import ActionCode
 from invoker_agent.lifetime import die_with_parent
 from invoker_agent.runtime_client import (
@@ -121,7 +121,9 @@ class ProcessWorker:
         self.batch_capable = False
         self.proc: subprocess.Popen | None = None
         self.client: RuntimeClient | None = None
-        self.dir = Path(tempfile.mkdtemp(prefix="esg-worker-"))
+        # owned by this agent: if the agent is killed before the worker runs (and could remove it on its
+        # way out), the next agent's start, or its next worker's, sweeps it
+        self.dir = scratch.make("worker-")
         self.log_path = self.dir / "action.log"
         self._log_offset = 0
         self._log_fd: int | None = None

@@ -60,6 +60,22 @@ def children(pid: int) -> list[int]:
     return out
 
 
+ORPHAN = """
+from invoker_agent import scratch
+d = scratch.make("worker-")
+(d / "action.log").write_bytes(b"")
+print(d, flush=True)
+"""
+
+
+def orphan_worker_dir() -> Path:
+    """A worker directory as an agent killed between making it and starting the worker leaves it: its log
+    opened, no worker, and the owner (a process that has ended) not there to remove it."""
+    out = subprocess.run([sys.executable, "-c", ORPHAN], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, check=True, timeout=30)
+    return Path(out.stdout.strip())
+
+
 def running(pid: int) -> bool:
     """Whether process ``pid`` is still running (not gone, not a zombie)."""
     try:

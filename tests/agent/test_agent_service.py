@@ -19,7 +19,14 @@ from agent_channel.protocol import InputRef
 from esg.cluster import SliceRef
 from esg.model import Config
 from esg_cli.servers import free_port
-from tests.agent.agent_harness import AUTH, REPO, AgentProcess, OpenWhiskStandIn, SchedulerSide
+from tests.agent.agent_harness import (
+    AUTH,
+    REPO,
+    AgentProcess,
+    OpenWhiskStandIn,
+    SchedulerSide,
+    orphan_worker_dir,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -276,8 +283,11 @@ def test_a_killed_agent_runs_the_batch_it_had_taken_after_a_restart(redis_url, o
         proc.kill()
     finally:
         proc.stop()
+    orphan = orphan_worker_dir()     # as a kill between making a worker's directory and starting it leaves it
     proc2 = AgentProcess(tmp_path, redis_url, openwhisk.url, node, prefix, "--fake-gpu", "A30")
     try:
+        sched.heartbeat(node, timeout=30, after=len(sched.heartbeats))
+        assert not orphan.exists()                   # the new incarnation's start swept it
         # the batch it had taken (pending in the group) is run by the new incarnation; the answered one is not
         assert sched.result(taken.batch_id).results[0].status_code == 0
         assert counter.read_text() == "run\n"

@@ -11,6 +11,7 @@ from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
 from invoker_agent.reconcile import Reconciler
 from invoker_agent.runner import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
+from tests.agent.agent_harness import orphan_worker_dir
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -56,6 +57,20 @@ def pool():
 
 def key(a: ActionCode, slice_uuid=None, config="b1-c1") -> WorkerKey:
     return WorkerKey(a.fqn, a.revision, config, slice_uuid)
+
+
+def test_a_worker_directory_left_by_a_killed_agent_goes_with_the_next_worker_start_and_a_live_ones_stays():
+    orphan = orphan_worker_dir()
+    assert orphan.name.startswith("esg-worker-") and (orphan / "action.log").exists()
+    first = ProcessWorker(WorkerSpec(CPU), action(ECHO))
+    assert not orphan.exists()
+    second = ProcessWorker(WorkerSpec(CPU), action(ECHO))     # the first's owner (this process) still runs
+    try:
+        assert first.dir.exists() and second.dir.exists()
+    finally:
+        first.kill()
+        second.kill()
+    assert not first.dir.exists() and not second.dir.exists()
 
 
 def test_success_application_and_developer_errors(pool):

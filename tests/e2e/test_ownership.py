@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from esg_cli import scratch
+from invoker_agent import scratch
 from tests.leaks import alive, descendants
 
 ROOT = Path(__file__).resolve().parents[2]

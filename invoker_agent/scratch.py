@@ -1,8 +1,10 @@
 """Scratch directories that name their owner, and the sweep that removes those whose owner is gone.
 
-A local server's directory (its log, its working files) is removed when the server is stopped. When
-the process that started it is killed outright (``kill -9``), the server itself still stops (its
-parent-death signal, :mod:`invoker_agent.lifetime`) but nobody is left to remove the directory. So each
+A local server's directory (its log, its working files) and an action worker's (its log, the action's
+temporary files) are removed when the server or worker is stopped. When the process that started it is
+killed outright (``kill -9``), the server or worker itself still stops (its parent-death signal,
+:mod:`invoker_agent.lifetime`) but nobody may be left to remove the directory: a worker whose agent died
+between making the directory and starting the process never runs to remove its own. So each
 such directory records its owner (pid and process start time) in :data:`OWNER_FILE`, and the next
 :func:`sweep` -- run whenever a new one is made -- removes those whose owner no longer runs.
 Directories without that file, and those of live processes, are never touched.

@@ -15,8 +15,8 @@ It wires four parts, each owning its own state, and runs the main loop:
   to OpenWhisk's activation store.
 
 **The main loop** (the caller's thread, :meth:`SchedulerService.run`) waits on the inbox and wakes at
-once for each item (a poll's activations come as one, a read's results and heartbeats as one; under a
-burst it gathers a little longer: :mod:`controller_plugin.inbox`): accepted activations and results go into ``Workflows``; a step turns them into
+once for each item (a poll's activations come as one, a read's results and heartbeats as one:
+:mod:`controller_plugin.inbox`): accepted activations and results go into ``Workflows``; a step turns them into
 dispatches and answers. The acks are produced at once; then one Redis pipeline per turn carries the
 turn's dispatches and the ledger writes of its acks (one round trip, retried while Redis fails). Once
 a second, and whenever an agent joins, it pings ``health`` as each live agent's virtual invoker; it

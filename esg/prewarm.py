@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from esg.cluster import ClusterSnapshot, Fit, NodeState, SliceRef
@@ -86,11 +86,14 @@ def _on_instance(snapshot: ClusterSnapshot, want: WarmUp) -> Fit | None:
     return fit
 
 
-def spare_instance(node: NodeState, function: str, profile: str) -> SliceRef | None:
+def spare_instance(node: NodeState, function: str, profile: str,
+                   idle_elsewhere: Mapping[str, int] | None = None) -> SliceRef | None:
     """An idle MIG instance of ``profile`` on ``node`` that ``function`` could have a worker added to
     without costing another function its last idle worker of that profile: it holds no worker of
     ``function``, holds idle workers of other functions, and each of those has another idle worker on
-    another idle instance of the profile on the node."""
+    another idle instance of the profile on the node -- or, where ``idle_elsewhere`` is given (per
+    function, its idle workers on idle instances of the profile on the other nodes), anywhere on the
+    cluster."""
     free = [s.ref for s in node.slices if not s.busy and s.ref.profile == profile]
     holders: dict[SliceRef, list[str]] = {ref: [] for ref in free}
     per_function: dict[str, int] = {}
@@ -98,11 +101,22 @@ def spare_instance(node: NodeState, function: str, profile: str) -> SliceRef | N
         if n > 0 and r in holders:
             holders[r].append(f)
             per_function[f] = per_function.get(f, 0) + 1
+    more = idle_elsewhere or {}
     for ref in free:
         here = holders[ref]
-        if here and function not in here and all(per_function[f] > 1 for f in here):
+        if here and function not in here and all(per_function[f] + more.get(f, 0) > 1 for f in here):
             return ref
     return None
+
+
+def idle_by_function(node: NodeState, profile: str) -> dict[str, int]:
+    """Per function, the idle instances of ``profile`` on ``node`` holding an idle worker of it."""
+    idle = {s.ref for s in node.slices if not s.busy and s.ref.profile == profile}
+    out: dict[str, int] = {}
+    for (f, r), n in node.idle_workers.items():
+        if n > 0 and r in idle:
+            out[f] = out.get(f, 0) + 1
+    return out
 
 
 def smallest_of_kind(profile: Profile, config: Config) -> Config:

@@ -37,6 +37,16 @@ the node. The instance is paid for already, so the worker costs its cold start o
 function's last idle worker taken; one such start at a time per node. (At light and normal load on the
 trace ESG's misses were jobs waiting for the one busy worker of densenet121 or inceptionv3.)
 
+Pools grown onto the instances ESG holds (``pool_sizing``, on by default; :meth:`EsgPolicy._size_pools`):
+while the load seen (each GPU function's jobs over a re-warm's time, times its run time per job) keeps at
+most ``POOL_FILL_BUSY`` of the MIG instances busy, a GPU function with load gets one more worker on a
+spare instance of a profile ESG_1Q's plan for a fresh request would use for it, the most loaded per worker
+first, until every instance of that profile holds one -- before any of its heads waits. Held instances
+then serve ESG's functions as one pool: a burst finds a worker of each function on every idle instance,
+where before it queued behind the one or two instances holding its function's workers. The instances are
+paid already (an idle instance costs the same with one warm worker or several): the pool costs cold
+starts, no MIG change and no instance more.
+
 Three rules are built and off by default (measured on the trace to lose overall, docs/baselines.md):
 holding a queue for a larger batch when that is cheaper per request within every held job's budget
 (``hold_batches``, :meth:`EsgPolicy._hold`: a :class:`Choice` with ``retry_at_ms``, so the scheduler
@@ -72,7 +82,7 @@ platform's 10 minutes; with fewer than 16 gaps seen, the platform's.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -86,7 +96,16 @@ from esg.policies import register
 from esg.policies.base import Choice, Policy, PolicyContext
 from esg.policies.placer import Placer
 from esg.policies.plan_cache import PlanCache
-from esg.prewarm import Gaps, Timed, Warming, WarmUp, idle_of_kind, smallest_of_kind, spare_instance
+from esg.prewarm import (
+    Gaps,
+    Timed,
+    Warming,
+    WarmUp,
+    idle_by_function,
+    idle_of_kind,
+    smallest_of_kind,
+    spare_instance,
+)
 from esg.queues import AfwQueue
 from esg.slo_split import group_latency
 from esg.timing import cold_start_ms
@@ -105,6 +124,11 @@ latency); the rest is left for the queueing of its later stages."""
 HOLD_SAVING = 0.25
 """Holding for a batch must save at least this share of the on-time plan's cost per request."""
 HOLDING = "holding for a larger batch"
+POOL_FILL_BUSY = 0.3
+"""Pools grow onto held instances only while the load seen keeps at most this share of them busy
+(:meth:`EsgPolicy._size_pools`)."""
+SERVICE_WEIGHT = 0.2
+"""Pool sizing: the weight of a batch in the running mean of its function's run time per job."""
 
 
 @dataclass(frozen=True)
@@ -143,7 +167,7 @@ class EsgPolicy(Policy):
 
     def __init__(self, ctx: PolicyContext, exact: bool = False, bounded_keep_alive: bool = False,
                  hold_batches: bool = False, widen_pools: bool = False, function_scale_out: bool = False,
-                 spare_instances: bool = True):
+                 spare_instances: bool = True, pool_sizing: bool = True):
         super().__init__(ctx, EsgPlacer(ctx))
         self.exact = exact
         self.hold_batches = hold_batches
@@ -163,6 +187,20 @@ class EsgPolicy(Policy):
         (:meth:`_spare`): an idle MIG instance of the planned profile, already held for other
         functions that each keep an idle worker on another idle instance of it on the node (measured on
         the trace to win, docs/baselines.md); False: no such start."""
+        self.pool_sizing = pool_sizing
+        """Grow each GPU function's pool onto the MIG instances ESG holds while the load seen leaves them
+        room (:meth:`_size_pools`: one more worker on a spare instance at a time per node, no MIG change;
+        measured on the trace to win, docs/baselines.md); False: pools grow only when a head waits."""
+        self.pool_fill_busy = POOL_FILL_BUSY
+        """The busy share of the instances up to which pools grow (``POOL_FILL_BUSY``)."""
+        self._pool_kinds: dict[str, tuple[str, ...]] = {}
+        """Per function, the MIG profiles its pool grows on (:meth:`_pool_profiles`)."""
+        self._jobs_seen: dict[str, deque[float]] = {}
+        """Per function, the arrival times of its jobs within the last :meth:`_window_ms` (every request of
+        an app brings each of its functions one job)."""
+        self._service: dict[str, float] = {}
+        """Per function run on a MIG instance, the run time per job of its batches there: a running mean
+        over the last few (``SERVICE_WEIGHT``), hop included."""
         self._waited: dict[str, tuple[str, Job, Config]] = {}
         """Functions whose on-time head waited for a busy worker this step: (app, the head, the planned
         configuration)."""
@@ -219,6 +257,7 @@ class EsgPolicy(Policy):
         self._before = {k: v for k, v in self._before.items() if k[0] not in changed}
         self._kinds = {}
         self._batches = {}
+        self._pool_kinds = {}
         self._chosen = {k: v for k, v in self._chosen.items() if k[0] not in changed}
         self._batch_choice = {b: c for b, c in self._batch_choice.items() if c.app not in changed}
 
@@ -337,6 +376,10 @@ class EsgPolicy(Policy):
             self._batch_choice[dispatch.batch_id] = choice
         self._busy[dispatch.function][dispatch.config.gpu] += 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] += 1
+        if dispatch.config.gpu is not None and dispatch.planned_latency_ms is not None:
+            per_job = (dispatch.planned_latency_ms + self.ctx.stage_overhead_ms) / len(dispatch.jobs)
+            seen = self._service.get(dispatch.function)
+            self._service[dispatch.function] = per_job if seen is None else seen + SERVICE_WEIGHT * (per_job - seen)
 
     def on_done(self, dispatch: Dispatch) -> None:
         super().on_done(dispatch)
@@ -379,6 +422,15 @@ class EsgPolicy(Policy):
         if gaps is None:
             gaps = self._gaps[app.name] = Gaps()
         gaps.add(request.arrival_ms)
+        if self.pool_sizing:
+            for f in app.functions:
+                if not self._gpu_kinds(f):
+                    continue  # a CPU-only function has no pool on MIG instances
+                seen = self._jobs_seen.get(f)
+                if seen is None:
+                    seen = self._jobs_seen[f] = deque()
+                seen.append(now_ms)
+                self._rate(f, now_ms)  # forgets the jobs older than the window: the deque stays short
 
     def keep_alive_ms(self, app: str, function: str, now_ms: float) -> float | None:
         gaps = self._gaps.get(app)
@@ -420,6 +472,8 @@ class EsgPolicy(Policy):
                     wants[key] = want
         self._widen(now_ms, wants)
         self._spare(now_ms, snapshot, wants)
+        if self.pool_sizing:
+            self._size_pools(now_ms, snapshot, wants)
         return list(wants.values())
 
     def _spare(self, now_ms: float, snapshot: ClusterSnapshot,
@@ -450,6 +504,102 @@ class EsgPolicy(Policy):
                         instance=ref)
                     self._spare_asked[node] = function
                     break
+
+    # -- pools sized by the load seen -------------------------------------------------------------------
+    def _window_ms(self, function: str) -> float:
+        """How far back a function's load is counted: as long as starting one of its workers takes (a
+        cold start and a MIG instance), the horizon a worker started now is ready for."""
+        return self.rewarm_ms(function)
+
+    def _rate(self, function: str, now_ms: float) -> float:
+        """Jobs of ``function`` per ms over the last :meth:`_window_ms`."""
+        seen = self._jobs_seen.get(function)
+        if not seen:
+            return 0.0
+        window = self._window_ms(function)
+        while seen and seen[0] < now_ms - window:
+            seen.popleft()
+        return len(seen) / window if window > 0 else 0.0
+
+    def _size_pools(self, now_ms: float, snapshot: ClusterSnapshot,
+                    wants: dict[tuple[str, str | None, str], WarmUp]) -> None:
+        """Grow the pools of the GPU functions onto the MIG instances ESG holds already, while the
+        instances have room: one more worker, on a spare instance (:func:`esg.prewarm.spare_instance`:
+        idle, held for other functions that each keep another idle worker on another idle instance of
+        the profile, on this node or another), for each GPU function with load in its
+        :meth:`_window_ms` and a worker on fewer instances of one of its :meth:`_pool_profiles` than the
+        cluster has of it, the most loaded per worker first -- only while the instances' busy share
+        (every GPU function's jobs per ms times its run time per job, over every MIG instance) is at
+        most ``pool_fill_busy``. An idle instance costs the
+        same with one warm worker or several, so a pool grown this way costs cold starts only: no MIG
+        change, no instance more; the instances ESG holds then serve its functions as one pool, and a
+        burst finds a worker of each function on every idle instance. One spare-instance start at a time
+        per node (shared with :meth:`_spare`)."""
+        per_profile: Counter[str] = Counter(s.ref.profile for n in snapshot.nodes.values() for s in n.slices)
+        instances = sum(per_profile.values())
+        if not instances:
+            return
+        load = {f: self._rate(f, now_ms) * s for f, s in sorted(self._service.items())}
+        if sum(load.values()) > self.pool_fill_busy * instances:
+            return  # the instances are busy: a start now takes one from the jobs for seconds
+        short = []
+        for function in sorted(self._service):
+            if load[function] <= 0.0 or any(k[0] == function for k in wants):
+                continue
+            profiles = self._pool_profiles(function)
+            held = {q: idle_of_kind(snapshot, function, q)
+                    + sum(n for (f, k, _), n in self._busy_on.items() if f == function and k == q) for q in profiles}
+            for profile in profiles:
+                if held[profile] < per_profile[profile] and not self._warming.count(function, now_ms, profile):
+                    short.append((-load[function] / max(sum(held.values()), 1), function, profile))
+        placed: set[str] = set()
+        idle: dict[tuple[str, str], dict[str, int]] = {}
+        for _, function, profile in sorted(short):
+            if function in placed:
+                continue
+            app = self._app_of(function)
+            for node in snapshot.route((), True):
+                if self._spare_until.get(node, -math.inf) >= now_ms or node in self._spare_asked:
+                    continue
+                for name in snapshot.nodes:
+                    if (name, profile) not in idle:
+                        idle[(name, profile)] = idle_by_function(snapshot.nodes[name], profile)
+                elsewhere: Counter[str] = Counter()
+                for name in snapshot.nodes:
+                    if name != node:
+                        elsewhere.update(idle[(name, profile)])
+                ref = spare_instance(snapshot.nodes[node], function, profile, elsewhere)
+                if ref is None:
+                    continue
+                config = next(e.config for e in self.ctx.profiles[function].entries if e.config.gpu == profile)
+                wants[(function, profile, node)] = WarmUp(
+                    app, function, smallest_of_kind(self.ctx.profiles[function], config),
+                    self.keep_alive_ms(app, function, now_ms), preferred=(node,), only_preferred=True,
+                    instance=ref)
+                self._spare_asked[node] = function
+                placed.add(function)
+                break
+
+    def _pool_profiles(self, function: str) -> tuple[str, ...]:
+        """The MIG profiles a pool of ``function`` grows on: those of its configurations on the K cheapest
+        paths ESG_1Q finds for a fresh request of each app with it (batches of one, any instance, the
+        per-batch overhead counted) -- the kinds of instance its plans would use were a worker there."""
+        found = self._pool_kinds.get(function)
+        if found is None:
+            kinds: set[str] = set()
+            for _, app in sorted(self.ctx.apps.items()):
+                if function not in app.functions:
+                    continue
+                fresh = math.floor(app.slo_ms - self._before_ms(app, function, True))
+                choice = self._cached(app, function, 1, fresh, None, True)
+                if choice is not None:
+                    kinds.update(c.gpu for c in choice.priorities if c.gpu is not None)
+            found = self._pool_kinds[function] = tuple(sorted(kinds))
+        return found
+
+    def _app_of(self, function: str) -> str:
+        """The first app (by name) with ``function``: whose name a pool's pre-warm carries."""
+        return next(name for name, a in sorted(self.ctx.apps.items()) if function in a.functions)
 
     def _widen(self, now_ms: float, wants: dict[tuple[str, str | None, str], WarmUp]) -> None:
         """One more worker for each function a head waited for this step, of the kind its plan wanted,

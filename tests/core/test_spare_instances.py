@@ -56,7 +56,7 @@ def step_with_busy_worker(**flags):
     app = App("a", 100.0, ("f",), ())
     ctx = PolicyContext({"a": app}, {"f": profile("f", [(1, 1, "1g.5gb", 10.0)], cold_start_ms=1000.0)},
                         mig_reconfig_ms=2000.0)
-    s = Scheduler({"a": app}, EsgPolicy(ctx, **flags))
+    s = Scheduler({"a": app}, EsgPolicy(ctx, **{"pool_sizing": False, **flags}))  # the spare rule alone
     snap = ClusterSnapshot({"n0": node({("f", F_REF): 1, ("g", G1): 1, ("g", G2): 1})}, tracks_workers=True)
     first = s.step(0.0, snap, [Arrival(Request("r0", "a", 0.0))])
     assert first.dispatches[0].fit.warm_worker == ("f", F_REF) and not first.prewarms

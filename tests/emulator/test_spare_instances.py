@@ -22,7 +22,8 @@ def run(spare: bool):
                 "f": profile("f", [(1, 1, "1g.5gb", RUN_F)], cold_start_ms=COLD)}
     apps = {"x": X, "y": Y}
     params = EmulatorParams(noise_cv=0.0, warmup_ms=0.0, mig_reconfig_ms=MIG, hop_ms=0.0)
-    policy = EsgPolicy(PolicyContext(apps, profiles, mig_reconfig_ms=MIG), spare_instances=spare)
+    policy = EsgPolicy(PolicyContext(apps, profiles, mig_reconfig_ms=MIG), spare_instances=spare,
+                       pool_sizing=False)  # the spare rule alone (the pool rule: test_pool_sizing.py)
     requests = [Request("x0", "x", 0.0), Request("x1", "x", 0.0), Request("x2", "x", 0.0),  # g: 3 workers, in time
                 Request("y0", "y", 1000.0),  # f's first worker, beside one of g's (a cold start: y0 misses)
                 Request("y1", "y", 2000.0), Request("y2", "y", 2000.0),  # y2 waits for y1's worker: a miss

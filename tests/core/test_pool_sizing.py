@@ -1,0 +1,93 @@
+"""ESG's pool rule (EsgPolicy._size_pools, esg.prewarm.spare_instance with ``idle_elsewhere``): while the
+load seen keeps at most ``POOL_FILL_BUSY`` of the MIG instances busy, a GPU function gets one more worker
+on an instance ESG holds already for other functions (no MIG change, no instance more), on the profiles
+ESG_1Q's plan for a fresh request uses -- before any of its heads waits. A rule of the scheduler step, so
+the emulator and the live service decide alike."""
+
+from __future__ import annotations
+
+from esg.cluster import ClusterSnapshot, NodeState, Slice, SliceRef
+from esg.events import Arrival, Request
+from esg.model import App
+from esg.policies import PolicyContext
+from esg.policies.esg_policy import POOL_FILL_BUSY, EsgPolicy
+from esg.prewarm import idle_by_function, spare_instance
+from esg.scheduler import Scheduler
+
+from .helpers import profile
+
+F_REF, G1, G2 = SliceRef("1g.5gb", 0), SliceRef("1g.5gb", 1), SliceRef("1g.5gb", 2)
+D3 = SliceRef("3g.20gb", 4)
+
+
+def node(name: str, idle: dict, refs=(F_REF, G1, G2), busy=()) -> NodeState:
+    return NodeState(name, 16, 16, "A100-40GB", [Slice(r, busy=r in busy) for r in refs], idle_workers=dict(idle))
+
+
+# -- which instance is spare, with the other nodes counted ---------------------------------------------
+def test_a_holder_whose_other_idle_worker_is_on_another_node_leaves_its_instance_spare():
+    here = node("n0", {("f", F_REF): 1, ("g", G1): 1})
+    there = node("n1", {("g", G2): 1})
+    assert spare_instance(here, "f", "1g.5gb") is None, "on this node G1 holds g's only idle worker"
+    assert spare_instance(here, "f", "1g.5gb", idle_by_function(there, "1g.5gb")) == G1
+    assert spare_instance(here, "f", "1g.5gb", {"g": 0}) is None
+    assert idle_by_function(node("n1", {("g", G2): 1}, busy=(G2,)), "1g.5gb") == {}, "a busy instance serves no one"
+
+
+# -- the rule in the scheduler step ----------------------------------------------------------------------
+def scheduler(latency_ms: float, slo_ms: float = 100.0, cold_ms: float = 1000.0, mig_ms: float = 2000.0,
+              **flags) -> Scheduler:
+    app = App("a", slo_ms, ("f",), ())
+    ctx = PolicyContext({"a": app}, {"f": profile("f", [(1, 1, "1g.5gb", latency_ms)], cold_start_ms=cold_ms)},
+                        mig_reconfig_ms=mig_ms)
+    return Scheduler({"a": app}, EsgPolicy(ctx, **{"spare_instances": False, **flags}))
+
+
+def snapshot() -> ClusterSnapshot:
+    return ClusterSnapshot({"n0": node("n0", {("f", F_REF): 1, ("g", G1): 1, ("g", G2): 1})}, tracks_workers=True)
+
+
+def test_a_function_with_load_gets_a_worker_on_a_held_instance_before_any_head_waits():
+    out = scheduler(10.0).step(0.0, snapshot(), [Arrival(Request("r0", "a", 0.0))])
+    assert out.dispatches[0].fit.warm_worker == ("f", F_REF) and not out.waiting
+    (p,) = out.prewarms
+    assert p.function == "f" and p.fit.slice in (G1, G2) and not p.fit.create and not p.fit.destroy
+
+
+def test_no_pool_start_when_switched_off():
+    out = scheduler(10.0, pool_sizing=False).step(0.0, snapshot(), [Arrival(Request("r0", "a", 0.0))])
+    assert out.dispatches and not out.prewarms
+
+
+def test_no_pool_start_while_the_load_keeps_the_instances_busy():
+    # f's jobs take 900 ms each, counted over a re-warm (a 2000 ms cold start, MIG changes free): one job
+    # keeps 0.45 of an instance busy, 0.15 of the three; three jobs 0.45 of them, above POOL_FILL_BUSY (the
+    # two that wait start no worker: their 1800 ms of work is less than a cold start)
+    assert 0.15 <= POOL_FILL_BUSY < 0.45
+    def run(n: int):
+        s = scheduler(900.0, 1000.0, cold_ms=2000.0, mig_ms=0.0)
+        return s.step(0.0, snapshot(), [Arrival(Request(f"r{i}", "a", 0.0)) for i in range(n)])
+    one = run(1)
+    assert [p.function for p in one.prewarms] == ["f"]
+    three = run(3)
+    assert len(three.dispatches) == 1 and len(three.waiting) == 1
+    assert not three.prewarms
+
+
+def test_the_pool_grows_on_every_profile_the_fresh_plan_uses():
+    """d runs on a 3g instance (7 ms); a 1g worker (22 ms) also meets its 100 ms SLO, so ESG_1Q's plan
+    lists 1g too and d's pool grows onto the 1g instances held for g; at 150 ms on 1g it does not."""
+    def run(latency_1g: float):
+        app = App("a", 100.0, ("d",), ())
+        prof = profile("d", [(1, 1, "3g.20gb", 7.0), (1, 1, "1g.5gb", latency_1g)], cold_start_ms=1000.0)
+        s = Scheduler({"a": app}, EsgPolicy(PolicyContext({"a": app}, {"d": prof}, mig_reconfig_ms=2000.0),
+                                            spare_instances=False))
+        snap = ClusterSnapshot({"n0": node("n0", {("d", D3): 1, ("g", G1): 1, ("g", G2): 1}, refs=(D3, G1, G2))},
+                               tracks_workers=True)
+        return s.step(0.0, snap, [Arrival(Request("r0", "a", 0.0))])
+
+    near = run(22.0)
+    assert near.dispatches[0].fit.slice == D3
+    (p,) = near.prewarms
+    assert p.function == "d" and p.config.gpu == "1g.5gb" and p.fit.slice in (G1, G2) and not p.fit.create
+    assert not run(150.0).prewarms, "a 1g worker could not meet the SLO: no pool there"

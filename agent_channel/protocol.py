@@ -37,7 +37,7 @@ from typing import Any
 from esg.cluster import NodeState, Slice, SliceRef
 from esg.errors import EsgError
 from esg.model import Config
-from esg.nesting import MAX_MESSAGE_NESTING, MAX_NESTING, deeper_than
+from esg.nesting import MAX_MESSAGE_NESTING, MAX_NESTING, text_deeper_than
 from openwhisk_status import STATUS_CODES
 
 #: The limit on one function's output passed to its successors through the data store (Redis takes
@@ -341,14 +341,15 @@ def _run_result(r: RunResult) -> dict[str, Any]:
 
 def decode(raw: bytes | str) -> Message:
     try:
-        data = json.loads(raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw)
+        text = raw.decode("utf-8") if isinstance(raw, bytes | bytearray) else raw
+        data = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"not JSON: {exc}") from None
     except RecursionError:
         raise ProtocolError("not JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise ProtocolError("a message must be a JSON object")
-    if deeper_than(data, MAX_MESSAGE_NESTING):
+    if text_deeper_than(text, data, MAX_MESSAGE_NESTING):
         raise ProtocolError(f"a value in the message nests deeper than {MAX_NESTING} levels")
     kind = data.get("type")
     try:

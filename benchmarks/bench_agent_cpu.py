@@ -7,8 +7,8 @@ the OpenWhisk stand-in, ``esg scheduler`` and ``esg agent`` running ``def main(a
 workers): after a warm-up, each burst of ``--n`` blocking activations is timed and the CPU (user + sys,
 from ``/proc``) that the agent with its workers, and the scheduler, spent on it is divided by ``--n``.
 On a shared machine the CPU per activation is the steadier figure; throughput is printed beside it with
-the load average. ``--profile FILE``: py-spy (``--py-spy PATH``) samples the agent's threads that hold the
-interpreter's lock during the last burst.
+the load average. ``--profile FILE``: py-spy (``--py-spy PATH``) samples the threads that hold the interpreter's lock
+during the last burst, of the agent or (``--profile-of scheduler``) of the scheduler.
 
 ``--pool N``: no services; ``N`` warm ``/run`` calls in a row through the worker pool (one worker, one
 thread), the CPU per call of this process and of the worker: the ``/run`` exchange alone.
@@ -62,6 +62,27 @@ def switches(pid: int) -> int:
         except OSError:
             pass
     return n
+
+
+def threads_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of each thread of ``pid`` by name (``main`` for the main thread; librdkafka's threads
+    are ``rdk:...``; Python's own threads are unnamed to the system and add up under ``python``)."""
+    out: dict[str, float] = {}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/stat") as f:
+                parts = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                name = "main" if int(t) == pid else f.read().strip()
+        except OSError:
+            continue
+        name = "rdk:broker" if name.startswith("rdk:broker") else name
+        out[name] = out.get(name, 0.0) + (int(parts[11]) + int(parts[12])) / TICK
+    return out
 
 
 def descendants(pid: int) -> set[int]:
@@ -124,6 +145,8 @@ def main() -> None:
     ap.add_argument("--max-batches", default="8")
     ap.add_argument("--profile", help="py-spy's samples of the agent's last burst (raw stacks), written here")
     ap.add_argument("--py-spy", default="py-spy")
+    ap.add_argument("--profile-of", choices=["agent", "scheduler"], default="agent",
+                    help="the process that --profile samples")
     ap.add_argument("--pool", type=int, metavar="N", help="only time N warm /run calls through the worker pool")
     a = ap.parse_args()
     if a.pool:
@@ -150,11 +173,12 @@ def main() -> None:
             ag0, cs0, known = tree_cpu(agent.pid, known)
             self0 = cpu_s(agent.pid)
             sc0 = cpu_s(sched.pid)
+            th0 = threads_cpu(sched.pid)
             calls0 = command_calls(redis_server.url)
             spy = None
             if a.profile and b == a.bursts - 1:
                 spy = subprocess.Popen([a.py_spy, "record", "-r", "500", "--gil", "-o", a.profile, "-f", "raw",
-                                        "-p", str(agent.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                        "-p", str((agent if a.profile_of == "agent" else sched).pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1)
             t0 = time.monotonic()
             ids = [driver.publish("guest/plain", {"i": i}) for i in range(a.n)]
@@ -164,6 +188,7 @@ def main() -> None:
             ag1, cs1, known = tree_cpu(agent.pid, known)
             self1 = cpu_s(agent.pid)
             sc1 = cpu_s(sched.pid)
+            th1 = threads_cpu(sched.pid)
             calls1 = command_calls(redis_server.url)
             if spy is not None:
                 spy.send_signal(2)
@@ -174,6 +199,9 @@ def main() -> None:
                   f"agent+workers {(ag1 - ag0) * 1000 / a.n:.3f} ms/act (agent {(self1 - self0) * 1000 / a.n:.3f})  scheduler {(sc1 - sc0) * 1000 / a.n:.3f} "
                   f"ms/act  switches {(cs1 - cs0) / a.n:.1f}/act  workers {len(known) - 1}  missing {len(missing)}  load {load0:.2f} -> "
                   f"{os.getloadavg()[0]:.2f}", flush=True)
+            print("  scheduler's threads, ms of CPU per activation: " + ", ".join(
+                f"{name} {(th1[name] - th0.get(name, 0.0)) * 1000 / a.n:.3f}" for name in sorted(th1)
+                if th1[name] - th0.get(name, 0.0) > 0), flush=True)
             print("  redis calls per activation: " + ", ".join(
                 f"{c} {(calls1.get(c, 0) - calls0.get(c, 0)) / a.n:.2f}" for c in
                 ("xreadgroup", "exec", "xack", "xdel", "xadd", "evalsha", "eval") if calls1.get(c)), flush=True)

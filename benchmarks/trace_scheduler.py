@@ -36,6 +36,7 @@ from agent_channel import protocol  # noqa: E402
 from benchmarks.bench_scheduler import Procs, alternate, deploy, warm_up, write_profiles  # noqa: E402
 from controller_plugin.ack_pipeline import AckPipeline  # noqa: E402
 from controller_plugin.activations import Accepted, ActivationReader  # noqa: E402
+from controller_plugin.dispatcher import Delivered  # noqa: E402
 from controller_plugin.service import SchedulerService  # noqa: E402
 from controller_plugin.settings import Settings  # noqa: E402
 from esg_cli.controller_driver import ControllerDriver  # noqa: E402
@@ -71,8 +72,9 @@ def instrument(svc: SchedulerService, marks: dict[str, dict[str, float]]) -> Non
         mark("sent", [r.activation_id for s in sends for r in s.message.requests])
 
     def inbox_put(item, *a, **kw):
-        if isinstance(item, protocol.BatchResult):
-            mark("result", [r.activation_id for r in item.results])
+        if isinstance(item, Delivered):
+            mark("result", [r.activation_id for m in item.messages if isinstance(m, protocol.BatchResult)
+                            for r in m.results])
         put(item, *a, **kw)
 
     def acks_produce(self):

@@ -69,6 +69,8 @@ class _Pending:
     topic: str
     kind: str
     data_keys: tuple[str, ...] = field(default=())
+    record_json: bytes | None = None
+    """``record`` as JSON, encoded once for the ack and the ledger."""
 
 
 class AckPipeline:
@@ -114,10 +116,11 @@ class AckPipeline:
 
     def answer(self, a: Answer, instance: wire.InvokerInstance) -> None:
         record = acks.activation_record(a.msg, a.action, a.outcome)
-        data = acks.ack_bytes(a.msg, record, instance)
+        record_json = wire.encode(record)
+        data = acks.ack_bytes(a.msg, record, instance, record_json)
         topic = wire.completed_topic(a.msg.root_controller, self.topics.prefix)
         kind = "combined" if a.msg.blocking else "completion"
-        p = _Pending(a.entry, data, record, topic, kind, a.data_keys)
+        p = _Pending(a.entry, data, record, topic, kind, a.data_keys, record_json)
         if a.entry.activation_id in self._awaiting:
             self._held[a.entry.activation_id] = p
         else:
@@ -139,9 +142,12 @@ class AckPipeline:
             self._unconfirmed.append((self.bus.send(p.topic, p.data), p))
         self._produced += batch
         t = now_ms()
+        kinds: dict[str, int] = {}
         for p in batch:
             self.metrics.ack_latency.observe(max(0, t - p.entry.accepted_ms) / 1000)
-            self.metrics.acks.labels(p.kind).inc()
+            kinds[p.kind] = kinds.get(p.kind, 0) + 1
+        for kind, n in kinds.items():   # a label's look-up takes the metric's lock: once a kind a turn
+            self.metrics.acks.labels(kind).inc(n)
         self.count += len(batch)
 
     def stage(self, pipe) -> int:
@@ -153,7 +159,7 @@ class AckPipeline:
         self._staged = (len(batch), len(done))
         if not batch and not done:
             return 0
-        return self.ledger.stage_acking(pipe, ((p.entry, p.data, p.record) for p in batch),
+        return self.ledger.stage_acking(pipe, ((p.entry, p.data, p.record_json or p.record) for p in batch),
                                         forget=[k for p in batch for k in p.data_keys], done=done)
 
     def written(self) -> None:

@@ -59,10 +59,13 @@ def error_outcome(message: str, status_code: int, now_ms: int) -> Outcome:
     return Outcome(status_code, {"error": message}, now_ms, now_ms)
 
 
-def ack_bytes(msg: wire.ActivationMessage, record: dict[str, Any], instance: wire.InvokerInstance) -> bytes:
-    """The one ack for ``msg``: Combined with the record if blocking, else Completion."""
+def ack_bytes(msg: wire.ActivationMessage, record: dict[str, Any], instance: wire.InvokerInstance,
+              record_json: bytes | None = None) -> bytes:
+    """The one ack for ``msg``: Combined with the record if blocking, else Completion. ``record_json``:
+    ``wire.encode(record)`` when the caller has it (put into the ack as it is, not encoded again)."""
     if msg.blocking:
-        return wire.encode_ack(wire.combined(msg, record, instance))
+        ack = wire.combined(msg, record, instance)
+        return wire.encode_ack(ack) if record_json is None else wire.encode_combined(ack, record_json)
     is_system = record["response"]["statusCode"] == STATUS_WHISK_ERROR
     return wire.encode_ack(wire.completion(msg, instance, is_system_error=is_system))
 

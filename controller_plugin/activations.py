@@ -9,7 +9,7 @@ consumer's position, which librdkafka's prefetching runs ahead of). Commits are 
 most every :data:`COMMIT_EVERY_S` (a commit not made only redelivers what the ledger already has, and
 the ledger drops it), so a steady trickle of activations does not cost a commit each. Each new
 activation gets its plan (:class:`~controller_plugin.plans.PlanCache`) here, off the main loop, and
-goes to the main loop's inbox as :class:`Accepted`. The main loop widens the set of topics read
+goes to the main loop's inbox as :class:`Accepted`, the poll's together in one :class:`Polled`. The main loop widens the set of topics read
 (:meth:`ActivationReader.want`) as agents join as new virtual invokers.
 """
 
@@ -76,6 +76,14 @@ class HealthTest:
 
     msg: wire.ActivationMessage
     topic: int
+
+
+@dataclass(frozen=True)
+class Polled:
+    """One poll's activations and health tests, in the order they were read: handed to the main loop
+    as one inbox item (a hand-off per message cost both threads a lock and a wake-up each)."""
+
+    items: tuple[Accepted | HealthTest, ...]
 
 
 def _offsets(ledgered: dict[tuple[str, int], int]) -> list[TopicPartition]:
@@ -203,6 +211,7 @@ class ActivationReader:
         """Parse, dead-letter the malformed, hand on the rest in order; the ledger entries to insert."""
         t = now_ms()
         fresh: list[LedgerEntry] = []
+        polled: list[Accepted | HealthTest] = []
         dead = False
         for rec in records:
             topic, value = rec.topic(), rec.value() or b""
@@ -214,11 +223,13 @@ class ActivationReader:
                 dead = True
                 continue
             if msg.is_health_test:
-                self.inbox.put(HealthTest(msg, n))
+                polled.append(HealthTest(msg, n))
                 continue
             entry = LedgerEntry(msg.activation_id, "open", n, t, value.decode("utf-8"))
             fresh.append(entry)
-            self.inbox.put(self.accepted(msg, entry))
+            polled.append(self.accepted(msg, entry))
+        if polled:
+            self.inbox.put(Polled(tuple(polled)))
         if dead:
             self.dead_letters.flush()
         return fresh

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import redis
 
@@ -67,6 +67,13 @@ class Warmed:
     """That heartbeat showed an idle worker of its function on its slice."""
     done: protocol.PrewarmDone | None
     """What the agent did with it (None: an older agent, which does not say)."""
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """One read's results and heartbeats, in the order they were read: one inbox item per read."""
+
+    messages: tuple[protocol.Heartbeat | protocol.BatchResult, ...]
 
 
 @dataclass(frozen=True)
@@ -217,8 +224,9 @@ class Dispatcher:
             entry_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
             d = s.dispatch
             self.inflight[d.batch_id] = InFlight(d, entry_id, Claim(d.batch_id, d.function, d.config, d.fit))
-            self.metrics.decisions.inc()
             self.metrics.batch_size.observe(len(s.dispatch.jobs))
+        if sends:
+            self.metrics.decisions.inc(len(sends))
         self.count += len(sends)
 
     def take_warmed(self) -> list[Warmed]:
@@ -234,7 +242,8 @@ class Dispatcher:
         if flight is None:
             return None  # a duplicate, or declared lost
         d = flight.dispatch
-        self.finished[d.batch_id] = (d, time.monotonic(), replace(flight.claim, finished=True))
+        c = flight.claim    # built, not dataclasses.replace'd: that reads the fields' list at every call
+        self.finished[d.batch_id] = (d, time.monotonic(), Claim(c.batch_id, c.function, c.config, c.fit, True))
         view = self._view
         if (view is not None and d.node in view.nodes and d.node not in self._stale
                 and d.batch_id not in self._view_done.get(d.node, ())):
@@ -256,7 +265,8 @@ class Dispatcher:
 
     # -- the reader thread ----------------------------------------------------------------------------
     def read_loop(self, stop: threading.Event, deliver: Callable[[object], None], dead_letters: DeadLetters) -> None:
-        """Results and heartbeats to ``deliver`` (the main loop's inbox), malformed ones to dead letters."""
+        """Results and heartbeats to ``deliver`` (the main loop's inbox), each read's in one
+        :class:`Delivered`; malformed ones to dead letters."""
         failing = False
         while not stop.is_set():
             try:
@@ -268,6 +278,7 @@ class Dispatcher:
                 failing = True
                 stop.wait(0.5)
                 continue
+            messages: list[protocol.Heartbeat | protocol.BatchResult] = []
             for e in got:
                 try:
                     m = protocol.decode(e.raw or b"")
@@ -275,6 +286,8 @@ class Dispatcher:
                     dead_letters.put(e.raw, str(exc), e.stream, e.id)
                     continue
                 if isinstance(m, protocol.Heartbeat | protocol.BatchResult):
-                    deliver(m)
+                    messages.append(m)
                 else:
                     dead_letters.put(e.raw, f"unexpected {type(m).__name__} on {e.stream}", e.stream, e.id)
+            if messages:
+                deliver(Delivered(tuple(messages)))

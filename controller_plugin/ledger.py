@@ -72,6 +72,22 @@ return #KEYS - 1
 #: The most entries one ``_DONE`` call marks (its keys and ids are Lua stack slots).
 DONE_PER_CALL = 2000
 
+# KEYS: the entries' keys; ARGV: per entry, the ack's bytes and the record's JSON ('' when there is none:
+# the entry's record is left as it is). One call writes a turn's acks into their entries.
+_ACKING = """
+for i = 1, #KEYS do
+  local record = ARGV[2 * i]
+  if record == '' then
+    redis.call('HSET', KEYS[i], 'state', 'acking', 'ack', ARGV[2 * i - 1])
+  else
+    redis.call('HSET', KEYS[i], 'state', 'acking', 'ack', ARGV[2 * i - 1], 'record', record)
+  end
+end
+return #KEYS
+"""
+#: The most entries one ``_ACKING`` call writes.
+ACKING_PER_CALL = 1000
+
 
 @dataclass(frozen=True)
 class LedgerEntry:
@@ -106,27 +122,37 @@ class Ledger:
             args += [a, t, ms, raw]
         return [bool(x) for x in self._accept(keys=keys, args=args)]
 
-    def mark_acking(self, items: Iterable[tuple[LedgerEntry, bytes, dict[str, Any] | None]],
+    def mark_acking(self, items: Iterable[tuple[LedgerEntry, bytes, bytes | dict[str, Any] | None]],
                     forget: Iterable[str] = (), done: Iterable[str] = ()) -> None:
         pipe = self.r.pipeline(transaction=False)
         if self.stage_acking(pipe, items, forget, done):
             pipe.execute()
 
-    def stage_acking(self, pipe, items: Iterable[tuple[LedgerEntry, bytes, dict[str, Any] | None]],
+    def stage_acking(self, pipe, items: Iterable[tuple[LedgerEntry, bytes, bytes | dict[str, Any] | None]],
                      forget: Iterable[str] = (), done: Iterable[str] = ()) -> int:
-        """Add to ``pipe``: each ack's bytes (and the activation record), the deletion of the ``forget``
-        keys (the answered requests' intermediate data), the ``done`` marks; how many commands."""
+        """Add to ``pipe``: each ack's bytes (and the activation record: a dict, or its JSON already
+        encoded), the deletion of the ``forget`` keys (the answered requests' intermediate data), the
+        ``done`` marks; how many commands."""
         n = 0
         gone = list(forget)
         if gone:
             pipe.delete(*gone)
             n += 1
         n += self._done(pipe, done)
+        keys: list[str] = []
+        args: list[Any] = []
         for entry, ack, record in items:
-            fields: dict[str, Any] = {"state": "acking", "ack": ack}
-            if record is not None:
-                fields["record"] = json.dumps(record, separators=(",", ":"), allow_nan=False)
-            pipe.hset(self._key(entry.activation_id), mapping=fields)
+            keys.append(self._key(entry.activation_id))
+            if record is None:
+                args += [ack, ""]
+            else:
+                args += [ack, record if isinstance(record, bytes) else
+                         json.dumps(record, separators=(",", ":"), allow_nan=False)]
+        # one script call per ACKING_PER_CALL entries, not an HSET each: redis-py packs every command of a
+        # pipeline and parses every reply in Python, which cost the loop as much as the write itself
+        for i in range(0, len(keys), ACKING_PER_CALL):
+            chunk = keys[i:i + ACKING_PER_CALL]
+            pipe.eval(_ACKING, len(chunk), *chunk, *args[2 * i:2 * (i + len(chunk))])
             n += 1
         return n
 

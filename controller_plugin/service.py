@@ -15,7 +15,8 @@ It wires four parts, each owning its own state, and runs the main loop:
   to OpenWhisk's activation store.
 
 **The main loop** (the caller's thread, :meth:`SchedulerService.run`) waits on the inbox and wakes at
-once for each item: accepted activations and results go into ``Workflows``; a step turns them into
+once for each item (a poll's activations come as one, a read's results and heartbeats as one:
+:mod:`controller_plugin.inbox`): accepted activations and results go into ``Workflows``; a step turns them into
 dispatches and answers. The acks are produced at once; then one Redis pipeline per turn carries the
 turn's dispatches and the ledger writes of its acks (one round trip, retried while Redis fails). Once
 a second, and whenever an agent joins, it pings ``health`` as each live agent's virtual invoker; it
@@ -52,6 +53,7 @@ from controller_plugin.deadletters import DeadLetters
 from controller_plugin.decisions import DecisionLog, decisions_key, status_key
 from controller_plugin.dispatcher import Dispatcher
 from controller_plugin.health import AgentRegistry
+from controller_plugin.inbox import Inbox
 from controller_plugin.ledger import Ledger
 from controller_plugin.metadata import MetadataClient, ProfileStore
 from controller_plugin.metrics import Metrics
@@ -68,7 +70,7 @@ from esg.scheduler import Scheduler
 
 log = logging.getLogger("esg.scheduler")
 
-#: The most inbox items folded into one turn of the main loop.
+#: The most messages folded into one turn of the main loop (a poll's or a read's count as theirs).
 MAX_ITEMS_PER_TURN = 5000
 
 
@@ -98,7 +100,7 @@ class SchedulerService:
         self.topics = Topics(settings.topic_prefix, settings.controller_id)
         keys = Keys(settings.topic_prefix, settings.controller_id)
         self.metrics = Metrics()
-        self.inbox: queue.Queue = queue.Queue()
+        self.inbox = Inbox()
         self.stop_event = threading.Event()
         self.errors: list[str] = []
         self.ledger = Ledger(self.redis, keys.scope, settings.topic_prefix)
@@ -245,13 +247,7 @@ class SchedulerService:
 
     # -- the loop -------------------------------------------------------------------------------------
     def tick(self, wait_s: float = 0.02) -> None:
-        items = []
-        try:
-            items.append(self.inbox.get(timeout=wait_s))
-            while len(items) < MAX_ITEMS_PER_TURN:
-                items.append(self.inbox.get_nowait())
-        except queue.Empty:
-            pass
+        items = self.inbox.take(wait_s, MAX_ITEMS_PER_TURN)
         mono, t = time.monotonic(), now_ms()
         for item in items:
             self._take(item, mono, t)

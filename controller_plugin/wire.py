@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from esg.nesting import MAX_MESSAGE_NESTING, MAX_NESTING, deeper_than
+from esg.nesting import MAX_MESSAGE_NESTING, MAX_NESTING, text_deeper_than
 from openwhisk_status import MAX_RESULT_BYTES, STATUS_CODES, STATUS_WHISK_ERROR
 
 #: OpenWhisk's ``whisk.activation.serdes-overhead``: what a Kafka message adds around a payload.
@@ -59,8 +59,8 @@ def _load_object(data: bytes | str, what: str) -> dict[str, Any]:
         raise WireError(what, "empty message (no value)")
     try:
         # Kafka carries UTF-8: json.loads would also take UTF-16/32 bytes, which nothing else here reads
-        value = json.loads(data.decode("utf-8") if isinstance(data, bytes | bytearray) else data,
-                           parse_constant=_not_json)
+        text = data.decode("utf-8") if isinstance(data, bytes | bytearray) else data
+        value = _DECODER.decode(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WireError(what, f"not valid JSON ({exc})") from None
     except _NotJson as exc:
@@ -69,7 +69,7 @@ def _load_object(data: bytes | str, what: str) -> dict[str, Any]:
         raise WireError(what, "nested too deeply") from None
     if not isinstance(value, dict):
         raise WireError(what, f"expected a JSON object, got {_json_type(value)}")
-    if deeper_than(value, MAX_MESSAGE_NESTING):
+    if text_deeper_than(text, value, MAX_MESSAGE_NESTING):
         raise WireError(what, f"a value nests deeper than {MAX_NESTING} levels")
     return value
 
@@ -81,6 +81,10 @@ class _NotJson(ValueError):
 def _not_json(constant: str) -> Any:
     """Python's json reads NaN and Infinity; JSON (and spray-json) does not."""
     raise _NotJson(constant)
+
+
+#: One decoder for every message (``json.loads`` with an argument builds a decoder at each call).
+_DECODER = json.JSONDecoder(parse_constant=_not_json)
 
 
 def _json_type(value: Any) -> str:
@@ -499,6 +503,19 @@ def encode_ack(ack: Ack, max_bytes: int = MAX_MESSAGE_BYTES) -> bytes:
     record from the activation store, so whoever sends a shrunk ack must have stored the record.
     """
     data = encode(ack.to_json())
+    if record_size_upper_bound(len(data)) > max_bytes:
+        return encode(ack.shrink().to_json())
+    return data
+
+
+def encode_combined(ack: CombinedCompletionAndResultMessage, response_json: bytes,
+                    max_bytes: int = MAX_MESSAGE_BYTES) -> bytes:
+    """:func:`encode_ack` of ``ack`` when ``response_json`` is ``encode(ack.response)``: the record's JSON,
+    encoded once for the ack and for the ledger, goes into the ack's bytes as it is. The same bytes as
+    :func:`encode_ack` (the keys in ``to_json``'s order), shrunk by the same rule."""
+    data = b"".join((b'{"transid":', encode(ack.transid), b',"response":', response_json,
+                     b',"isSystemError":', b"true" if ack.is_system_error else b"false",
+                     b',"instance":', encode(ack.instance.to_json()), b"}"))
     if record_size_upper_bound(len(data)) > max_bytes:
         return encode(ack.shrink().to_json())
     return data

@@ -30,3 +30,15 @@ def deeper_than(value: Any, limit: int = MAX_NESTING) -> bool:
             return True
         stack.extend((c, depth + 1) for c in children)
     return False
+
+
+def text_deeper_than(text: str | bytes, value: Any, limit: int = MAX_NESTING) -> bool:
+    """:func:`deeper_than` of ``value``, parsed from ``text``, without walking it when ``text`` holds no
+    more than ``limit`` brackets that open an object or an array: every level of nesting opens one, so
+    such a value cannot nest deeper (a bracket inside a string only adds to the count). Counting is one
+    pass in C over the text; the walk visits every value, which a message's decoding paid at each hop."""
+    if isinstance(text, str):
+        opened = text.count("{") + text.count("[")
+    else:
+        opened = text.count(b"{") + text.count(b"[")
+    return opened > limit and deeper_than(value, limit)

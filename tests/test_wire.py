@@ -292,6 +292,30 @@ def test_shrinking_starts_exactly_where_kafka_would_refuse_the_record():
     assert json.loads(wire.encode_ack(too_big))["response"] == msg.activation_id
 
 
+@pytest.mark.parametrize("transid", TRANSIDS)
+def test_combined_ack_from_the_records_json_is_encode_acks_bytes(transid):
+    """The ack built around the record's JSON (encoded once for the ack and the ledger) is byte for byte
+    what encoding the whole ack writes, shrunk at the same size."""
+    import random
+    rng = random.Random(transid)
+    text = ACTIVATION.replace('["f3Kq9ZcWb0Lr7TnY2pXa5MvE8sHd1GuJ",1718003021457]', transid)
+    msg = wire.parse_activation(text.encode())
+    instances = [INVOKER_0, wire.InvokerInstance(3, 2048, "node-é")]
+    for i in range(60):
+        status = rng.choice([0, 1, 2, 3])
+        result = {"s": "".join(rng.choice("aé\"\\\n😀{}[]") for _ in range(rng.randint(0, 12))),
+                  "n": rng.random(), "l": [rng.randint(-5, 5), None, True]}
+        ack = wire.combined(msg, record(msg, status, result), instances[i % 2])
+        assert wire.encode_combined(ack, wire.encode(ack.response)) == wire.encode_ack(ack)
+    big = wire.combined(msg, record(msg, 0, {"b": "x" * 500}), INVOKER_0)
+    fits = wire.record_size_upper_bound(len(wire.encode_ack(big)))
+    for limit in (fits, fits - 1):           # fits exactly, then one byte short
+        assert (wire.encode_combined(big, wire.encode(big.response), limit)
+                == wire.encode_ack(big, limit)), limit
+    assert json.loads(wire.encode_combined(big, wire.encode(big.response), fits))["response"] != msg.activation_id
+    assert json.loads(wire.encode_combined(big, wire.encode(big.response), fits - 1))["response"] == msg.activation_id
+
+
 def test_completion_is_never_shrunk():
     msg = wire.parse_activation(ACTIVATION)
     ack = wire.completion(msg, INVOKER_0)

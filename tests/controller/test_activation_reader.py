@@ -14,7 +14,7 @@ import redis
 from confluent_kafka import Consumer, TopicPartition
 
 from controller_plugin import wire
-from controller_plugin.activations import Accepted, ActivationReader, Ledgered
+from controller_plugin.activations import Accepted, ActivationReader, Ledgered, Polled
 from controller_plugin.bus import Bus, Topics
 from controller_plugin.deadletters import DeadLetters
 from controller_plugin.ledger import Ledger
@@ -82,8 +82,8 @@ class Running:
                 item = self.inbox.get(timeout=0.1)
             except queue.Empty:
                 continue
-            if isinstance(item, Accepted):
-                accepted.append(item.msg.activation_id)
+            if isinstance(item, Polled):
+                accepted += [a.msg.activation_id for a in item.items if isinstance(a, Accepted)]
             elif isinstance(item, Ledgered):
                 new += item.new
         return accepted, new
@@ -117,8 +117,8 @@ def test_offsets_are_committed_only_for_what_the_ledger_took_and_the_next_reader
             time.sleep(0.3)          # anything else it would hand on
             while not r.inbox.empty():
                 item = r.inbox.get()
-                if isinstance(item, Accepted):
-                    accepted.append(item.msg.activation_id)
+                if isinstance(item, Polled):
+                    accepted += [a.msg.activation_id for a in item.items if isinstance(a, Accepted)]
             assert accepted == second and sorted(new) == sorted(second)
         assert committed(kafka_bootstrap, topic) == 5
     finally:

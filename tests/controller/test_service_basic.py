@@ -162,6 +162,8 @@ def test_metrics_are_served(service_factory, agent_factory, driver, standin):
                  "esg_ack_latency_seconds_bucket", "esg_dead_letters_total"):
         assert name in text
     assert 'esg_slo_total{result="hit"} 1.0' in text
+    assert "esg_decisions_total 3.0" in text                    # pre, cls, vote: a batch each
+    assert 'esg_acks_total{kind="combined"} 1.0' in text
 
 
 

@@ -205,3 +205,34 @@ def test_done_marks_leave_each_entry_as_the_state_alone_with_its_ttl_and_out_of_
     pipe = redis_client.pipeline(transaction=False)
     assert ledger.stage_acking(pipe, [], done=[]) == 0                  # nothing to mark: no command
     assert pipe.command_stack == []
+
+
+def test_acking_entries_are_written_in_one_script_call_a_chunk(redis_client, prefix, monkeypatch):
+    """A turn's acks go into their entries with one command per chunk (not an HSET each): each entry
+    gets ``acking``, its ack's bytes and its record as JSON; an ack without a record leaves the entry's
+    record as it was; the raw message and the owner stay."""
+    import json
+
+    from controller_plugin import ledger as ledger_module
+    from controller_plugin.ledger import Ledger, LedgerEntry
+
+    monkeypatch.setattr(ledger_module, "ACKING_PER_CALL", 3)
+    ledger = Ledger(redis_client, f"{prefix}0", prefix)
+    ids = [f"{i:032x}" for i in range(7)]
+    assert ledger.accept([(a, 0, 1, f"raw-{a}") for a in ids], "inc-1") == [True] * 7
+    redis_client.hset(f"esg:{prefix}0:act:{ids[6]}", "record", "earlier")
+    items = [(LedgerEntry(a, "open", 0, 1, f"raw-{a}"), f"ack-{i}".encode(),
+              None if i == 6 else {"activationId": a, "n": i, "s": "é"}) for i, a in enumerate(ids)]
+    pipe = redis_client.pipeline(transaction=False)
+    assert ledger.stage_acking(pipe, items) == 3
+    assert len(pipe.command_stack) == 3
+    pipe.execute()
+    for i, a in enumerate(ids):
+        h = redis_client.hgetall(f"esg:{prefix}0:act:{a}")
+        assert h[b"state"] == b"acking" and h[b"ack"] == f"ack-{i}".encode()
+        assert h[b"raw"] == f"raw-{a}".encode() and h[b"owner"] == b"inc-1"
+        if i == 6:
+            assert h[b"record"] == b"earlier"
+        else:
+            assert json.loads(h[b"record"]) == {"activationId": a, "n": i, "s": "é"}
+    assert sorted(e.activation_id for e in ledger.unfinished() if e.state == "acking") == ids

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import ast
+import json
 import random
 from pathlib import Path
 
-from esg.nesting import MAX_MESSAGE_NESTING, MAX_NESTING, deeper_than
+from esg.nesting import MAX_MESSAGE_NESTING, MAX_NESTING, deeper_than, text_deeper_than
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,6 +35,28 @@ def test_deeper_than_is_the_recursive_depth():
         value = _value(rng, rng.randint(0, 8))
         limit = rng.randint(0, 8)
         assert deeper_than(value, limit) == (_depth(value) > limit), value
+
+
+def test_text_deeper_than_is_the_recursive_depth_of_the_parsed_text():
+    rng = random.Random(5)
+    for _ in range(500):
+        value = _value(rng, rng.randint(0, 8))
+        if rng.random() < 0.3:   # brackets inside strings count, never change the answer
+            value = {"s": "[[{{" * rng.randint(0, 3), "v": value}
+        text = json.dumps(value)
+        limit = rng.randint(0, 8)
+        want = _depth(value) > limit
+        assert text_deeper_than(text, value, limit) == want, (text, limit)
+        assert text_deeper_than(text.encode(), value, limit) == want, (text, limit)
+
+
+def test_text_deeper_than_skips_the_walk_when_the_text_has_few_brackets(monkeypatch):
+    import esg.nesting as nesting
+    walks = []
+    monkeypatch.setattr(nesting, "deeper_than", lambda v, limit=MAX_NESTING: walks.append(v) or False)
+    value = {"a": [1, {"b": 2}], "s": "x"}
+    assert not nesting.text_deeper_than(json.dumps(value), value, 3) and walks == []
+    assert not nesting.text_deeper_than(json.dumps(value), value, 2) and walks == [value]
 
 
 def test_deeper_than_takes_values_past_the_recursion_limit():

@@ -1,0 +1,44 @@
+"""The main loop's inbox: what the reader threads and the record writer hand on, taken a turn at a time.
+
+A poll's activations (:class:`~controller_plugin.activations.Polled`) and a read's results and
+heartbeats (:class:`~controller_plugin.dispatcher.Delivered`) come as one item each -- a hand-off per
+message cost both threads a lock and a wake-up each -- and are taken apart here, in order.
+
+A turn takes what is there and does not wait for more: holding a turn back under a burst for more
+messages (2 ms after a turn of 4 or more) made turns larger and cut the scheduler's CPU per activation by
+about a twentieth, but with a real agent's 8 batches in flight each wait lengthened every round trip,
+and the burst's throughput fell by a tenth (``docs/live-path.md``, run L).
+"""
+
+from __future__ import annotations
+
+import queue
+
+from controller_plugin.activations import Polled
+from controller_plugin.dispatcher import Delivered
+
+
+def unpack(item: object, into: list[object]) -> int:
+    """``item`` into ``into``: a poll's or a read's messages one by one, in order; how many."""
+    if isinstance(item, Polled):
+        into.extend(item.items)
+        return len(item.items)
+    if isinstance(item, Delivered):
+        into.extend(item.messages)
+        return len(item.messages)
+    into.append(item)
+    return 1
+
+
+class Inbox(queue.Queue):
+    def take(self, wait_s: float, limit: int) -> list[object]:
+        """The messages of one turn: waits at most ``wait_s`` for the first item, then takes what is
+        there, up to about ``limit`` messages (a poll or a read is never split)."""
+        items: list[object] = []
+        try:
+            unpack(self.get(timeout=wait_s) if wait_s > 0 else self.get_nowait(), items)
+            while len(items) < limit:
+                unpack(self.get_nowait(), items)
+        except queue.Empty:
+            pass
+        return items

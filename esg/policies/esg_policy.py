@@ -105,8 +105,10 @@ from esg.prewarm import (
     WarmUp,
     idle_by_function,
     idle_of_kind,
+    instances_by_profile,
     smallest_of_kind,
     spare_instance,
+    stocked_profiles,
 )
 from esg.queues import AfwQueue
 from esg.slo_split import group_latency
@@ -197,6 +199,8 @@ class EsgPolicy(Policy):
         """The busy share of the instances up to which pools grow (``POOL_FILL_BUSY``)."""
         self._pool_kinds: dict[str, tuple[str, ...]] = {}
         """Per function, the MIG profiles its pool grows on (:meth:`_pool_profiles`)."""
+        self._windows: dict[str, float] = {}
+        """Per function, :meth:`_window_ms` (forgotten when an app is added)."""
         self._jobs_seen: dict[str, deque[float]] = {}
         """Per function, the arrival times of its jobs within the last :meth:`_window_ms` (every request of
         an app brings each of its functions one job)."""
@@ -260,6 +264,7 @@ class EsgPolicy(Policy):
         self._kinds = {}
         self._batches = {}
         self._pool_kinds = {}
+        self._windows = {}
         self._chosen = {k: v for k, v in self._chosen.items() if k[0] not in changed}
         self._batch_choice = {b: c for b, c in self._batch_choice.items() if c.app not in changed}
 
@@ -510,8 +515,13 @@ class EsgPolicy(Policy):
     # -- pools sized by the load seen -------------------------------------------------------------------
     def _window_ms(self, function: str) -> float:
         """How far back a function's load is counted: as long as starting one of its workers takes (a
-        cold start and a MIG instance), the horizon a worker started now is ready for."""
-        return self.rewarm_ms(function)
+        cold start and a MIG instance), the horizon a worker started now is ready for. Remembered per
+        function: it depends on the context's profiles and specs only, which change only with
+        :meth:`on_app_added` (which forgets them)."""
+        found = self._windows.get(function)
+        if found is None:
+            found = self._windows[function] = self.rewarm_ms(function)
+        return found
 
     def _rate(self, function: str, now_ms: float) -> float:
         """Jobs of ``function`` per ms over the last :meth:`_window_ms`."""
@@ -536,43 +546,96 @@ class EsgPolicy(Policy):
         same with one warm worker or several, so a pool grown this way costs cold starts only: no MIG
         change, no instance more; the instances ESG holds then serve its functions as one pool, and a
         burst finds a worker of each function on every idle instance. One spare-instance start at a time
-        per node (shared with :meth:`_spare`)."""
-        per_profile: Counter[str] = Counter([s.ref.profile for n in snapshot.nodes.values() for s in n.slices])
+        per node (shared with :meth:`_spare`).
+
+        Asked at every step, it looks first at what is cheapest to rule a start out: a node free to
+        start one, then an instance at all, then the load, then a profile with a spare instance
+        possible on such a node (:func:`esg.prewarm.stocked_profiles`); each of these leaves nothing
+        to place when it fails, so returning early changes no decision -- except that a function's
+        pool profiles are planned (:meth:`_pool_profiles`) at the step the rule first meets the function
+        past its load gate, as when it looked at every function at every step (planning at another
+        step could leave the plan cache, and so later choices, otherwise)."""
+        unplanned = len(self._pool_kinds) < len(self._service)  # (pool profiles are asked of its keys only)
+        stocked = self._stocked(now_ms, snapshot)
+        if not stocked and not unplanned:
+            return  # no node free to start one has an idle instance holding a worker: none is spare
+        per_profile = self._instances(snapshot)
         instances = sum(per_profile.values())
         if not instances:
             return
         load = {f: self._rate(f, now_ms) * s for f, s in sorted(self._service.items())}
         if sum(load.values()) > self.pool_fill_busy * instances:
             return  # the instances are busy: a start now takes one from the jobs for seconds
+        short = self._short_pools(now_ms, snapshot, wants, load, per_profile, stocked)
+        if short:
+            self._grow_pools(now_ms, snapshot, wants, short)
+
+    def _stocked(self, now_ms: float, snapshot: ClusterSnapshot) -> set[str]:
+        """The MIG profiles a spare instance may be found of this step: those of the idle instances
+        holding an idle worker (:func:`esg.prewarm.stocked_profiles`) on the nodes free to start one
+        (one spare-instance start at a time per node)."""
+        stocked: set[str] = set()
+        for node in snapshot.route((), True):
+            if self._spare_until.get(node, -math.inf) < now_ms and node not in self._spare_asked:
+                stocked.update(stocked_profiles(snapshot.nodes[node]))
+        return stocked
+
+    @staticmethod
+    def _instances(snapshot: ClusterSnapshot) -> dict[str, int]:
+        """The cluster's MIG instances counted by profile (each node's count remembered on its state)."""
+        per_profile: dict[str, int] = {}
+        for node in snapshot.nodes.values():
+            for profile, n in instances_by_profile(node).items():
+                per_profile[profile] = per_profile.get(profile, 0) + n
+        return per_profile
+
+    def _short_pools(self, now_ms: float, snapshot: ClusterSnapshot,
+                     wants: dict[tuple[str, str | None, str], WarmUp], load: dict[str, float],
+                     per_profile: dict[str, int], stocked: set[str]) -> list[tuple[float, str, str]]:
+        """The pools to grow, most loaded per worker first: (-load per worker, function, profile) for each
+        GPU function with load and no pre-warm asked this step, and each of its pool profiles where a
+        worker of it (idle, or running one of this policy's batches) is on fewer instances than the
+        cluster has and none is starting. Only profiles in ``stocked`` are listed (no spare instance of
+        another is possible: leaving them out leaves the others' order as it was)."""
         short = []
         for function in sorted(self._service):
             if load[function] <= 0.0 or any(k[0] == function for k in wants):
                 continue
             profiles = self._pool_profiles(function)
-            held = {q: idle_of_kind(snapshot, function, q)
-                    + sum(n for (f, k, _), n in self._busy_on.items() if f == function and k == q) for q in profiles}
-            for profile in profiles:
-                if held[profile] < per_profile[profile] and not self._warming.count(function, now_ms, profile):
-                    short.append((-load[function] / max(sum(held.values()), 1), function, profile))
+            if stocked.isdisjoint(profiles):
+                continue  # no spare instance of its profiles anywhere a start may go
+            busy = self._busy.get(function)
+            held: dict[str, int] = {}
+            for q in profiles:  # the stocked profiles' counts first: the others only matter for a short one
+                if q in stocked:
+                    held[q] = idle_of_kind(snapshot, function, q) + (busy[q] if busy else 0)
+            wanting = [q for q in profiles if q in held and held[q] < per_profile.get(q, 0)
+                       and not self._warming.count(function, now_ms, q)]
+            if not wanting:
+                continue
+            workers = sum([held[q] if q in held else idle_of_kind(snapshot, function, q) + (busy[q] if busy else 0)
+                           for q in profiles])
+            for profile in wanting:
+                short.append((-load[function] / max(workers, 1), function, profile))
+        short.sort()
+        return short
+
+    def _grow_pools(self, now_ms: float, snapshot: ClusterSnapshot,
+                    wants: dict[tuple[str, str | None, str], WarmUp], short: list[tuple[float, str, str]]) -> None:
+        """For each pool in ``short`` in its order, one worker on a spare instance of its profile on the
+        first node (by free capacity) free to start one that has such an instance, one function a step."""
         placed: set[str] = set()
-        idle: dict[tuple[str, str], dict[str, int]] = {}
-        for _, function, profile in sorted(short):
+        for _, function, profile in short:
             if function in placed:
                 continue
-            app = self._app_of(function)
             for node in snapshot.route((), True):
                 if self._spare_until.get(node, -math.inf) >= now_ms or node in self._spare_asked:
                     continue
-                for name in snapshot.nodes:
-                    if (name, profile) not in idle:
-                        idle[(name, profile)] = idle_by_function(snapshot.nodes[name], profile)
-                elsewhere: Counter[str] = Counter()
-                for name in snapshot.nodes:
-                    if name != node:
-                        elsewhere.update(idle[(name, profile)])
-                ref = spare_instance(snapshot.nodes[node], function, profile, elsewhere)
+                ref = spare_instance(snapshot.nodes[node], function, profile,
+                                     self._idle_elsewhere(snapshot, node, profile))
                 if ref is None:
                     continue
+                app = self._app_of(function)
                 config = next(e.config for e in self.ctx.profiles[function].entries if e.config.gpu == profile)
                 wants[(function, profile, node)] = WarmUp(
                     app, function, smallest_of_kind(self.ctx.profiles[function], config),
@@ -581,6 +644,17 @@ class EsgPolicy(Policy):
                 self._spare_asked[node] = function
                 placed.add(function)
                 break
+
+    @staticmethod
+    def _idle_elsewhere(snapshot: ClusterSnapshot, node: str, profile: str) -> dict[str, int]:
+        """Per function, its idle workers on idle instances of ``profile`` on the nodes other than
+        ``node`` (:func:`esg.prewarm.idle_by_function`, remembered per node)."""
+        elsewhere: dict[str, int] = {}
+        for name, state in snapshot.nodes.items():
+            if name != node:
+                for f, n in idle_by_function(state, profile).items():
+                    elsewhere[f] = elsewhere.get(f, 0) + n
+        return elsewhere
 
     def _pool_profiles(self, function: str) -> tuple[str, ...]:
         """The MIG profiles a pool of ``function`` grows on: those of its configurations on the K cheapest

@@ -215,6 +215,25 @@ def _idle_by_kind(node: NodeState) -> dict[tuple[str, str | None], int]:
     return found
 
 
+def idle_kinds(node: NodeState) -> dict[str, list[str | None]]:
+    """Per function, the kinds of instance (MIG profile, None for CPU) of its idle warm workers on
+    ``node``, each once, in the order of ``idle_workers`` (as a scan of it would meet them). Remembered
+    on ``NodeState.memo``, cleared whenever the node's workers change; the caller must not change it."""
+    found: dict[str, list[str | None]] | None = node.memo.get("idle_kinds")
+    if found is None:
+        found = {}
+        for (f, ref), n in node.idle_workers.items():
+            if n > 0:
+                kind = None if ref is None else ref.profile
+                kinds = found.get(f)
+                if kinds is None:
+                    found[f] = [kind]
+                elif kind not in kinds:
+                    kinds.append(kind)
+        node.memo["idle_kinds"] = found
+    return found
+
+
 def prewarm_of(want: WarmUp, fit: Fit, prewarm_id: str) -> Prewarm:
     return Prewarm(prewarm_id, want.app, want.function, want.config, fit, want.keep_alive_ms, want.ready_by_ms)
 

@@ -104,6 +104,7 @@ from esg.prewarm import (
     Warming,
     WarmUp,
     idle_by_function,
+    idle_kinds,
     idle_of_kind,
     instances_by_profile,
     smallest_of_kind,
@@ -702,9 +703,7 @@ class EsgPolicy(Policy):
         busy = self._busy.get(function)
         kinds = {k for k, n in busy.items() if n > 0} if busy else set()
         for name in snapshot.nodes_with_warm(function):
-            for (f, ref), n in snapshot.nodes[name].idle_workers.items():
-                if f == function and n > 0:
-                    kinds.add(None if ref is None else ref.profile)
+            kinds.update(idle_kinds(snapshot.nodes[name]).get(function, ()))
         return kinds
 
     def _startup_ms(self, function: str) -> tuple[float, float]:

@@ -550,16 +550,17 @@ class EsgPolicy(Policy):
         per node (shared with :meth:`_spare`).
 
         Asked at every step, it looks first at what is cheapest to rule a start out: a node free to
-        start one, then an instance at all, then the load, then a profile with a spare instance
-        possible on such a node (:func:`esg.prewarm.stocked_profiles`); each of these leaves nothing
-        to place when it fails, so returning early changes no decision -- except that a function's
-        pool profiles are planned (:meth:`_pool_profiles`) at the step the rule first meets the function
-        past its load gate, as when it looked at every function at every step (planning at another
-        step could leave the plan cache, and so later choices, otherwise)."""
-        unplanned = len(self._pool_kinds) < len(self._service)  # (pool profiles are asked of its keys only)
-        stocked = self._stocked(now_ms, snapshot)
-        if not stocked and not unplanned:
-            return  # no node free to start one has an idle instance holding a worker: none is spare
+        start one, then an instance at all, then the load, then a pool short of workers, then a spare
+        instance possible of its profile on a node free to start one
+        (:func:`esg.prewarm.stocked_profiles`). Each of these leaves nothing to place when it fails, so
+        returning early changes no decision -- except that a function's pool profiles are planned
+        (:meth:`_pool_profiles`) at the step the rule first meets the function past its load gate, as
+        when it looked at every function at every step (planning at another step could leave the plan
+        cache, and so later choices, otherwise)."""
+        nodes = snapshot.route((), True)
+        if (len(self._pool_kinds) == len(self._service)  # (pool profiles are asked of its keys only)
+                and all(self._spare_until.get(n, -math.inf) >= now_ms or n in self._spare_asked for n in nodes)):
+            return  # one spare-instance start at a time per node: none may start now
         per_profile = self._instances(snapshot)
         instances = sum(per_profile.values())
         if not instances:
@@ -567,7 +568,12 @@ class EsgPolicy(Policy):
         load = {f: self._rate(f, now_ms) * s for f, s in sorted(self._service.items())}
         if sum(load.values()) > self.pool_fill_busy * instances:
             return  # the instances are busy: a start now takes one from the jobs for seconds
-        short = self._short_pools(now_ms, snapshot, wants, load, per_profile, stocked)
+        pools = self._thin_pools(snapshot, wants, load, per_profile)
+        if not pools:
+            return
+        stocked = self._stocked(now_ms, snapshot)
+        short = sorted([(-load[function] / max(workers, 1), function, profile) for function, workers, thin in pools
+                        for profile in thin if profile in stocked and not self._warming.count(function, now_ms, profile)])
         if short:
             self._grow_pools(now_ms, snapshot, wants, short)
 
@@ -590,36 +596,22 @@ class EsgPolicy(Policy):
                 per_profile[profile] = per_profile.get(profile, 0) + n
         return per_profile
 
-    def _short_pools(self, now_ms: float, snapshot: ClusterSnapshot,
-                     wants: dict[tuple[str, str | None, str], WarmUp], load: dict[str, float],
-                     per_profile: dict[str, int], stocked: set[str]) -> list[tuple[float, str, str]]:
-        """The pools to grow, most loaded per worker first: (-load per worker, function, profile) for each
-        GPU function with load and no pre-warm asked this step, and each of its pool profiles where a
-        worker of it (idle, or running one of this policy's batches) is on fewer instances than the
-        cluster has and none is starting. Only profiles in ``stocked`` are listed (no spare instance of
-        another is possible: leaving them out leaves the others' order as it was)."""
-        short = []
+    def _thin_pools(self, snapshot: ClusterSnapshot, wants: dict[tuple[str, str | None, str], WarmUp],
+                    load: dict[str, float], per_profile: dict[str, int]) -> list[tuple[str, int, list[str]]]:
+        """Per GPU function with load and no pre-warm asked this step (by name): its workers on its
+        :meth:`_pool_profiles` (idle, or running one of this policy's batches) and those of its pool
+        profiles where they are on fewer instances than the cluster has; functions with none left out."""
+        pools = []
         for function in sorted(self._service):
             if load[function] <= 0.0 or any(k[0] == function for k in wants):
                 continue
-            profiles = self._pool_profiles(function)
-            if stocked.isdisjoint(profiles):
-                continue  # no spare instance of its profiles anywhere a start may go
             busy = self._busy.get(function)
-            held: dict[str, int] = {}
-            for q in profiles:  # the stocked profiles' counts first: the others only matter for a short one
-                if q in stocked:
-                    held[q] = idle_of_kind(snapshot, function, q) + (busy[q] if busy else 0)
-            wanting = [q for q in profiles if q in held and held[q] < per_profile.get(q, 0)
-                       and not self._warming.count(function, now_ms, q)]
-            if not wanting:
-                continue
-            workers = sum([held[q] if q in held else idle_of_kind(snapshot, function, q) + (busy[q] if busy else 0)
-                           for q in profiles])
-            for profile in wanting:
-                short.append((-load[function] / max(workers, 1), function, profile))
-        short.sort()
-        return short
+            held = {q: idle_of_kind(snapshot, function, q) + (busy[q] if busy else 0)
+                    for q in self._pool_profiles(function)}
+            thin = [q for q, n in held.items() if n < per_profile.get(q, 0)]
+            if thin:
+                pools.append((function, sum(held.values()), thin))
+        return pools
 
     def _grow_pools(self, now_ms: float, snapshot: ClusterSnapshot,
                     wants: dict[tuple[str, str | None, str], WarmUp], short: list[tuple[float, str, str]]) -> None:

@@ -196,41 +196,30 @@ def idle_of_kind(snapshot: ClusterSnapshot, function: str, kind: str | None,
     for name in snapshot.nodes_with_warm(function):
         if nodes is not None and name not in nodes:
             continue
-        total += _idle_by_kind(snapshot.nodes[name]).get((function, kind), 0)
+        counts = idle_by_kind(snapshot.nodes[name]).get(function)
+        if counts is not None:
+            total += counts.get(kind, 0)
     return total
 
 
-def _idle_by_kind(node: NodeState) -> dict[tuple[str, str | None], int]:
-    """A node's idle warm workers counted by (function, kind of instance), remembered on its state
-    (``NodeState.memo``, cleared whenever its workers change): ESG's pool rule asks for every function
-    and profile at every step."""
-    found = node.memo.get("idle_by_kind")
-    if found is None:
-        found = {}
-        for (f, ref), n in node.idle_workers.items():
-            if n > 0:
-                key = (f, None if ref is None else ref.profile)
-                found[key] = found.get(key, 0) + n
-        node.memo["idle_by_kind"] = found
-    return found
-
-
-def idle_kinds(node: NodeState) -> dict[str, list[str | None]]:
-    """Per function, the kinds of instance (MIG profile, None for CPU) of its idle warm workers on
-    ``node``, each once, in the order of ``idle_workers`` (as a scan of it would meet them). Remembered
-    on ``NodeState.memo``, cleared whenever the node's workers change; the caller must not change it."""
-    found: dict[str, list[str | None]] | None = node.memo.get("idle_kinds")
+def idle_by_kind(node: NodeState) -> dict[str, dict[str | None, int]]:
+    """A node's idle warm workers counted per function by kind of instance (MIG profile, None for
+    CPU), the kinds in the order a scan of ``idle_workers`` meets them. Remembered on its state
+    (``NodeState.memo``, cleared whenever its workers change): ESG asks for every function and
+    profile at every step (the pool rule, and the kinds a queue's function is warm on). The caller must
+    not change it."""
+    found: dict[str, dict[str | None, int]] | None = node.memo.get("idle_by_kind")
     if found is None:
         found = {}
         for (f, ref), n in node.idle_workers.items():
             if n > 0:
                 kind = None if ref is None else ref.profile
-                kinds = found.get(f)
-                if kinds is None:
-                    found[f] = [kind]
-                elif kind not in kinds:
-                    kinds.append(kind)
-        node.memo["idle_kinds"] = found
+                counts = found.get(f)
+                if counts is None:
+                    found[f] = {kind: n}
+                else:
+                    counts[kind] = counts.get(kind, 0) + n
+        node.memo["idle_by_kind"] = found
     return found
 
 

@@ -104,7 +104,7 @@ from esg.prewarm import (
     Warming,
     WarmUp,
     idle_by_function,
-    idle_kinds,
+    idle_by_kind,
     idle_of_kind,
     instances_by_profile,
     smallest_of_kind,
@@ -129,6 +129,7 @@ latency); the rest is left for the queueing of its later stages."""
 HOLD_SAVING = 0.25
 """Holding for a batch must save at least this share of the on-time plan's cost per request."""
 HOLDING = "holding for a larger batch"
+_NO_KINDS: dict[str | None, int] = {}
 POOL_FILL_BUSY = 0.3
 """Pools grow onto held instances only while the load seen keeps at most this share of them busy
 (:meth:`EsgPolicy._size_pools`)."""
@@ -695,7 +696,7 @@ class EsgPolicy(Policy):
         busy = self._busy.get(function)
         kinds = {k for k, n in busy.items() if n > 0} if busy else set()
         for name in snapshot.nodes_with_warm(function):
-            kinds.update(idle_kinds(snapshot.nodes[name]).get(function, ()))
+            kinds.update(idle_by_kind(snapshot.nodes[name]).get(function, _NO_KINDS))
         return kinds
 
     def _startup_ms(self, function: str) -> tuple[float, float]:

@@ -1,0 +1,70 @@
+"""The per-node figures ESG's pool rule and warm-kind look-ups remember on ``NodeState.memo``
+(:mod:`esg.prewarm`) against a fresh scan of the node, before and after the snapshot changes it."""
+
+from __future__ import annotations
+
+from esg.cluster import ClusterSnapshot, Fit, NodeState, Slice, SliceRef
+from esg.model import Config
+from esg.prewarm import idle_by_function, idle_by_kind, idle_of_kind, instances_by_profile, stocked_profiles
+
+ONE, TWO, THREE = SliceRef("1g.5gb", 0), SliceRef("1g.5gb", 1), SliceRef("3g.20gb", 4)
+
+
+def _node() -> NodeState:
+    return NodeState("n0", 16, 16, "A100-40GB", [Slice(ONE), Slice(TWO, busy=True), Slice(THREE)],
+                     idle_workers={("a", ONE): 1, ("b", TWO): 2, ("a", THREE): 1, ("c", None): 3, ("d", ONE): 0})
+
+
+def _scan(node: NodeState) -> dict:
+    """What the memos must say, counted from scratch."""
+    idle = [s.ref for s in node.slices if not s.busy]
+    kinds: dict[str, dict[str | None, int]] = {}
+    for (f, ref), n in node.idle_workers.items():
+        if n > 0:
+            kind = None if ref is None else ref.profile
+            kinds.setdefault(f, {})
+            kinds[f][kind] = kinds[f].get(kind, 0) + n
+    per_profile: dict[str, int] = {}
+    for s in node.slices:
+        per_profile[s.ref.profile] = per_profile.get(s.ref.profile, 0) + 1
+    by_function = {p: {f: sum(1 for (g, r), n in node.idle_workers.items() if g == f and n > 0 and r in idle
+                                and r.profile == p)
+                       for f in {g for (g, r), n in node.idle_workers.items()
+                                 if n > 0 and r in idle and r is not None and r.profile == p}}
+                   for p in ("1g.5gb", "3g.20gb")}
+    stocked = {r.profile for (_, r), n in node.idle_workers.items() if n > 0 and r in idle}
+    return {"kinds": kinds, "instances": per_profile, "by_function": by_function, "stocked": stocked}
+
+
+def _memos(node: NodeState) -> dict:
+    return {"kinds": idle_by_kind(node), "instances": instances_by_profile(node),
+            "by_function": {p: idle_by_function(node, p) for p in ("1g.5gb", "3g.20gb")},
+            "stocked": set(stocked_profiles(node))}
+
+
+def test_the_memos_match_a_scan_of_the_node():
+    node = _node()
+    want = _scan(node)
+    assert want["kinds"] == {"a": {"1g.5gb": 1, "3g.20gb": 1}, "b": {"1g.5gb": 2}, "c": {None: 3}}
+    assert want["stocked"] == {"1g.5gb", "3g.20gb"}
+    assert want["by_function"] == {"1g.5gb": {"a": 1}, "3g.20gb": {"a": 1}}
+    assert _memos(node) == want
+    assert _memos(node) == want  # remembered: the same answers again
+    assert list(idle_by_kind(node)["a"]) == ["1g.5gb", "3g.20gb"]  # kinds in the order of a scan
+
+
+def test_the_memos_follow_the_snapshots_changes():
+    snap = ClusterSnapshot({"n0": _node()}, tracks_workers=True)
+    node = snap.nodes["n0"]
+    _memos(node)
+    assert idle_of_kind(snap, "a", "1g.5gb") == 1
+    # a batch of "a" takes its idle worker on ONE: ONE is busy, no idle worker of "a" is left on it
+    snap.reserve(Config(1, 1, "1g.5gb"), Fit("n0", ONE, warm_worker=("a", ONE)))
+    assert _memos(node) == _scan(node)
+    assert idle_of_kind(snap, "a", "1g.5gb") == 0
+    assert "1g.5gb" not in stocked_profiles(node)  # TWO is busy, ONE now too
+    # the batch ends: the worker waits idle on ONE again
+    snap.finish("a", Config(1, 1, "1g.5gb"), Fit("n0", ONE, warm_worker=("a", ONE)))
+    assert _memos(node) == _scan(node)
+    assert idle_of_kind(snap, "a", "1g.5gb") == 1
+    assert stocked_profiles(node) == {"1g.5gb", "3g.20gb"}

@@ -133,6 +133,12 @@ _NO_KINDS: dict[str | None, int] = {}
 POOL_FILL_BUSY = 0.3
 """Pools grow onto held instances only while the load seen keeps at most this share of them busy
 (:meth:`EsgPolicy._size_pools`)."""
+POOL_BURST_BUSY = 0.15
+"""While the load seen keeps at most this share of the instances busy, a pool may start up to
+``POOL_BURST_STARTS`` workers at a time per node (:meth:`EsgPolicy._size_pools`); above it, one."""
+POOL_BURST_STARTS = 3
+"""Spare-instance starts at a time per node for the pool rule while the instances are this idle."""
+_NO_ENDS: list[float] = []
 SERVICE_WEIGHT = 0.2
 """Pool sizing: the weight of a batch in the running mean of its function's run time per job."""
 
@@ -199,6 +205,12 @@ class EsgPolicy(Policy):
         measured on the trace to win, docs/baselines.md); False: pools grow only when a head waits."""
         self.pool_fill_busy = POOL_FILL_BUSY
         """The busy share of the instances up to which pools grow (``POOL_FILL_BUSY``)."""
+        self.pool_burst_busy = POOL_BURST_BUSY
+        """The busy share up to which the pool rule starts ``pool_burst_starts`` workers at a time per
+        node (``POOL_BURST_BUSY``)."""
+        self.pool_burst_starts = POOL_BURST_STARTS
+        """Spare-instance starts at a time per node while the instances are that idle (1: one at a time
+        at any load, the rule as first built)."""
         self._pool_kinds: dict[str, tuple[str, ...]] = {}
         """Per function, the MIG profiles its pool grows on (:meth:`_pool_profiles`)."""
         self._windows: dict[str, float] = {}
@@ -215,7 +227,10 @@ class EsgPolicy(Policy):
         self._spare_asked: dict[str, str] = {}
         """Node -> function of the spare-instance start asked for this step (one a node)."""
         self._spare_until: dict[str, float] = {}
-        """Per node, until when a spare-instance start placed there is starting (one at a time)."""
+        """Per node, until when the last spare-instance start placed there is starting."""
+        self._spare_ends: dict[str, list[float]] = {}
+        """Per node, until when each spare-instance start placed there is starting (those still starting
+        at the last one placed, and it)."""
         self._on_time: set[tuple[str, str]] = set()
         """The AFW queues whose head had an on-time plan at its last choice."""
         self._short: dict[str, tuple[str, Config]] = {}
@@ -413,7 +428,11 @@ class EsgPolicy(Policy):
         """Also times a spare-instance start on its node (one at a time per node)."""
         super().on_prewarm(prewarm, now_ms)
         if self._spare_asked.get(prewarm.node) == prewarm.function:
-            self._spare_until[prewarm.node] = now_ms + self.prewarm_takes_ms(prewarm.function, False)
+            end = now_ms + self.prewarm_takes_ms(prewarm.function, False)
+            ends = [t for t in self._spare_ends.get(prewarm.node, _NO_ENDS) if t >= now_ms]
+            ends.append(end)
+            self._spare_ends[prewarm.node] = ends
+            self._spare_until[prewarm.node] = end
 
     def on_wait(self, app: App, queue: AfwQueue, choice: Choice, wait: Wait) -> None:
         """A head left waiting for a busy worker of its function marks the function short of workers:
@@ -559,32 +578,46 @@ class EsgPolicy(Policy):
         when it looked at every function at every step (planning at another step could leave the plan
         cache, and so later choices, otherwise)."""
         nodes = snapshot.route((), True)
+        most = max(self.pool_burst_starts, 1)
         if (len(self._pool_kinds) == len(self._service)  # (pool profiles are asked of its keys only)
-                and all(self._spare_until.get(n, -math.inf) >= now_ms or n in self._spare_asked for n in nodes)):
-            return  # one spare-instance start at a time per node: none may start now
+                and all(self._full(n, now_ms, most) for n in nodes)):
+            return  # as many spare-instance starts per node as may be at a time: none may start now
         per_profile = self._instances(snapshot)
         instances = sum(per_profile.values())
         if not instances:
             return
         load = {f: self._rate(f, now_ms) * s for f, s in sorted(self._service.items())}
-        if sum(load.values()) > self.pool_fill_busy * instances:
+        total = sum(load.values())
+        if total > self.pool_fill_busy * instances:
             return  # the instances are busy: a start now takes one from the jobs for seconds
+        slots = most if total <= self.pool_burst_busy * instances else 1
         pools = self._thin_pools(snapshot, wants, load, per_profile)
         if not pools:
             return
-        stocked = self._stocked(now_ms, snapshot)
+        stocked = self._stocked(now_ms, snapshot, slots)
         short = sorted([(-load[function] / max(workers, 1), function, profile) for function, workers, thin in pools
                         for profile in thin if profile in stocked and not self._warming.count(function, now_ms, profile)])
         if short:
-            self._grow_pools(now_ms, snapshot, wants, short)
+            self._grow_pools(now_ms, snapshot, wants, short, slots)
 
-    def _stocked(self, now_ms: float, snapshot: ClusterSnapshot) -> set[str]:
+    def _full(self, node: str, now_ms: float, slots: int) -> bool:
+        """Whether the pool rule may start no more workers on ``node`` now: ``slots`` spare-instance
+        starts are still starting there, or one was asked for there this step."""
+        if node in self._spare_asked:
+            return True
+        starting = 0
+        for end in self._spare_ends.get(node, _NO_ENDS):
+            if end >= now_ms:
+                starting += 1
+        return starting >= slots
+
+    def _stocked(self, now_ms: float, snapshot: ClusterSnapshot, slots: int = 1) -> set[str]:
         """The MIG profiles a spare instance may be found of this step: those of the idle instances
         holding an idle worker (:func:`esg.prewarm.stocked_profiles`) on the nodes free to start one
-        (one spare-instance start at a time per node)."""
+        (fewer than ``slots`` spare-instance starts starting there, none asked this step)."""
         stocked: set[str] = set()
         for node in snapshot.route((), True):
-            if self._spare_until.get(node, -math.inf) < now_ms and node not in self._spare_asked:
+            if not self._full(node, now_ms, slots):
                 stocked.update(stocked_profiles(snapshot.nodes[node]))
         return stocked
 
@@ -615,15 +648,17 @@ class EsgPolicy(Policy):
         return pools
 
     def _grow_pools(self, now_ms: float, snapshot: ClusterSnapshot,
-                    wants: dict[tuple[str, str | None, str], WarmUp], short: list[tuple[float, str, str]]) -> None:
+                    wants: dict[tuple[str, str | None, str], WarmUp], short: list[tuple[float, str, str]],
+                    slots: int = 1) -> None:
         """For each pool in ``short`` in its order, one worker on a spare instance of its profile on the
-        first node (by free capacity) free to start one that has such an instance, one function a step."""
+        first node (by free capacity) free to start one (:meth:`_full` with ``slots``) that has such an
+        instance, one function a step and one start a node a step."""
         placed: set[str] = set()
         for _, function, profile in short:
             if function in placed:
                 continue
             for node in snapshot.route((), True):
-                if self._spare_until.get(node, -math.inf) >= now_ms or node in self._spare_asked:
+                if self._full(node, now_ms, slots):
                     continue
                 ref = spare_instance(snapshot.nodes[node], function, profile,
                                      self._idle_elsewhere(snapshot, node, profile))

@@ -10,7 +10,7 @@ from esg.cluster import ClusterSnapshot, NodeState, Slice, SliceRef
 from esg.events import Arrival, Request
 from esg.model import App
 from esg.policies import PolicyContext
-from esg.policies.esg_policy import POOL_FILL_BUSY, EsgPolicy
+from esg.policies.esg_policy import POOL_BURST_STARTS, POOL_FILL_BUSY, EsgPolicy
 from esg.prewarm import idle_by_function, spare_instance
 from esg.scheduler import Scheduler
 
@@ -91,3 +91,47 @@ def test_the_pool_grows_on_every_profile_the_fresh_plan_uses():
     (p,) = near.prewarms
     assert p.function == "d" and p.config.gpu == "1g.5gb" and p.fit.slice in (G1, G2) and not p.fit.create
     assert not run(150.0).prewarms, "a 1g worker could not meet the SLO: no pool there"
+
+
+# -- several pool starts at a time per node while the instances are nearly idle ----------------------------
+H_REF, G3, G4 = SliceRef("1g.5gb", 3), SliceRef("1g.5gb", 5), SliceRef("1g.5gb", 6)
+
+
+def two_functions(**attrs) -> tuple[Scheduler, list]:
+    """Apps f and h (10 ms on 1g, a 1000 ms cold start, 2000 ms a MIG instance) on one node that holds f's
+    and h's instances and four more held for g; f and h each get a request at 0 ms and at 5 ms (the
+    policy's ``attrs`` set first). Returns the scheduler and the two steps' pre-warms."""
+    apps = {"af": App("af", 100.0, ("f",), ()), "ah": App("ah", 100.0, ("h",), ())}
+    profs = {fn: profile(fn, [(1, 1, "1g.5gb", 10.0)], cold_start_ms=1000.0) for fn in ("f", "h")}
+    policy = EsgPolicy(PolicyContext(apps, profs, mig_reconfig_ms=2000.0), spare_instances=False)
+    for k, v in attrs.items():
+        setattr(policy, k, v)
+    s = Scheduler(apps, policy)
+    refs = (F_REF, G1, G2, H_REF, G3, G4)
+
+    def snap() -> ClusterSnapshot:
+        idle = {("f", F_REF): 1, ("h", H_REF): 1, ("g", G1): 1, ("g", G2): 1, ("g", G3): 1, ("g", G4): 1}
+        return ClusterSnapshot({"n0": node("n0", idle, refs=refs)}, tracks_workers=True)
+
+    first = s.step(0.0, snap(), [Arrival(Request("f0", "af", 0.0)), Arrival(Request("h0", "ah", 0.0))])
+    second = s.step(5.0, snap(), [Arrival(Request("f1", "af", 5.0)), Arrival(Request("h1", "ah", 5.0))])
+    return s, [first.prewarms, second.prewarms]
+
+
+def test_while_the_instances_are_nearly_idle_a_second_pool_starts_before_the_first_worker_is_ready():
+    # the load: 4 jobs of 10 ms over a 3000 ms re-warm, far below POOL_BURST_BUSY of 6 instances
+    s, (first, second) = two_functions()
+    assert s.policy.pool_burst_starts == POOL_BURST_STARTS > 1
+    assert len(first) == 1 and len(second) == 1, "one start a node a step, a second before the first is ready"
+    assert {first[0].function, second[0].function} == {"f", "h"}
+    assert second[0].fit.slice in (G1, G2, G3, G4) and not second[0].fit.create
+
+
+def test_one_pool_start_at_a_time_per_node_when_burst_starts_are_off():
+    _, (first, second) = two_functions(pool_burst_starts=1)
+    assert len(first) == 1 and not second, "the first worker is still starting: no second start on n0"
+
+
+def test_one_pool_start_at_a_time_above_the_burst_share():
+    _, (first, second) = two_functions(pool_burst_busy=0.0)
+    assert len(first) == 1 and not second

@@ -45,7 +45,9 @@ first, until every instance of that profile holds one -- before any of its heads
 then serve ESG's functions as one pool: a burst finds a worker of each function on every idle instance,
 where before it queued behind the one or two instances holding its function's workers. The instances are
 paid already (an idle instance costs the same with one warm worker or several): the pool costs cold
-starts, no MIG change and no instance more.
+starts, no MIG change and no instance more. While the load keeps at most ``POOL_BURST_BUSY`` of the
+instances busy, up to ``POOL_BURST_STARTS`` such starts may be starting per node at once (one asked a step),
+so the pools fill before a burst; above it, one at a time.
 
 Three rules are built and off by default (measured on the trace to lose overall, docs/baselines.md):
 holding a queue for a larger batch when that is cheaper per request within every held job's budget
@@ -567,7 +569,9 @@ class EsgPolicy(Policy):
         same with one warm worker or several, so a pool grown this way costs cold starts only: no MIG
         change, no instance more; the instances ESG holds then serve its functions as one pool, and a
         burst finds a worker of each function on every idle instance. One spare-instance start at a time
-        per node (shared with :meth:`_spare`).
+        per node (shared with :meth:`_spare`), or up to ``pool_burst_starts`` while the busy share is at
+        most ``pool_burst_busy`` (the pools then fill before a burst; a start holds its instance for a
+        cold start, so not while the instances are busier).
 
         Asked at every step, it looks first at what is cheapest to rule a start out: a node free to
         start one, then an instance at all, then the load, then a pool short of workers, then a spare

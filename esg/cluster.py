@@ -17,20 +17,48 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from esg import mig
-from esg.model import Config, hash_once
+from esg.model import Config
 
 
-@dataclass(frozen=True, order=True)
-@hash_once
+@dataclass(frozen=True)
 class SliceRef:
-    """A MIG GPU instance identified by its profile and placement start (memory slice)."""
+    """A MIG GPU instance identified by its profile and placement start (memory slice).
+
+    Its hash, ``==`` and order are written out in the class (native methods when compiled, instead of
+    an interpreted ``hash_once`` hook called at every dict and set look-up of ``idle_workers``): they are
+    the ones ``@dataclass(frozen=True, order=True)`` makes -- the hash ``hash((profile, start))``, so
+    sets and dicts keyed on it iterate as before. (Compiled, a class that defines ``__eq__`` has every
+    comparison slot, and ``order=True`` refuses to overwrite them.)"""
 
     profile: str
     start: int
 
     def __eq__(self, other: object) -> bool:  # the dataclass's own, written out for mypyc (esg_build)
-        if other.__class__ is self.__class__:
-            return (self.profile, self.start) == (other.profile, other.start)  # type: ignore[attr-defined]
+        if isinstance(other, SliceRef):
+            return self.profile == other.profile and self.start == other.start
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.profile, self.start))
+
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, SliceRef):
+            return (self.profile, self.start) < (other.profile, other.start)
+        return NotImplemented
+
+    def __le__(self, other: object) -> bool:
+        if isinstance(other, SliceRef):
+            return (self.profile, self.start) <= (other.profile, other.start)
+        return NotImplemented
+
+    def __gt__(self, other: object) -> bool:
+        if isinstance(other, SliceRef):
+            return (self.profile, self.start) > (other.profile, other.start)
+        return NotImplemented
+
+    def __ge__(self, other: object) -> bool:
+        if isinstance(other, SliceRef):
+            return (self.profile, self.start) >= (other.profile, other.start)
         return NotImplemented
 
 

@@ -17,20 +17,48 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from esg import mig
-from esg.model import Config, hash_once
+from esg.model import Config
 
 
-@dataclass(frozen=True, order=True)
-@hash_once
+@dataclass(frozen=True)
 class SliceRef:
-    """A MIG GPU instance identified by its profile and placement start (memory slice)."""
+    """A MIG GPU instance identified by its profile and placement start (memory slice).
+
+    Its hash, ``==`` and order are written out in the class (native methods when compiled, instead of
+    an interpreted ``hash_once`` hook called at every dict and set look-up of ``idle_workers``): they are
+    the ones ``@dataclass(frozen=True, order=True)`` makes -- the hash ``hash((profile, start))``, so
+    sets and dicts keyed on it iterate as before. (Compiled, a class that defines ``__eq__`` has every
+    comparison slot, and ``order=True`` refuses to overwrite them.)"""
 
     profile: str
     start: int
 
     def __eq__(self, other: object) -> bool:  # the dataclass's own, written out for mypyc (esg_build)
-        if other.__class__ is self.__class__:
-            return (self.profile, self.start) == (other.profile, other.start)  # type: ignore[attr-defined]
+        if isinstance(other, SliceRef):
+            return self.profile == other.profile and self.start == other.start
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.profile, self.start))
+
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, SliceRef):
+            return (self.profile, self.start) < (other.profile, other.start)
+        return NotImplemented
+
+    def __le__(self, other: object) -> bool:
+        if isinstance(other, SliceRef):
+            return (self.profile, self.start) <= (other.profile, other.start)
+        return NotImplemented
+
+    def __gt__(self, other: object) -> bool:
+        if isinstance(other, SliceRef):
+            return (self.profile, self.start) > (other.profile, other.start)
+        return NotImplemented
+
+    def __ge__(self, other: object) -> bool:
+        if isinstance(other, SliceRef):
+            return (self.profile, self.start) >= (other.profile, other.start)
         return NotImplemented
 
 
@@ -246,8 +274,10 @@ class ClusterSnapshot:
 
     def reserve(self, config: Config, fit: Fit) -> None:
         node = self.nodes[fit.node]
+        kept = node.memo.get(IDLE_BY_KIND)
+        before = 0
         node.vcpus_free -= config.vcpus
-        if fit.warm_worker is not None and node.idle_workers.get(fit.warm_worker, 0) > 0:
+        if fit.warm_worker is not None and (before := node.idle_workers.get(fit.warm_worker, 0)) > 0:
             node.idle_workers[fit.warm_worker] -= 1
         if fit.slice is not None:
             if fit.destroy:
@@ -265,6 +295,11 @@ class ClusterSnapshot:
                 killed = True
         self._changed(fit.node, workers=True if killed else
                       (fit.warm_worker[0] if fit.warm_worker is not None else False))
+        if not killed:
+            if before > 0 and fit.warm_worker is not None:
+                carry_idle_by_kind(node, kept, fit.warm_worker, before)
+            elif kept is not None:
+                node.memo[IDLE_BY_KIND] = kept  # its idle workers did not change
 
     def release(self, config: Config, fit: Fit) -> None:
         """Undo :meth:`reserve`'s claim (the slice stays, idle; destroyed slices stay destroyed)."""
@@ -286,8 +321,11 @@ class ClusterSnapshot:
             node.slices.append(Slice(fit.slice))
         self._release(node, config, fit)
         key = (function, fit.slice)
-        node.idle_workers[key] = node.idle_workers.get(key, 0) + 1
+        kept = node.memo.get(IDLE_BY_KIND)
+        before = node.idle_workers.get(key, 0)
+        node.idle_workers[key] = before + 1
         self._changed(fit.node, workers=function)
+        carry_idle_by_kind(node, kept, key, before)
 
     def _changed(self, node_name: str, workers: bool | str = True) -> None:
         """A node's state changed: forget what was derived from it and update the indexes
@@ -344,6 +382,32 @@ class ClusterSnapshot:
             self._warm[f].discard(node_name)
         for f in new - old:
             self._warm.setdefault(f, set()).add(node_name)
+
+
+IDLE_BY_KIND = "idle_by_kind"
+"""The ``NodeState.memo`` key of ``prewarm.idle_by_kind`` (idle workers per function, by kind)."""
+
+
+def carry_idle_by_kind(node: NodeState, kept: dict | None, key: tuple[str, SliceRef | None], before: int) -> None:
+    """After a change of ``node`` cleared its memo, in which the only change to its idle workers was
+    ``key``'s count going from ``before``: put back ``prewarm.idle_by_kind``'s counts from before the
+    change (``kept``), updated, when that count was and stays positive. The counts a scan would rebuild
+    are then these: the same positive keys in the same order, so the same functions and kinds in the same
+    order, and one count moved by the same amount. A count to or from 0 leaves the memo to be rebuilt.
+    ``kept`` itself is left as it was (a new dict for the function changed): a copy of the state may
+    share it."""
+    if kept is None or before <= 0:
+        return
+    after = node.idle_workers.get(key, 0)
+    if after <= 0:
+        return
+    function, ref = key
+    kind = None if ref is None else ref.profile
+    counts = dict(kept[function])
+    counts[kind] += after - before
+    found = dict(kept)
+    found[function] = counts
+    node.memo[IDLE_BY_KIND] = found
 
 
 def _warm_functions(node: NodeState) -> frozenset[str]:

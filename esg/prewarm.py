@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from esg.cluster import ClusterSnapshot, Fit, NodeState, SliceRef
+from esg.cluster import IDLE_BY_KIND, ClusterSnapshot, Fit, NodeState, SliceRef
 from esg.events import Prewarm
 from esg.model import Config
 from esg.profiles import Profile
@@ -208,7 +208,7 @@ def idle_by_kind(node: NodeState) -> dict[str, dict[str | None, int]]:
     (``NodeState.memo``, cleared whenever its workers change): ESG asks for every function and
     profile at every step (the pool rule, and the kinds a queue's function is warm on). The caller must
     not change it."""
-    found: dict[str, dict[str | None, int]] | None = node.memo.get("idle_by_kind")
+    found: dict[str, dict[str | None, int]] | None = node.memo.get(IDLE_BY_KIND)
     if found is None:
         found = {}
         for (f, ref), n in node.idle_workers.items():
@@ -219,7 +219,7 @@ def idle_by_kind(node: NodeState) -> dict[str, dict[str | None, int]]:
                     found[f] = {kind: n}
                 else:
                     counts[kind] = counts.get(kind, 0) + n
-        node.memo["idle_by_kind"] = found
+        node.memo[IDLE_BY_KIND] = found
     return found
 
 

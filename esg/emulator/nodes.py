@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from esg import mig
-from esg.cluster import NodeState, Slice, SliceRef
+from esg.cluster import IDLE_BY_KIND, NodeState, Slice, SliceRef, carry_idle_by_kind
 from esg.events import Dispatch, Prewarm
 from esg.model import Config
 
@@ -183,12 +183,15 @@ class NodeModel:
         self._next_expiry = min(self._next_expiry, expiry)
         state = self._state
         if state is not None:
+            kept = state.memo.get(IDLE_BY_KIND)
             state.memo.clear()
             state.vcpus_free += config.vcpus
             for s in state.slices:
                 if s.ref == ref:
                     s.busy = False
-            state.idle_workers[key] = state.idle_workers.get(key, 0) + 1
+            before = state.idle_workers.get(key, 0)
+            state.idle_workers[key] = before + 1
+            carry_idle_by_kind(state, kept, key, before)
 
     def _expire(self, now_ms: float) -> None:
         """Drop workers idle past their keep-alive. Each list is in expiry order: workers join it

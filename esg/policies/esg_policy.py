@@ -250,6 +250,8 @@ class EsgPolicy(Policy):
         self._busy: defaultdict[str, Counter[str | None]] = defaultdict(Counter)
         """This policy's batches in flight per function, per MIG profile (None for CPU)."""
         self._kinds: dict[str, tuple[str, ...]] = {}
+        self._startups: dict[str, tuple[float, float]] = {}
+        """Per function, :meth:`_startup_ms` (forgotten when an app is added)."""
         self._batches: dict[str, tuple[int, ...]] = {}
         self._held_head: dict[tuple[str, str], str] = {}
         """The job each AFW queue was last held for (its head then): a head is held once."""
@@ -281,6 +283,7 @@ class EsgPolicy(Policy):
             self._plans.drop_app(a.name)
         self._before = {k: v for k, v in self._before.items() if k[0] not in changed}
         self._kinds = {}
+        self._startups = {}
         self._batches = {}
         self._pool_kinds = {}
         self._windows = {}
@@ -739,9 +742,13 @@ class EsgPolicy(Policy):
         return kinds
 
     def _startup_ms(self, function: str) -> tuple[float, float]:
-        """The least start-up of a new worker of ``function``: (on CPU, on a new MIG instance)."""
-        cold = cold_start_ms(self.ctx.profiles[function], self.ctx.cold_start_scale)
-        return cold, cold + self.ctx.mig_reconfig_ms
+        """The least start-up of a new worker of ``function``: (on CPU, on a new MIG instance);
+        remembered per function until an app is added (asked for every queue at every step)."""
+        found = self._startups.get(function)
+        if found is None:
+            cold = cold_start_ms(self.ctx.profiles[function], self.ctx.cold_start_scale)
+            found = self._startups[function] = (cold, cold + self.ctx.mig_reconfig_ms)
+        return found
 
     def _gpu_kinds(self, function: str) -> tuple[str, ...]:
         found = self._kinds.get(function)

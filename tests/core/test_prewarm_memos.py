@@ -68,3 +68,24 @@ def test_the_memos_follow_the_snapshots_changes():
     assert _memos(node) == _scan(node)
     assert idle_of_kind(snap, "a", "1g.5gb") == 1
     assert stocked_profiles(node) == {"1g.5gb", "3g.20gb"}
+
+
+def test_a_count_that_stays_positive_carries_the_idle_counts_over_and_one_to_or_from_zero_rebuilds_them():
+    # "a" has workers on THREE, then on ONE: a scan meets 3g.20gb first once ONE's count is 0
+    node = NodeState("n0", 16, 16, "A100-40GB", [Slice(ONE), Slice(TWO), Slice(THREE)],
+                     idle_workers={("a", ONE): 2, ("a", THREE): 1, ("b", TWO): 1})
+    snap = ClusterSnapshot({"n0": node}, tracks_workers=True)
+    first = idle_by_kind(node)
+    took = Fit("n0", ONE, warm_worker=("a", ONE))
+    snap.reserve(Config(1, 1, "1g.5gb"), took)  # 2 -> 1: carried over, counted down
+    assert first == {"a": {"1g.5gb": 2, "3g.20gb": 1}, "b": {"1g.5gb": 1}}  # the old dict is left as it was
+    for step in (lambda: snap.reserve(Config(1, 1, "1g.5gb"), took),   # 1 -> 0: "a" has no 1g.5gb worker
+                 lambda: snap.finish("a", Config(1, 1, "1g.5gb"), took),  # 0 -> 1: 1g.5gb first again
+                 lambda: snap.finish("a", Config(1, 1, "1g.5gb"), took)):  # 1 -> 2
+        want = _scan(node)["kinds"]
+        assert idle_by_kind(node) == want
+        assert {f: list(k) for f, k in idle_by_kind(node).items()} == {f: list(k) for f, k in want.items()}
+        step()
+    want = _scan(node)["kinds"]
+    assert idle_by_kind(node) == want == {"a": {"1g.5gb": 2, "3g.20gb": 1}, "b": {"1g.5gb": 1}}
+    assert [list(k) for k in idle_by_kind(node).values()] == [["1g.5gb", "3g.20gb"], ["1g.5gb"]]

@@ -66,11 +66,11 @@ class _Pending:
     entry: LedgerEntry
     data: bytes
     record: dict[str, Any] | None
+    record_json: bytes
+    """``record`` as JSON, encoded once for the ack and the ledger."""
     topic: str
     kind: str
     data_keys: tuple[str, ...] = field(default=())
-    record_json: bytes | None = None
-    """``record`` as JSON, encoded once for the ack and the ledger."""
 
 
 class AckPipeline:
@@ -120,7 +120,7 @@ class AckPipeline:
         data = acks.ack_bytes(a.msg, record, instance, record_json)
         topic = wire.completed_topic(a.msg.root_controller, self.topics.prefix)
         kind = "combined" if a.msg.blocking else "completion"
-        p = _Pending(a.entry, data, record, topic, kind, a.data_keys, record_json)
+        p = _Pending(a.entry, data, record, record_json, topic, kind, a.data_keys)
         if a.entry.activation_id in self._awaiting:
             self._held[a.entry.activation_id] = p
         else:
@@ -159,7 +159,7 @@ class AckPipeline:
         self._staged = (len(batch), len(done))
         if not batch and not done:
             return 0
-        return self.ledger.stage_acking(pipe, ((p.entry, p.data, p.record_json or p.record) for p in batch),
+        return self.ledger.stage_acking(pipe, ((p.entry, p.data, p.record_json) for p in batch),
                                         forget=[k for p in batch for k in p.data_keys], done=done)
 
     def written(self) -> None:

@@ -2,31 +2,11 @@
 (g keeps another idle worker on another idle instance), with no MIG change and before any of f's heads
 waits; the next pair of f's jobs then runs at once on both."""
 
-import numpy as np
-
-from esg.emulator import ClusterSpec, Emulation, EmulatorParams
-from esg.events import Request
-from esg.model import App
-from esg.policies.base import PolicyContext
-from esg.policies.esg_policy import EsgPolicy
-from tests.core.helpers import profile
-
-X = App("x", 5000.0, ("g",), ())
-Y = App("y", 100.0, ("f",), ())
-COLD, MIG, RUN_G, RUN_F = 300.0, 50.0, 20.0, 60.0
+from tests.emulator.test_spare_instances import run as scenario
 
 
 def run(pool: bool):
-    profiles = {"g": profile("g", [(1, 1, "1g.5gb", RUN_G)], cold_start_ms=COLD),
-                "f": profile("f", [(1, 1, "1g.5gb", RUN_F)], cold_start_ms=COLD)}
-    apps = {"x": X, "y": Y}
-    params = EmulatorParams(noise_cv=0.0, warmup_ms=0.0, mig_reconfig_ms=MIG, hop_ms=0.0)
-    policy = EsgPolicy(PolicyContext(apps, profiles, mig_reconfig_ms=MIG), spare_instances=False, pool_sizing=pool)
-    requests = [Request("x0", "x", 0.0), Request("x1", "x", 0.0), Request("x2", "x", 0.0),  # g: 3 workers, in time
-                Request("y0", "y", 1000.0),  # f's first worker, beside one of g's (a cold start: y0 misses)
-                Request("y1", "y", 2000.0), Request("y2", "y", 2000.0),  # without a second worker y2 waits: a miss
-                Request("y3", "y", 3000.0), Request("y4", "y", 3000.0)]
-    return Emulation(apps, profiles, policy, requests, np.random.default_rng(0), ClusterSpec(nodes=1), params).run()
+    return scenario(spare=False, pool=pool)
 
 
 def test_the_pool_worker_serves_the_next_pair_at_once_without_a_mig_change():

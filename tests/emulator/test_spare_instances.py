@@ -17,16 +17,18 @@ Y = App("y", 100.0, ("f",), ())
 COLD, MIG, RUN_G, RUN_F = 300.0, 50.0, 20.0, 60.0
 
 
-def run(spare: bool):
+def run(spare: bool, pool: bool = False):
+    """The scenario above with ESG's spare-instance rule and (``tests/emulator/test_pool_sizing.py``) its
+    pool rule each switched on or off."""
     profiles = {"g": profile("g", [(1, 1, "1g.5gb", RUN_G)], cold_start_ms=COLD),
                 "f": profile("f", [(1, 1, "1g.5gb", RUN_F)], cold_start_ms=COLD)}
     apps = {"x": X, "y": Y}
     params = EmulatorParams(noise_cv=0.0, warmup_ms=0.0, mig_reconfig_ms=MIG, hop_ms=0.0)
     policy = EsgPolicy(PolicyContext(apps, profiles, mig_reconfig_ms=MIG), spare_instances=spare,
-                       pool_sizing=False)  # the spare rule alone (the pool rule: test_pool_sizing.py)
+                       pool_sizing=pool)
     requests = [Request("x0", "x", 0.0), Request("x1", "x", 0.0), Request("x2", "x", 0.0),  # g: 3 workers, in time
                 Request("y0", "y", 1000.0),  # f's first worker, beside one of g's (a cold start: y0 misses)
-                Request("y1", "y", 2000.0), Request("y2", "y", 2000.0),  # y2 waits for y1's worker: a miss
+                Request("y1", "y", 2000.0), Request("y2", "y", 2000.0),  # with f's one worker y2 waits: a miss
                 Request("y3", "y", 3000.0), Request("y4", "y", 3000.0)]
     return Emulation(apps, profiles, policy, requests, np.random.default_rng(0), ClusterSpec(nodes=1), params).run()
 

@@ -219,11 +219,16 @@ class NodeModel:
             del pool[:gone]
             self._expiry_known = False
         taken = bool(pool)
+        last = (math.inf, math.inf)
         if taken:
-            self._idle_ended(key, [pool.pop()], now_ms)  # the one that would stay longest: the others keep their order
+            last = pool.pop()  # the one that would stay longest: the others keep their order
+            self._idle_ended(key, [last], now_ms)
         if not pool:
             del self.idle_workers[key]
-            self._expiry_known = False
+            # the first expiry stays known when the worker taken was the list's only one and expired
+            # after it (some other worker expires first)
+            if gone or not self._expiry_known or last[0] <= self._next_expiry:
+                self._expiry_known = False
         return taken, not gone
 
     def _kill_workers(self, ref: SliceRef, now_ms: float) -> None:

@@ -577,9 +577,9 @@ class EsgPolicy(Policy):
         cold start, so not while the instances are busier).
 
         Asked at every step, it looks first at what is cheapest to rule a start out: a node free to
-        start one, then an instance at all, then the load, then a pool short of workers, then a spare
-        instance possible of its profile on a node free to start one
-        (:func:`esg.prewarm.stocked_profiles`). Each of these leaves nothing to place when it fails, so
+        start one, then an instance at all, then the load, then the profiles a spare instance is possible
+        of on a node free to start one (:func:`esg.prewarm.stocked_profiles`), then a pool of one of
+        those profiles short of workers (only those pools' workers are counted). Each of these leaves nothing to place when it fails, so
         returning early changes no decision -- except that a function's pool profiles are planned
         (:meth:`_pool_profiles`) at the step the rule first meets the function past its load gate, as
         when it looked at every function at every step (planning at another step could leave the plan
@@ -598,10 +598,10 @@ class EsgPolicy(Policy):
         if total > self.pool_fill_busy * instances:
             return  # the instances are busy: a start now takes one from the jobs for seconds
         slots = most if total <= self.pool_burst_busy * instances else 1
-        pools = self._thin_pools(snapshot, wants, load, per_profile)
+        stocked = self._stocked(now_ms, snapshot, slots)
+        pools = self._thin_pools(snapshot, wants, load, per_profile, stocked)
         if not pools:
             return
-        stocked = self._stocked(now_ms, snapshot, slots)
         short = sorted([(-load[function] / max(workers, 1), function, profile) for function, workers, thin in pools
                         for profile in thin if profile in stocked and not self._warming.count(function, now_ms, profile)])
         if short:
@@ -638,17 +638,26 @@ class EsgPolicy(Policy):
         return per_profile
 
     def _thin_pools(self, snapshot: ClusterSnapshot, wants: dict[tuple[str, str | None, str], WarmUp],
-                    load: dict[str, float], per_profile: dict[str, int]) -> list[tuple[str, int, list[str]]]:
-        """Per GPU function with load and no pre-warm asked this step (by name): its workers on its
-        :meth:`_pool_profiles` (idle, or running one of this policy's batches) and those of its pool
-        profiles where they are on fewer instances than the cluster has; functions with none left out."""
+                    load: dict[str, float], per_profile: dict[str, int],
+                    stocked: set[str]) -> list[tuple[str, int, list[str]]]:
+        """Per GPU function with load and no pre-warm asked this step (by name) that has one of its
+        :meth:`_pool_profiles` in ``stocked`` (the profiles a spare instance may be found of this step:
+        only those can grow a pool now): its workers on its pool profiles (idle, or running one of this
+        policy's batches) and those of its pool profiles where they are on fewer instances than the
+        cluster has; functions with none left out. Every function with load and no pre-warm asked has
+        its pool profiles planned here (:meth:`_pool_profiles`), whatever ``stocked`` holds: the step
+        at which a function's profiles are first planned stays the one the rule first meets it past its
+        load gate. (Counting the workers is what costs, at every step: most steps have no spare
+        instance, and then no function's workers are counted.)"""
         pools = []
         for function in sorted(self._service):
             if load[function] <= 0.0 or any(k[0] == function for k in wants):
                 continue
+            profiles = self._pool_profiles(function)
+            if not any(q in stocked for q in profiles):
+                continue
             busy = self._busy.get(function)
-            held = {q: idle_of_kind(snapshot, function, q) + (busy[q] if busy else 0)
-                    for q in self._pool_profiles(function)}
+            held = {q: idle_of_kind(snapshot, function, q) + (busy[q] if busy else 0) for q in profiles}
             thin = [q for q, n in held.items() if n < per_profile.get(q, 0)]
             if thin:
                 pools.append((function, sum(held.values()), thin))

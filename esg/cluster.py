@@ -164,11 +164,14 @@ class ClusterSnapshot:
     def copy(self) -> ClusterSnapshot:
         return copy.deepcopy(self)
 
-    def put(self, state: NodeState) -> None:
+    def put(self, state: NodeState, memo_kept: bool = False) -> None:
         """Replace one node's state. A driver may keep one snapshot across steps and put only the nodes
-        that changed: what was derived from the other nodes' states stays remembered."""
+        that changed: what was derived from the other nodes' states stays remembered. ``memo_kept``: the
+        driver vouches that ``state.memo`` holds only what is true of the state as it is now (whoever
+        changed the state cleared what it made stale, as the emulator's node models do), so it is kept;
+        else it is cleared."""
         self.nodes[state.name] = state
-        self._changed(state.name)
+        self._changed(state.name, clear=not memo_kept)
 
     def idle_compute(self, node_name: str) -> int:
         """Idle compute slices of a node (remembered until the node's next reservation)."""
@@ -327,11 +330,13 @@ class ClusterSnapshot:
         self._changed(fit.node, workers=function)
         carry_idle_by_kind(node, kept, key, before)
 
-    def _changed(self, node_name: str, workers: bool | str = True) -> None:
-        """A node's state changed: forget what was derived from it and update the indexes
-        (``workers``: its idle workers may have changed too; a function's name: only that function's)."""
+    def _changed(self, node_name: str, workers: bool | str = True, clear: bool = True) -> None:
+        """A node's state changed: forget what was derived from it (unless ``clear`` is False: its memo
+        is known to be up to date) and update the indexes (``workers``: its idle workers may have changed
+        too; a function's name: only that function's)."""
         state = self.nodes[node_name]
-        state.memo.clear()
+        if clear:
+            state.memo.clear()
         if self._deferred is not None:      # building the snapshot: the indexes follow once, at the end
             self._deferred.add(node_name)
             return
@@ -411,10 +416,16 @@ def carry_idle_by_kind(node: NodeState, kept: dict | None, key: tuple[str, Slice
 
 
 def _warm_functions(node: NodeState) -> frozenset[str]:
-    """Functions with an idle warm worker on the node (remembered on its state)."""
+    """Functions with an idle warm worker on the node (remembered on its state): the functions of
+    ``prewarm.idle_by_kind``'s counts when the memo holds them (carried over the change), else a scan."""
     found = node.memo.get("warm")
     if found is None:
-        found = node.memo["warm"] = frozenset(k[0] for k, v in node.idle_workers.items() if v > 0)
+        counts = node.memo.get(IDLE_BY_KIND)
+        if counts is not None:
+            found = frozenset(counts)
+        else:
+            found = frozenset(k[0] for k, v in node.idle_workers.items() if v > 0)
+        node.memo["warm"] = found
     return found
 
 

@@ -34,6 +34,9 @@ class Request:
 class Arrival:
     request: Request
 
+    def __init__(self, request: Request) -> None:
+        _set(self, "request", request)  # (see Dispatch: one is made per request)
+
 
 @dataclass(frozen=True)
 class BatchDone:

@@ -48,27 +48,37 @@ class AfwQueues:
 
     def __init__(self) -> None:
         self._queues: dict[QueueKey, AfwQueue] = {}
+        self._filled: dict[QueueKey, AfwQueue] = {}
+        """The queues a job was pushed to since :meth:`non_empty` last found them empty: every non-empty
+        queue is among them (jobs only leave a queue otherwise), so :meth:`non_empty` looks at these,
+        not at every queue."""
 
     def push(self, job: Job) -> None:
         key = (job.app, job.function)
-        if key not in self._queues:
-            self._queues[key] = AfwQueue(key)
-        self._queues[key].push(job)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = AfwQueue(key)
+        queue.push(job)
+        self._filled[key] = queue
 
     def push_front(self, job: Job) -> None:
         """Put a job back at the head of its queue (its batch was lost with its node)."""
         key = (job.app, job.function)
-        if key not in self._queues:
-            self._queues[key] = AfwQueue(key)
-        self._queues[key].push_front(job)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = AfwQueue(key)
+        queue.push_front(job)
+        self._filled[key] = queue
 
     def get(self, key: QueueKey) -> AfwQueue | None:
         return self._queues.get(key)
 
     def non_empty(self) -> list[AfwQueue]:
         """Queues with waiting jobs, the one whose head has the earliest deadline first."""
-        return sorted((q for q in self._queues.values() if q.jobs),
-                      key=lambda q: (q.head.deadline_ms, q.key))
+        filled = [q for q in self._filled.values() if q.jobs]
+        if len(filled) != len(self._filled):
+            self._filled = {q.key: q for q in filled}
+        return sorted(filled, key=lambda q: (q.head.deadline_ms, q.key))
 
     def lengths(self) -> dict[QueueKey, int]:
         return {k: len(q) for k, q in self._queues.items()}

@@ -48,10 +48,16 @@ class Metrics:
 
     def arrived(self, app: str) -> None:
         self.requests += 1
-        self.per_app.setdefault(app, AppStats()).requests += 1
+        self._stats(app).requests += 1
+
+    def _stats(self, app: str) -> AppStats:
+        stats = self.per_app.get(app)  # (not setdefault: an AppStats made per call, per request)
+        if stats is None:
+            stats = self.per_app[app] = AppStats()
+        return stats
 
     def outcome(self, o: RequestOutcome) -> None:
-        stats = self.per_app.setdefault(o.app, AppStats())
+        stats = self._stats(o.app)
         if not o.ok:
             self.failed += 1
             self.rejected += o.rejected

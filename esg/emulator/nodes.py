@@ -73,7 +73,9 @@ class NodeModel:
         to it, and :meth:`start` keeps the scheduler's own reservation on it when that reservation says
         exactly what happened (``reserved``). It is built afresh only when that cannot be vouched for
         (a MIG instance destroyed with its workers, a warm worker taken that the reservation did not
-        count) or when an idle worker's keep-alive ran out."""
+        count) or when an idle worker's keep-alive ran out. Its ``memo`` stays true of it: a change made
+        here clears it (keeping what it updates, as :func:`esg.cluster.carry_idle_by_kind`), so the
+        emulation puts it into its snapshot with the memo kept."""
         if self._state is not None and now_ms > self._next_expiry and now_ms > self.next_expiry_ms:
             self._state = None
         if self._state is None:

@@ -95,6 +95,7 @@ class Emulation:
         self._flight: dict[str, tuple[Dispatch, float]] = {}
         self._timers: set[float] = set()
         self._measured: set[str] = set()
+        self._rates: dict[Config, float] = {}
         self._noise = lognormal_params(params.noise_cv)
         self._noise_buf: list[float] = []
         self._hop_rng = (np.random.default_rng(cast(np.random.SeedSequence, rng.bit_generator.seed_seq).spawn(1)[0])
@@ -191,7 +192,7 @@ class Emulation:
             self._changed.add(heapq.heappop(expiries)[1])
         for name in sorted(self._changed):
             model = self.nodes[name]
-            self._snapshot.put(model.snapshot(now))
+            self._snapshot.put(model.snapshot(now), memo_kept=True)  # (a node model keeps its state's memo true)
             expiry = model.next_expiry_ms
             if expiry != math.inf and self._pushed.get(name) != expiry:
                 self._pushed[name] = expiry
@@ -219,8 +220,7 @@ class Emulation:
         m.jobs += len(d.jobs)
         m.cold_starts += cost.cold
         m.reconfigured_instances += cost.reconfigured
-        gpu_model = self.cluster.gpu_model or DEFAULT_GPU_MODEL
-        rate = self.prices.rate(gpu_model, d.config)
+        rate = self._rate(d.config)
         m.cost_mig += rate * cost.reconfig_ms
         m.cost_cold += rate * cold_ms
         m.cost_exec += rate * (done - now - cost.reconfig_ms - cold_ms)
@@ -237,9 +237,17 @@ class Emulation:
         m = self.metrics
         m.prewarms += 1
         m.reconfigured_instances += cost.reconfigured
-        rate = self.prices.rate(self.cluster.gpu_model or DEFAULT_GPU_MODEL, p.config)
+        rate = self._rate(p.config)
         m.cost_mig += rate * cost.reconfig_ms
         m.cost_cold += rate * cold_ms
+
+    def _rate(self, config: Config) -> float:
+        """The price per ms of holding ``config``'s resources (:meth:`esg.cost.Prices.rate` for the
+        cluster's GPU model), remembered per configuration."""
+        rate = self._rates.get(config)
+        if rate is None:
+            rate = self._rates[config] = self.prices.rate(self.cluster.gpu_model or DEFAULT_GPU_MODEL, config)
+        return rate
 
     def _warmed(self, p: Prewarm, now: float) -> None:
         self.nodes[p.node].warmed(p, now, p.keep_alive_ms if p.keep_alive_ms is not None else self.params.keep_alive_ms)

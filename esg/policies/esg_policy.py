@@ -221,6 +221,10 @@ class EsgPolicy(Policy):
         """Per function, the arrival times of its jobs within the last :meth:`_window_ms` (every request of
         an app brings each of its functions one job)."""
         self._service: dict[str, float] = {}
+        self._served: tuple[str, ...] = ()
+        self._smallest: dict[tuple[str, str | None], tuple[object, Config]] = {}
+        """(function, kind of instance) -> (its profile, :meth:`_smallest_of_kind`)."""
+        """The keys of :attr:`_service` in order (:meth:`_served_functions`)."""
         """Per function run on a MIG instance, the run time per job of its batches there: a running mean
         over the last few (``SERVICE_WEIGHT``), hop included."""
         self._waited: dict[str, tuple[str, Job, Config]] = {}
@@ -495,7 +499,7 @@ class EsgPolicy(Policy):
                 key = (g, planned.gpu, d.node)
                 if key in wants or self._warm_near(g, planned.gpu, d.node, snapshot, now_ms):
                     continue
-                want = WarmUp(d.app, g, smallest_of_kind(self.ctx.profiles[g], planned),
+                want = WarmUp(d.app, g, self._smallest_of_kind(g, planned),
                               self.keep_alive_ms(d.app, g, now_ms), preferred=(d.node,), only_preferred=True,
                               ready_by_ms=end)
                 start = self.prewarm_start_ms(g, planned.gpu is not None, end)
@@ -532,7 +536,7 @@ class EsgPolicy(Policy):
                 ref = spare_instance(snapshot.nodes[node], function, config.gpu)
                 if ref is not None:
                     wants[(function, config.gpu, node)] = WarmUp(
-                        app, function, smallest_of_kind(self.ctx.profiles[function], config),
+                        app, function, self._smallest_of_kind(function, config),
                         self.keep_alive_ms(app, function, now_ms), preferred=(node,), only_preferred=True,
                         instance=ref)
                     self._spare_asked[node] = function
@@ -577,9 +581,9 @@ class EsgPolicy(Policy):
         cold start, so not while the instances are busier).
 
         Asked at every step, it looks first at what is cheapest to rule a start out: a node free to
-        start one, then an instance at all, then the load, then the profiles a spare instance is possible
-        of on a node free to start one (:func:`esg.prewarm.stocked_profiles`), then a pool of one of
-        those profiles short of workers (only those pools' workers are counted). Each of these leaves nothing to place when it fails, so
+        start one, then an instance at all, then the load, then a pool short of workers, then a spare
+        instance possible of its profile on a node free to start one
+        (:func:`esg.prewarm.stocked_profiles`). Each of these leaves nothing to place when it fails, so
         returning early changes no decision -- except that a function's pool profiles are planned
         (:meth:`_pool_profiles`) at the step the rule first meets the function past its load gate, as
         when it looked at every function at every step (planning at another step could leave the plan
@@ -593,15 +597,16 @@ class EsgPolicy(Policy):
         instances = sum(per_profile.values())
         if not instances:
             return
-        load = {f: self._rate(f, now_ms) * s for f, s in sorted(self._service.items())}
+        service = self._service
+        load = {f: self._rate(f, now_ms) * service[f] for f in self._served_functions()}
         total = sum(load.values())
         if total > self.pool_fill_busy * instances:
             return  # the instances are busy: a start now takes one from the jobs for seconds
         slots = most if total <= self.pool_burst_busy * instances else 1
-        stocked = self._stocked(now_ms, snapshot, slots)
-        pools = self._thin_pools(snapshot, wants, load, per_profile, stocked)
+        pools = self._thin_pools(snapshot, wants, load, per_profile)
         if not pools:
             return
+        stocked = self._stocked(now_ms, snapshot, slots)
         short = sorted([(-load[function] / max(workers, 1), function, profile) for function, workers, thin in pools
                         for profile in thin if profile in stocked and not self._warming.count(function, now_ms, profile)])
         if short:
@@ -638,30 +643,43 @@ class EsgPolicy(Policy):
         return per_profile
 
     def _thin_pools(self, snapshot: ClusterSnapshot, wants: dict[tuple[str, str | None, str], WarmUp],
-                    load: dict[str, float], per_profile: dict[str, int],
-                    stocked: set[str]) -> list[tuple[str, int, list[str]]]:
-        """Per GPU function with load and no pre-warm asked this step (by name) that has one of its
-        :meth:`_pool_profiles` in ``stocked`` (the profiles a spare instance may be found of this step:
-        only those can grow a pool now): its workers on its pool profiles (idle, or running one of this
-        policy's batches) and those of its pool profiles where they are on fewer instances than the
-        cluster has; functions with none left out. Every function with load and no pre-warm asked has
-        its pool profiles planned here (:meth:`_pool_profiles`), whatever ``stocked`` holds: the step
-        at which a function's profiles are first planned stays the one the rule first meets it past its
-        load gate. (Counting the workers is what costs, at every step: most steps have no spare
-        instance, and then no function's workers are counted.)"""
+                    load: dict[str, float], per_profile: dict[str, int]) -> list[tuple[str, int, list[str]]]:
+        """Per GPU function with load and no pre-warm asked this step (by name): its workers on its
+        :meth:`_pool_profiles` (idle, or running one of this policy's batches) and those of its pool
+        profiles where they are on fewer instances than the cluster has; functions with none left out."""
         pools = []
-        for function in sorted(self._service):
+        for function in self._served_functions():
             if load[function] <= 0.0 or any(k[0] == function for k in wants):
                 continue
             profiles = self._pool_profiles(function)
-            if not any(q in stocked for q in profiles):
+            if not profiles:
                 continue
             busy = self._busy.get(function)
-            held = {q: idle_of_kind(snapshot, function, q) + (busy[q] if busy else 0) for q in profiles}
-            thin = [q for q, n in held.items() if n < per_profile.get(q, 0)]
+            # (:func:`esg.prewarm.idle_of_kind` per profile, with each node's counts looked up once)
+            idle: list[dict[str | None, int]] = []
+            for name in snapshot.nodes_with_warm(function):
+                counts = idle_by_kind(snapshot.nodes[name]).get(function)
+                if counts is not None:
+                    idle.append(counts)
+            workers = 0
+            thin: list[str] = []
+            for q in profiles:
+                held = busy[q] if busy else 0
+                for counts in idle:
+                    held += counts.get(q, 0)
+                workers += held
+                if held < per_profile.get(q, 0):
+                    thin.append(q)
             if thin:
-                pools.append((function, sum(held.values()), thin))
+                pools.append((function, workers, thin))
         return pools
+
+    def _served_functions(self) -> tuple[str, ...]:
+        """The functions :attr:`_service` has, in name order (its keys are only ever added: sorted
+        again only when one was)."""
+        if len(self._served) != len(self._service):
+            self._served = tuple(sorted(self._service))
+        return self._served
 
     def _grow_pools(self, now_ms: float, snapshot: ClusterSnapshot,
                     wants: dict[tuple[str, str | None, str], WarmUp], short: list[tuple[float, str, str]],
@@ -683,7 +701,7 @@ class EsgPolicy(Policy):
                 app = self._app_of(function)
                 config = next(e.config for e in self.ctx.profiles[function].entries if e.config.gpu == profile)
                 wants[(function, profile, node)] = WarmUp(
-                    app, function, smallest_of_kind(self.ctx.profiles[function], config),
+                    app, function, self._smallest_of_kind(function, config),
                     self.keep_alive_ms(app, function, now_ms), preferred=(node,), only_preferred=True,
                     instance=ref)
                 self._spare_asked[node] = function
@@ -733,8 +751,21 @@ class EsgPolicy(Policy):
             if key in wants or any(k[:2] == key[:2] for k in wants) or self._warming.count(
                     function, now_ms, config.gpu) > 0:
                 continue
-            wants[key] = WarmUp(app, function, smallest_of_kind(self.ctx.profiles[function], config),
+            wants[key] = WarmUp(app, function, self._smallest_of_kind(function, config),
                                 self.keep_alive_ms(app, function, now_ms))
+
+    def _smallest_of_kind(self, function: str, config: Config) -> Config:
+        """:func:`esg.prewarm.smallest_of_kind` of ``function``'s profile, remembered per kind of instance
+        while the profile stays (asked for the successors of every batch dispatched)."""
+        profile = self.ctx.profiles[function]
+        key = (function, config.gpu)
+        hit = self._smallest.get(key)
+        if hit is not None and hit[0] is profile:
+            return hit[1]
+        found = smallest_of_kind(profile, config)
+        if any(e.config.gpu == config.gpu for e in profile.entries):  # (else ``config`` itself: not kept)
+            self._smallest[key] = (profile, found)
+        return found
 
     def _warm_near(self, function: str, kind: str | None, node: str, snapshot: ClusterSnapshot, now_ms: float) -> bool:
         """Whether a worker of ``function`` on ``kind`` is on ``node``: running, idle or starting."""

@@ -50,6 +50,8 @@ class Placer:
         self._groups: dict[tuple, tuple[object, tuple]] = {}
         """(function, configurations, id of the latencies) -> (those latencies, their profile groups)."""
         self._startup: dict[str, tuple[object, placement.StartupCosts]] = {}
+        self._caps: dict[tuple[int, int], tuple[tuple[Config, ...], object, tuple[Config, ...]]] = {}
+        """(id of the priorities, queue length) -> (those priorities, the profile, :func:`placement.cap_batches`)."""
         """function -> (its profile, the start-up costs worked out from it)."""
 
     def add_app(self, ctx: PolicyContext, app: App) -> None:
@@ -63,6 +65,7 @@ class Placer:
         self._fastest = {}
         self._startup = {}
         self._groups = {}
+        self._caps = {}
 
     def preferred_nodes(self, app: App, head: Job, snapshot: ClusterSnapshot) -> list[str]:
         """Nodes to try first for the head batch (the rest follow by free capacity): by default none, as
@@ -86,7 +89,7 @@ class Placer:
         function = queue.key[1]
         profile = self.ctx.profiles[function]
         queued = len(queue)
-        own = placement.cap_batches(choice.priorities, queued, profile)
+        own = self._capped(choice.priorities, queued, profile)
         if not own:
             return Wait(choice.reason) if choice.reason else NO_CONFIGURATION
         startup = self._startup_of(function, profile)
@@ -141,6 +144,17 @@ class Placer:
             return tuple(self.may_scale_out(r, q, configs, head.latency_of, head.startup) for configs in lists_)
         return placement.Hold.of(wait, head.function, deadline_ms, rest_ms, head.startup, made, snapshot, deep,
                                  scale_out, scale_out(running, queued))
+
+    def _capped(self, priorities: tuple[Config, ...], queued: int, profile) -> tuple[Config, ...]:
+        """:func:`placement.cap_batches`, remembered per (priorities, queue length, profile): a policy's
+        priority lists are few (its cached plans), and asked again at every placement."""
+        key = (id(priorities), queued)
+        hit = self._caps.get(key)
+        if hit is None or hit[0] is not priorities or hit[1] is not profile:  # (kept: the ids are not reused)
+            if len(self._caps) >= 4096:
+                self._caps.clear()
+            hit = self._caps[key] = (priorities, profile, placement.cap_batches(priorities, queued, profile))
+        return hit[2]
 
     def _startup_of(self, function: str, profile) -> placement.StartupCosts:
         """The function's start-up costs (remembered while its profile and the context stay)."""

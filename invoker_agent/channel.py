@@ -34,7 +34,10 @@ from invoker_agent.data import Write
 
 #: How long the answer of a dispatch read with others waits for theirs (from its cohort's first answer):
 #: long enough for batches started together on warm workers to finish together, short against a
-#: scheduler turn's cost on the loop's thread.
+#: scheduler turn's cost on the loop's thread. An answer waits only for siblings of its own kind (the
+#: same function and configuration: the same run time); a ResNet-50 batch read with a DenseNet-121 one
+#: waited for it, and was answered 5 ms late, a fifth of an image-classification SLO
+#: (docs/live-vs-emulated.md).
 COHORT_WAIT_S = 0.005
 
 
@@ -70,6 +73,11 @@ class AgentChannel:
     def settle(self, entry_id: str) -> None:
         """Done with ``entry_id`` without (or after) an answer: its cohort's answers wait for it no longer."""
         self._answers.settle(entry_id)
+
+    def describe(self, entry_id: str, kind: str) -> None:
+        """``entry_id`` runs a batch of ``kind`` (function and configuration): only its cohort's answers of
+        the same kind wait for it."""
+        self._answers.describe(entry_id, kind)
 
     def answer(self, entry_id: str, reply_to: str, result: BatchResult, writes: Sequence[Write] = ()) -> None:
         """Store the outputs, publish the result, and retire the dispatch: all or nothing. Returns once
@@ -132,6 +140,14 @@ class _Cohort:
 
     running: set[str]
     first_answer_s: float | None = field(default=None)
+    kinds: dict[str, str] = field(default_factory=dict)
+    """What each dispatch runs, once its thread said (:meth:`AnswerGroup.describe`)."""
+
+    def holds(self, entry_id: str) -> bool:
+        """Whether the answer of ``entry_id`` waits for a running sibling: one of its kind, or one whose
+        kind is not known yet."""
+        mine = self.kinds.get(entry_id)
+        return any(e != entry_id and (mine is None or self.kinds.get(e, mine) == mine) for e in self.running)
 
 
 class _Waiter:
@@ -155,9 +171,10 @@ class AnswerGroup:
     caller returns when its own answer is committed (or raises its error), so what it does next --
     naming the batch answered in a heartbeat, retrying -- is as before.
 
-    A caller whose cohort (:meth:`join`) still has dispatches running waits for their answers, at most
-    ``cohort_wait_s`` from the cohort's first answer; whoever answers last commits the queue, its
-    siblings' answers with it, or the first whose wait is over does.
+    A caller whose cohort (:meth:`join`) still has dispatches of its kind running (:meth:`describe`; one
+    not described yet counts) waits for their answers, at most ``cohort_wait_s`` from the cohort's first
+    answer; whoever answers last commits the queue, its siblings' answers with it, or the first whose
+    wait is over does. Batches of other kinds run for other times, so none waits for them.
 
     Each wake-up goes to the one thread that has something to do (its outcome is in, or the queue is
     its to commit). With one condition shared by all and ``notify_all``, every commit and every
@@ -181,14 +198,20 @@ class AnswerGroup:
             for e in entry_ids:
                 self._cohorts[e] = cohort
 
+    def describe(self, entry_id: str, kind: str) -> None:
+        """``entry_id`` runs a batch of ``kind``."""
+        with self._lock:
+            cohort = self._cohorts.get(entry_id)
+            if cohort is not None:
+                cohort.kinds[entry_id] = kind
+
     def settle(self, entry_id: str) -> None:
         """``entry_id`` will not be answered (or already was): its cohort stops waiting for it."""
         with self._lock:
             cohort = self._cohorts.pop(entry_id, None)
             if cohort is not None:
                 cohort.running.discard(entry_id)
-                if not cohort.running:
-                    self._wake_next()
+                self._wake_next()       # a queued sibling may have waited for this one alone
 
     def commit(self, answer: _Answer) -> None:
         with self._lock:
@@ -227,7 +250,7 @@ class AnswerGroup:
         if me.done:
             return None, None
         left: float | None = None
-        if me.cohort is not None and me.cohort.running:
+        if me.cohort is not None and me.cohort.holds(me.answer.entry_id):
             left = me.cohort.first_answer_s + self._cohort_wait_s - time.monotonic()
             if left <= 0:
                 left = None
@@ -249,6 +272,6 @@ class AnswerGroup:
         now = time.monotonic()
         for w in self._queue:
             c = w.cohort
-            if c is None or not c.running or now >= c.first_answer_s + self._cohort_wait_s:
+            if c is None or not c.holds(w.answer.entry_id) or now >= c.first_answer_s + self._cohort_wait_s:
                 w.wake.set()
                 return

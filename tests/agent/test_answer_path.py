@@ -254,3 +254,35 @@ def _answer_at(group: AnswerGroup, eid: str, done: dict) -> threading.Thread:
     t = threading.Thread(target=run)
     t.start()
     return t
+
+
+def test_an_answer_waits_for_a_running_sibling_of_its_own_kind_only():
+    """A ResNet-50 batch read with a DenseNet-121 one is answered when it is done; one read with another
+    batch of its own function and configuration waits for it (at most the cohort wait), and both go in
+    one commit. A sibling not described yet counts as one of its kind."""
+    calls: list[list[str]] = []
+    group = AnswerGroup(lambda batch: calls.append(sorted(a.entry_id for a in batch)) or [None] * len(batch),
+                        cohort_wait_s=3.0)
+    done: dict[str, float] = {}
+    group.join(["r", "d"])
+    group.describe("r", "resnet50 b1/1c/1g.5gb")
+    group.describe("d", "densenet121 b1/1c/1g.5gb")
+    t0 = time.monotonic()
+    _answer_at(group, "r", done).join(5)
+    assert calls == [["r"]] and done["r"] - t0 < 1.0        # not 3 s: d is of another kind
+    _answer_at(group, "d", done).join(5)
+    assert calls[-1] == ["d"]
+
+    calls.clear()
+    group.join(["a", "b", "c"])
+    group.describe("a", "resnet50 b1/1c/1g.5gb")
+    group.describe("b", "resnet50 b1/1c/1g.5gb")            # c is not described yet
+    first = _answer_at(group, "a", done)
+    time.sleep(0.1)
+    assert calls == []                                      # a waits for b (and c)
+    group.settle("c")
+    time.sleep(0.05)
+    assert calls == []                                      # still b
+    _answer_at(group, "b", done).join(5)
+    first.join(5)
+    assert calls == [["a", "b"]] and group._cohorts == {}

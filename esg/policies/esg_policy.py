@@ -49,6 +49,13 @@ starts, no MIG change and no instance more. While the load keeps at most ``POOL_
 instances busy, up to ``POOL_BURST_STARTS`` such starts may be starting per node at once (one asked a step),
 so the pools fill before a burst; above it, one at a time.
 
+A head with an on-time plan waits for a worker of its function that frees within its budget
+(``wait_for_busy``, on by default; :meth:`EsgPolicy._frees_in_time`): one running a batch of the function
+for another app's queue, or idle on an instance busy with another function's batch, by that batch's
+planned end. The scale-out rule counts such workers with the queue's own batches, so it starts none
+unless the backlog would outlast a cold start: the head waits milliseconds instead of binding to a cold
+start of seconds on an instance another function's next burst then lacks.
+
 Three rules are built and off by default (measured on the trace to lose overall, docs/baselines.md):
 holding a queue for a larger batch when that is cheaper per request within every held job's budget
 (``hold_batches``, :meth:`EsgPolicy._hold`: a :class:`Choice` with ``retry_at_ms``, so the scheduler
@@ -216,6 +223,9 @@ class EsgPolicy(Policy):
         function's batch -- instead of starting a new one (:meth:`_frees_in_time`, weighed by the
         scale-out rule through :meth:`running_for`; measured on the trace to win, docs/baselines.md);
         False: only the queue's own batches count."""
+        self.wait_slack_ms = WAIT_SLACK_MS
+        """How long before the head's budget runs out a worker it waits for must let its batch end
+        (``WAIT_SLACK_MS``)."""
         self._now = 0.0
         """The current step's time (set by :meth:`choose` and :meth:`prewarm`): when a batch placed in
         it started."""
@@ -328,7 +338,7 @@ class EsgPolicy(Policy):
                        snapshot: ClusterSnapshot) -> int:
         """The workers of the head's function, on a MIG profile of ``choice``, that free early enough
         for the head's batch to run on them within its budget (less the per-batch overhead and
-        ``WAIT_SLACK_MS``): those running a batch of the function for another queue (a worker belongs to
+        :attr:`wait_slack_ms`): those running a batch of the function for another queue (a worker belongs to
         its function, not to a queue), and idle ones on an instance busy with another function's batch
         (the pool and spare-instance rules put several functions' workers on one instance), each by its
         batch's planned end. A batch of the function takes milliseconds; a new worker, a cold start of
@@ -341,7 +351,7 @@ class EsgPolicy(Policy):
             if c.gpu is not None:
                 latency = choice.latencies.get(c)
                 run = profile.latency(c) if latency is None else latency
-                t = now_ms + budget - run - self.ctx.stage_overhead_ms - WAIT_SLACK_MS
+                t = now_ms + budget - run - self.ctx.stage_overhead_ms - self.wait_slack_ms
                 if t > until.get(c.gpu, -math.inf):
                     until[c.gpu] = t
         if not until:

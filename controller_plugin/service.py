@@ -365,6 +365,7 @@ class SchedulerService:
         joined = self.dispatcher.heartbeat(hb, mono)
         if self.dispatcher.warmed:
             t = now_ms()
+            self.workflows.poke()
             for w in self.dispatcher.take_warmed():
                 self.decisions.prewarm(w.prewarm, w.sent_ms, t, hb.gpu_model, w.ready, w.done)
         if joined is None:

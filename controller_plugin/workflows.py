@@ -104,11 +104,17 @@ class Workflows:
         """The requests the last :meth:`step` ended (the core's outcomes, for the decision log)."""
         self.unsent_prewarms = 0
         """Pre-warms the last step decided and :meth:`step` could not send (no plan for their app)."""
+        self._poked = False
+
+    def poke(self) -> None:
+        """Have the next turn step although nothing arrived: the cluster changed in a way a policy acts
+        on (a pre-warmed worker became ready), as the emulator steps at every worker that turns warm."""
+        self._poked = True
 
     def busy(self, now_ms: float | None = None) -> bool:
         """Whether a step has anything to do: events to fold in, jobs waiting, or the time the last step
         asked to be woken at (a policy's pre-warming window) has come at ``now_ms``."""
-        if self._events or self.scheduler.queues.total() > 0:
+        if self._events or self._poked or self.scheduler.queues.total() > 0:
             return True
         return now_ms is not None and self.wake_at_ms is not None and now_ms >= self.wake_at_ms
 
@@ -213,6 +219,7 @@ class Workflows:
     # -- deciding -----------------------------------------------------------------------------------
     def step(self, now_ms: int, snapshot: ClusterSnapshot) -> tuple[list[Send], list[PrewarmSend], list[Answer]]:
         events, self._events = self._events, []
+        self._poked = False
         explored = self.scheduler.explorer.batches if self.scheduler.explorer is not None else 0
         result = self.scheduler.step(now_ms, snapshot, events)
         if self.scheduler.explorer is not None and self.scheduler.explorer.batches > explored:

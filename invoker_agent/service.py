@@ -155,6 +155,7 @@ class AgentService:
         self._count_lock = threading.Lock()
         self._stop = threading.Event()          # stop taking dispatches (drain)
         self._hb_stop = threading.Event()       # stop heartbeating (after the drain)
+        self._hb_wake = threading.Event()       # beat now: a pre-warm finished, or heartbeating stops
         self._draining = False
         self._resumed: deque[Entry] = deque()
         self._intake = Intake(lambda count, block_ms: channel.take(count, block_ms, cohort=True), self._stop,
@@ -191,6 +192,7 @@ class AgentService:
                     t.join()
             self._prewarm_pool.shutdown(wait=True)  # those waiting are dropped (_start_prewarm), not started
             self._hb_stop.set()
+            self._hb_wake.set()
             self._hb_thread.join(timeout=self.settings.heartbeat_s + 5)
             self._beat(draining=True)
             self.node.close()
@@ -317,9 +319,13 @@ class AgentService:
                      msg.function, where, out.init_ms or 0.0, keep)
 
     def _prewarm_done(self, msg: PrewarmMessage, outcome: str, reconfigured: int = 0) -> None:
-        """Name the pre-warm done in the next heartbeats, with its outcome, and count it."""
+        """Name the pre-warm done in the next heartbeats, with its outcome, count it, and beat at once:
+        the scheduler sees a pre-warmed worker when it is ready, not up to a heartbeat period later (a
+        head arriving meanwhile would start another worker cold, where the emulator -- which knows the
+        moment a worker is warm -- takes this one)."""
         self.heartbeats.batches.answered(msg.prewarm_id, PrewarmDone(msg.prewarm_id, outcome, reconfigured))
         self._count(outcome)
+        self._hb_wake.set()
 
     def _count(self, outcome: str) -> None:
         with self._count_lock:
@@ -355,14 +361,17 @@ class AgentService:
 
     # --- heartbeats ------------------------------------------------------------------------------
     def _heartbeat_loop(self) -> None:
+        """A heartbeat every ``heartbeat_s``, and one as soon as a pre-warm finishes (those finishing
+        together share it); the period restarts after each."""
         while not self._hb_stop.is_set():
+            self._hb_wake.clear()
             self._beat(self._draining)
             try:
                 gone = self.node.pool.evict_idle()
                 log.debug("heartbeat: %d warm worker(s), %d evicted", self.node.pool.warm_count(), gone)
             except Exception:  # noqa: BLE001 - an eviction failure must not end the thread
                 log.exception("evicting idle workers failed")
-            self._hb_stop.wait(self.settings.heartbeat_s)
+            self._hb_wake.wait(self.settings.heartbeat_s)
 
     def _beat(self, draining: bool) -> None:
         try:

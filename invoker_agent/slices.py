@@ -7,6 +7,12 @@ slices are never touched: the listed slices are dropped only when idle, and idle
 target are dropped too (the scheduler's view may lag). A reserved slice counts as busy for every
 reconcile until the batch that reserved it has finished, so a concurrent dispatch cannot destroy it.
 Idle slices are otherwise kept: the scheduler decides when they go.
+
+A dispatch whose slice exists and which destroys nothing -- nearly every batch once a layout settles --
+is served from the layout read last (by a dispatch or a heartbeat, at most :data:`STATE_FRESH_S` ago)
+instead of reading the GPU's instances, compute instances and processes again: every MIG change is made
+here, under the MIG lock, and drops that copy, so only a change made outside the agent can be missed,
+and for at most that long.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from esg.errors import MigError
 from invoker_agent.mig_backend import MigOperationError
 from invoker_agent.node import NodeAgent
 from invoker_agent.reconcile import DesiredLayout, MigSlice
+
+STATE_FRESH_S = 2.0
+"""How long a read layout serves dispatches that change nothing (heartbeats read it every second)."""
 
 
 class SliceError(RuntimeError):
@@ -45,6 +54,9 @@ class SliceManager:
         self._res_lock = threading.Lock()
         self._reserved: Counter[str] = Counter()
         self._last: tuple[Slice, ...] = ()
+        self._state: list[MigSlice] | None = None
+        self._state_s = 0.0
+        """The layout read last and when (monotonic s); None after a change made here."""
         self.change_delay_s = 0.0
         """Extra time each MIG instance created or destroyed takes (0: as long as the backend takes)."""
         node.reconciler.busy_slices = self.busy_uuids
@@ -75,8 +87,13 @@ class SliceManager:
         want = (target.profile, target.start)
         drop = {(d.profile, d.start) for d in destroy}
         with self._mig_lock:
+            uuid = self._unchanged(want, drop)
+            if uuid is not None:
+                with self._res_lock:
+                    self._reserved[uuid] += 1
+                return uuid, 0
             try:
-                state = self.node.reconciler.read_state(gpu)
+                state = self._read(gpu)
                 keep = [(s.profile, s.start) for s in state
                         if s.busy or ((s.profile, s.start) not in drop and not _overlaps(model, s, want))]
                 desired = sorted(set(keep) | {want})
@@ -86,7 +103,10 @@ class SliceManager:
                     for s in state:
                         if (s.profile, s.start) not in desired and s.mig_uuid and not s.busy:
                             self.node.pool.evict_slice(s.mig_uuid)
+                    self._state = None
                     report = self.node.reconciler.reconcile_gpu(gpu, DesiredLayout(placements=tuple(desired)))
+                    if report.status == "success":     # its slices: the layout read back after the change
+                        self._state, self._state_s = report.slices, time.monotonic()
                     uuid = _uuid_of(report.slices, want)
                     if uuid is None:
                         raise SliceError(f"cannot create MIG slice {target.profile}@{target.start} on {model}: "
@@ -101,6 +121,22 @@ class SliceManager:
             # slice is reserved meanwhile, so nothing destroys it)
             time.sleep(changes * self.change_delay_s)
         return uuid, changes
+
+    def _read(self, gpu: int) -> list[MigSlice]:
+        """The GPU's layout, read now (under the MIG lock), and kept for :meth:`_unchanged`."""
+        state = self.node.reconciler.read_state(gpu)
+        self._state, self._state_s = state, time.monotonic()
+        return state
+
+    def _unchanged(self, want: tuple[str, int], drop: set[tuple[str, int]]) -> str | None:
+        """``want``'s UUID when the layout read last (fresh) has it and none of ``drop``: nothing to
+        change, nothing to read (under the MIG lock)."""
+        state = self._state
+        if state is None or time.monotonic() - self._state_s > STATE_FRESH_S:
+            return None
+        if drop and any((s.profile, s.start) in drop for s in state):
+            return None
+        return _uuid_of(state, want)
 
     def release(self, uuid: str | None) -> None:
         if uuid is None:
@@ -117,7 +153,7 @@ class SliceManager:
         if not self._mig_lock.acquire(timeout=0.2):
             return self._last
         try:
-            state = self.node.reconciler.read_state(self.gpu)
+            state = self._read(self.gpu)
         except MigOperationError:
             return self._last
         finally:

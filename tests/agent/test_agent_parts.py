@@ -127,3 +127,40 @@ def test_slice_manager_creates_reserves_and_never_destroys_a_reserved_slice():
             sm.ensure(SliceRef("9g.1gb", 0))
     finally:
         node.close()
+
+
+def test_a_batch_on_a_slice_that_exists_reads_no_layout_and_a_change_made_elsewhere_is_seen_once_stale(monkeypatch):
+    from invoker_agent import slices
+    node = NodeAgent.create("n", vcpus=2, fake_gpu="A100-40GB")
+    reads = []
+    real_read = node.reconciler.read_state
+    node.reconciler.read_state = lambda gpu: reads.append(gpu) or real_read(gpu)
+    try:
+        sm = SliceManager(node)
+        u, changes = sm.carve(SliceRef("1g.5gb", 0))
+        assert changes == 1 and reads                # read, created, read back (kept)
+        sm.release(u)
+        n = len(reads)
+        for _ in range(3):                           # a settled layout: no NVML read per batch
+            v, changes = sm.carve(SliceRef("1g.5gb", 0))
+            assert (v, changes) == (u, 0) and v in sm.busy_uuids()
+            sm.release(v)
+        assert len(reads) == n
+        # a slice the dispatch destroys is never taken from the copy: read, changed, read again
+        w, changes = sm.carve(SliceRef("2g.10gb", 2), destroy=(SliceRef("1g.5gb", 0),))
+        assert changes == 2 and len(reads) > n
+        assert [s.ref for s in sm.status()] == [SliceRef("2g.10gb", 2)]
+        sm.release(w)
+        # destroyed outside the agent: seen once the copy is older than STATE_FRESH_S
+        gi = next(g for g in node.backend.gpu_instances(sm.gpu) if g.start == 2)
+        for ci in node.backend.compute_instances(sm.gpu):
+            if ci.gi_id == gi.gi_id:
+                node.backend.destroy_compute_instance(sm.gpu, gi.gi_id, ci.ci_id)
+        node.backend.destroy_gpu_instance(sm.gpu, gi.gi_id)
+        monkeypatch.setattr(slices, "STATE_FRESH_S", 0.0)
+        x, changes = sm.carve(SliceRef("2g.10gb", 2))
+        assert changes == 1 and x != w
+        assert [s.ref for s in sm.status()] == [SliceRef("2g.10gb", 2)]
+        sm.release(x)
+    finally:
+        node.close()

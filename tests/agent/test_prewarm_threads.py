@@ -62,3 +62,29 @@ def test_a_dispatch_is_not_delayed_behind_a_slow_prewarm_with_one_batch_thread(r
         ow.close()
     log = agent.output()
     assert "not started: the agent stops" in log and "1 dropped" in log, log[-3000:]
+
+
+def test_a_finished_prewarm_is_reported_at_once_not_a_heartbeat_period_later(redis_url, tmp_path):
+    """The scheduler learns of a pre-warmed worker when it is ready (the emulator knows that moment): a
+    head arriving meanwhile would otherwise start another worker cold."""
+    ow = OpenWhiskStandIn()
+    ow.add("echo", ECHO)
+    prefix, node = f"t{uuid.uuid4().hex[:8]}_", "node-h"
+    sched = SchedulerSide(redis_url, prefix)
+    period_s = 30.0
+    agent = AgentProcess(tmp_path, redis_url, ow.url, node, prefix, "--fake-gpu", "A100-40GB", "--vcpus", "2",
+                         "--memory-mb", "4096",
+                         "--heartbeat-s", f"{period_s:g}")
+    try:
+        sched.heartbeat(node, timeout=30)
+        t0 = time.monotonic()
+        pw = sched.prewarm(node, "echo", Config(1, 1, None))
+        hb = sched.heartbeat(node, lambda h: pw.prewarm_id in h.done, timeout=period_s / 2,
+                             after=len(sched.heartbeats))
+        assert time.monotonic() - t0 < period_s / 2
+        assert [p.outcome for p in hb.prewarmed if p.prewarm_id == pw.prewarm_id] == ["started"]
+        assert any(w.function.endswith("echo") and w.count > 0 for w in hb.idle), hb.idle
+    finally:
+        agent.stop()
+        sched.close()
+        ow.close()

@@ -145,6 +145,20 @@ def test_a_step_is_due_at_the_time_the_last_one_asked_to_be_woken_at_with_no_job
     assert not w.busy(1999) and w.busy(2000) and not w.busy()
 
 
+def test_a_worker_turning_warm_makes_the_next_turn_step_with_nothing_queued():
+    """As the emulator steps at every pre-warmed worker that turns warm (a policy may act on it: ESG's
+    pool rule starts its next spare worker then), the service's next turn steps once a heartbeat names a
+    pre-warm done, though no request arrived; once only."""
+    from controller_plugin.workflows import Workflows
+
+    w = Workflows(scheduler(), "esg:0:results", Metrics(), 5.0)
+    assert not w.busy(1000)
+    w.poke()
+    assert w.busy(1000)
+    w.step(1000, dispatcher().snapshot())
+    assert not w.busy(1001)
+
+
 def test_a_prewarm_with_no_keep_alive_of_its_policy_leaves_it_to_the_agent_and_says_when_it_was_sent():
     """No policy keep-alive: the message carries none (the agent's --idle-ttl-s applies, not 10 minutes
     of the controller's), and the time it was sent (an agent reading it too late drops it)."""

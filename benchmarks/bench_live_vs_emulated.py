@@ -5,14 +5,17 @@
 The workload generator writes an arrivals file (``--rate-rps`` on ``--nodes`` nodes, four apps, SLOs at
 ``--slo``); ``esg up --runner twin --no-online-profiles`` starts a twin cluster of the same nodes
 (A100-40GB, ``profiles/tables/a100``) and ``esg replay`` sends it the arrivals; the live path's overhead
-per batch is measured from the scheduler's decision log (median and log-normal spread); the emulator then
-runs ESG on the same file with that overhead (``--hop-ms``, ``--hop-log-sd``), once per seed. Prints and writes (``--out``) the hit rates, cost, the share
-of dispatches whose configuration matches and the hop; ``--plot`` draws the per-app hit rates.
+per batch is measured from the scheduler's decision log; the emulator then runs ESG on the same file,
+once per seed, each batch paying one of the hops measured (``esg emulate --hop-samples``; with
+``--hop-ms`` or ``--hop-log-sd`` given, that median and log-normal spread instead). Prints and writes
+(``--out``) the hit rates, cost, the share of dispatches whose configuration matches and the hop;
+``--plot`` draws the per-app hit rates.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -32,9 +35,10 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", type=int, default=5, help="emulator runs (seeds from --seed): its own spread")
     p.add_argument("--hop-ms", type=float, default=None,
-                   help="the emulator's per-batch overhead (default: the one measured on the live run)")
+                   help="the emulator's per-batch overhead, a log-normal's median (default: the hops measured "
+                        "on the live run, drawn one per batch)")
     p.add_argument("--hop-log-sd", type=float, default=None,
-                   help="its log-normal spread (default: the one measured on the live run)")
+                   help="its log-normal spread (default with --hop-ms: the one measured on the live run)")
     p.add_argument("--out", type=Path, default=Path("live-vs-emulated"))
     p.add_argument("--plot", type=Path, default=None, help="write the figure here (PNG)")
     a = p.parse_args()
@@ -46,11 +50,17 @@ def main() -> int:
         live = agreement.replay(cluster, arrivals, a.out / "live", a.warmup_s)
     hop, spread = agreement.live_hop_ms(live["decisions"]), agreement.live_hop_log_sd(live["decisions"])
     args.hop_ms = a.hop_ms if a.hop_ms is not None else hop
-    args.hop_log_sd = a.hop_log_sd if a.hop_log_sd is not None else spread
+    if a.hop_ms is None and a.hop_log_sd is None:    # the live run's hops themselves
+        args.hop_samples = str(agreement.write_live_hops(live["decisions"], a.out / "live" / "hops.txt"))
+    else:
+        args.hop_log_sd = a.hop_log_sd if a.hop_log_sd is not None else spread
     emulated = agreement.mean_emulated(agreement.emulate_seeds(args, a.seeds))
     result = agreement.compare(emulated, live)
     result.update(live_hop_ms=hop, live_hop_log_sd=spread, live_sent_hop_ms=agreement.sent_hop_ms(live["decisions"]),
-                  emulated_hop_ms=args.hop_ms, emulated_hop_log_sd=args.hop_log_sd, emulated_seeds=a.seeds)
+                  emulated_hop_ms=args.hop_ms, emulated_hop_log_sd=args.hop_log_sd,
+                  emulated_hop_samples=args.hop_samples is not None, emulated_seeds=a.seeds,
+                  live_startup=dataclasses.asdict(live["startup"]),
+                  emulated_startup=dataclasses.asdict(agreement.emulated_startup(args, a.seeds)))
     agreement.write_report(result, a.out)
     if a.plot:
         agreement.plot(result, a.plot)

@@ -16,7 +16,7 @@ agents' own)``.
 
 One per pre-warm a heartbeat named done (``type: "prewarm"``): ``prewarm_id, app, function, node,
 gpu_model, vcpus, gpu, slice, create, keep_alive_ms, sent_ms, done_ms`` (done: the heartbeat that named
-it read -- at most one heartbeat late), ``ready`` (that heartbeat showed an idle worker of the function
+it read: the agent beats as soon as a pre-warm finishes), ``ready`` (that heartbeat showed an idle worker of the function
 on its slice; false: it failed or was taken already), ``outcome`` (what the agent did with it, as its
 heartbeat said: ``started`` a worker, found one ``warm`` -- its keep-alive extended, nothing started --,
 ``failed``, ``expired``, ``repeated`` or ``dropped``; null: an agent that does not say) and

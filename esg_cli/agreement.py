@@ -5,18 +5,19 @@ of its short version in the test suite.
 2. :func:`twin_cluster` -- ``esg up --runner twin --serve --no-online-profiles`` (a 2-node A100 twin cluster
    by default, SLOs at the same level, planning with the same fixed tables as the emulator);
 3. ``esg replay --arrivals FILE`` against it (:func:`replay`), and the live path's overhead per batch
-   measured from the scheduler's decision log (:func:`live_hop_ms`);
+   measured from the scheduler's decision log (:func:`live_hops_ms`, written by :func:`write_live_hops`);
 4. :func:`emulate_seeds` -- the emulator runs ESG on the same file (what ``esg emulate --arrivals FILE
-   --hop-ms H`` writes) with that overhead, over a few seeds (its own spread), recording each measured
-   dispatch's configuration;
-5. :func:`compare` -- hit rates, cost, the share of dispatches whose (function, batch, vCPUs, slice)
-   match.
+   --hop-samples HOPS`` writes) with those overheads, over a few seeds (its own spread), recording each
+   measured dispatch's configuration;
+5. :func:`compare` -- hit rates, cost, the share of dispatches whose configuration (function, batch,
+   vCPUs, MIG profile) match, and of those whose placement (the MIG instance's position too) does.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import math
 import re
@@ -38,7 +39,9 @@ from esg.emulator.workload import generate
 from esg.timing import DEFAULT_STAGE_OVERHEAD_MS
 from esg_cli import emulate as emulate_cli
 from esg_cli.openwhisk_standin import GUEST_KEY
+from esg_files import load_profile, write_hop_samples
 from invoker_agent.lifetime import die_with_parent
+from invoker_agent.twin import twin_output
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,9 +60,16 @@ class Emulated:
     dispatches: list[ConfigKey]
 
 
+TABLES = ROOT / "profiles" / "tables" / "a100"
+"""The tables a twin cluster of ``esg up --fake-gpu A100-40GB`` runs with."""
+
+
 def emulate_args(out: Path, arrivals: Path, nodes: int, vcpus: int, slo: str, load: str, duration_s: float,
-                 warmup_s: float, seed: int, hop_ms: float, hop_log_sd: float = 0.0) -> argparse.Namespace:
-    """The namespace ``esg emulate`` would parse for this run (one ESG cell)."""
+                 warmup_s: float, seed: int, hop_ms: float, hop_log_sd: float = 0.0,
+                 profiles: Path | None = None) -> argparse.Namespace:
+    """The namespace ``esg emulate`` would parse for this run (one ESG cell), with the twin's tables
+    (:func:`twin_profiles`, written under ``out``) unless ``profiles`` names others."""
+    profiles = profiles if profiles is not None else twin_profiles(TABLES, Path(out) / "twin-profiles")
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
     emulate_cli.register(sub)
@@ -68,8 +78,35 @@ def emulate_args(out: Path, arrivals: Path, nodes: int, vcpus: int, slo: str, lo
                               f"{warmup_s:g}", "--seed", str(seed), "--hop-ms", f"{hop_ms:g}", "--hop-log-sd", f"{hop_log_sd:g}",
                               # planned with what the live scheduler plans with by default (esg up passes none)
                               "--stage-overhead-ms", f"{DEFAULT_STAGE_OVERHEAD_MS:g}",
-                              "--out", str(out),
+                              "--profiles", str(profiles), "--out", str(out),
                               "--no-plots", "--jobs", "1", "--write-arrivals", str(arrivals)])
+
+
+def twin_profiles(tables: Path, out: Path) -> Path:
+    """The profile tables ``tables`` as the twin cluster runs them, in ``out``: each function's
+    ``output_bytes`` the size of what a twin worker answers (:func:`invoker_agent.twin.twin_output`), not
+    the real model's output. The live hops measured on a twin cluster include its (small) data passing;
+    with the profiled sizes the emulator would charge reads and writes of up to 600 KB on top of them
+    that the twin never made (about 2 points of hit rate on the agreement run)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for path in sorted(Path(tables).glob("*.json")):
+        prof = load_profile(path)
+        size = max(len(json.dumps(twin_output(prof.function, e.config, 0), separators=(",", ":")).encode())
+                   for e in prof.entries)
+        (out / path.name).write_text(json.dumps(dict(prof.to_dict(), output_bytes=size), indent=1) + "\n")
+    return out
+
+
+def write_live_hops(decisions: list[dict[str, Any]], path: Path) -> Path:
+    """The live run's hops (:func:`live_hops_ms`) as a hop-samples file for ``esg emulate --hop-samples``:
+    the emulator then charges each batch one of the overheads the live path measured, not a log-normal
+    fitted to them (whose lower tail is too long and whose body too short, docs/live-vs-emulated.md)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    hops = [max(0.0, h) for h in live_hops_ms(decisions)]   # the log's whole milliseconds can put one below 0
+    if not hops:
+        raise RuntimeError("the live run measured no hop (no warm batch placed at once)")
+    write_hop_samples(path, hops, "ms, the live path's overhead per batch (esg_cli.agreement.live_hops_ms)")
+    return path
 
 
 def write_arrivals(args: argparse.Namespace, rate_rps: float | None = None) -> Path:
@@ -139,6 +176,12 @@ def _key(function: str, batch: int, vcpus: int, slice_: str | None) -> ConfigKey
     return (function.rsplit("/", 1)[-1], int(batch), int(vcpus), slice_)
 
 
+def _config(key: ConfigKey) -> ConfigKey:
+    """A dispatch's configuration (function, batch, vCPUs, MIG profile) without its instance's position:
+    which of seven 1g instances a function's pool sits on follows the order start-up created them in."""
+    return key[:3] + (None if key[3] is None else key[3].split("@", 1)[0],)
+
+
 @dataclass
 class Cluster:
     api: str
@@ -181,12 +224,50 @@ def twin_cluster(logs: Path, nodes: int = 2, vcpus: int = 16, slo: str = "modera
 
 
 def replay(cluster: Cluster, arrivals: Path, out: Path, warmup_s: float) -> dict[str, Any]:
+    """``esg replay`` of ``arrivals`` against the cluster: what it wrote (:func:`read_live`), with the whole
+    run's start-up counts read from the scheduler's decision log (``startup``)."""
     from esg_cli.main import main
     rc = main(["replay", "--arrivals", str(arrivals), "--api", cluster.api, "--auth", GUEST_KEY, "--redis",
                cluster.redis, "--warmup-s", f"{warmup_s:g}", "--out", str(out)])
     if rc != 0:
         raise RuntimeError(f"esg replay exited {rc}")
-    return read_live(out)
+    startup = live_startup(cluster.redis)
+    (out / "startup.json").write_text(json.dumps(dataclasses.asdict(startup)) + "\n")
+    return dict(read_live(out), startup=startup)
+
+
+@dataclass(frozen=True)
+class StartUp:
+    """What a whole run (warm-up included) started: workers (for a batch or ahead of one) and MIG
+    instances created or destroyed."""
+
+    workers: float
+    mig_changes: float
+
+
+def live_startup(redis_url: str) -> StartUp:
+    """The whole live run's :class:`StartUp`, from the scheduler's decision log: batches that started their
+    worker cold, pre-warms that started one, and the MIG instances the agents changed for either."""
+    from agent_channel.connect import connect
+    from controller_plugin.decisions import read_decisions
+    client = connect(redis_url)
+    try:
+        log = [e for key in client.scan_iter("esg:*:decisions") for e in read_decisions(client, key)]
+    finally:
+        client.close()
+    started = [e for e in log if (e.get("type") == "batch" and e.get("cold"))
+               or (e.get("type") == "prewarm" and e.get("outcome") == "started")]
+    changed = sum(int(e.get("reconfigured") or 0) for e in log if e.get("type") in ("batch", "prewarm"))
+    return StartUp(len(started), changed)
+
+
+def emulated_startup(args: argparse.Namespace, seeds: int) -> StartUp:
+    """The same counts for the emulator's runs of ``args`` (mean over the seeds): each run again with no
+    warm-up, so that every batch and pre-warm is counted (the decisions are the same; only what is
+    measured changes)."""
+    runs = emulate_seeds(argparse.Namespace(**{**vars(args), "warmup_s": 0.0}), seeds)
+    return StartUp(statistics.fmean(float(r.summary["cold_starts"]) + float(r.summary["prewarms"]) for r in runs),
+                   statistics.fmean(float(r.summary["mig_changes"]) for r in runs))
 
 
 def read_live(out: Path) -> dict[str, Any]:
@@ -200,8 +281,8 @@ def read_live(out: Path) -> dict[str, Any]:
 
 
 def config_match(live: list[ConfigKey], emulated: list[ConfigKey]) -> float:
-    """The share of dispatches whose (function, batch, vCPUs, slice) the other run chose as often: the
-    multiset intersection over the larger of the two counts."""
+    """The share of dispatches whose key the other run chose as often: the multiset intersection over the
+    larger of the two counts."""
     a, b = Counter(live), Counter(emulated)
     n = max(sum(a.values()), sum(b.values()))
     return sum((a & b).values()) / n if n else 1.0
@@ -263,7 +344,8 @@ def compare(emulated: Emulated, live: dict[str, Any]) -> dict[str, Any]:
         "emulated_cost": e_cost, "live_cost": l_cost,
         "cost_diff_rel": (l_cost - e_cost) / e_cost if e_cost else float("nan"),
         "emulated_dispatches": len(emulated.dispatches), "live_dispatches": len(live_keys),
-        "config_match": config_match(live_keys, emulated.dispatches),
+        "config_match": config_match([_config(k) for k in live_keys], [_config(k) for k in emulated.dispatches]),
+        "placement_match": config_match(live_keys, emulated.dispatches),
         "emulated_cold_starts": int(es["cold_starts"]), "live_cold_starts": int(ls["cold_starts"]),
         "emulated_mig_changes": int(es["mig_changes"]), "live_mig_changes": int(ls["mig_changes"]),
         "per_app": {r["app"]: {"emulated": float(e["slo_hit_rate"]), "live": float(r["slo_hit_rate"])}

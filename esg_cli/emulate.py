@@ -28,7 +28,7 @@ from esg.policies import make_policy, policy_names
 from esg.policies.base import PolicyContext
 from esg_cli.checks import check_dir, check_writable_dir, check_writable_file
 from esg_cli.errors import CliError
-from esg_files import load_app, load_profiles, read_arrivals, write_arrivals
+from esg_files import load_app, load_profiles, read_arrivals, read_hop_samples, write_arrivals
 
 REPO = Path(__file__).resolve().parent.parent
 PER_APP_COLUMNS = ["policy", "slo", "load", "app", "requests", "slo_hit_rate", "p50_ms", "p99_ms"]
@@ -79,6 +79,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hop-log-sd", type=float, default=EmulatorParams.hop_log_sd,
                    help="spread of that overhead: each batch pays --hop-ms times a log-normal factor of median 1 "
                         "with this standard deviation of its logarithm (0: exactly --hop-ms)")
+    p.add_argument("--hop-samples", metavar="FILE",
+                   help="hops measured on a live run, one per line in ms (what bench_live_vs_emulated.py "
+                        "writes from esg replay's decision log): each batch pays one of them, drawn at random, "
+                        "instead of --hop-ms times the --hop-log-sd factor")
     p.add_argument("--stage-overhead-ms", type=float, default=None, metavar="MS",
                    help="the per-batch overhead the scheduler plans with (ESG_1Q's path latencies, admission "
                         "control); default: --hop-ms, what the emulated system adds to every batch")
@@ -152,6 +156,13 @@ def check_args(args: argparse.Namespace) -> None:
                         ("--cold-start-scale", args.cold_start_scale)):
         if not math.isfinite(value) or value < 0:
             raise CliError(f"{flag} must be a finite number, 0 or more, got {value:g}")
+    if getattr(args, "hop_samples", None):
+        if getattr(args, "hop_log_sd", 0.0):
+            raise CliError("--hop-samples and --hop-log-sd both give the hop's spread: pass one of them")
+        try:
+            read_hop_samples(args.hop_samples)
+        except EsgError as exc:
+            raise CliError(f"--hop-samples {exc}") from None
     for flag, value in (("--duration-s", args.duration_s), ("--trace-minute-s", args.trace_minute_s)):
         if value <= 0:
             raise CliError(f"{flag} must be positive, got {value:g}")
@@ -309,6 +320,8 @@ def run_cell(args, cell, trace):
     params = EmulatorParams(mig_reconfig_ms=args.mig_reconfig_ms, cold_start_scale=args.cold_start_scale,
                             warmup_ms=args.warmup_s * 1e3, hop_ms=args.hop_ms,
                             hop_log_sd=getattr(args, "hop_log_sd", EmulatorParams.hop_log_sd),
+                            hop_samples_ms=(read_hop_samples(args.hop_samples) if getattr(args, "hop_samples", None)
+                                            else ()),
                             prewarm=not getattr(args, "no_prewarm", False))
     online = online_learning(args, apps, profiles) if getattr(args, "profiles_online", False) else None
     policy = make_policy(policy_name, PolicyContext(apps, online.tables if online else profiles, seed=args.seed,

@@ -1,4 +1,4 @@
-"""The core's files on disk: app files, profile tables and arrivals files, read and written.
+"""The core's files on disk: app files, profile tables, arrivals files and hop samples, read and written.
 
 The core (:mod:`esg`) parses and checks these formats from plain values (:func:`esg.model.app_from_dict`,
 :func:`esg.profiles.profile_from_dict`, :func:`esg.arrivals.parse_arrivals`) and never touches a file;
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -83,3 +84,40 @@ def write_arrivals(path: str | Path, requests: Iterable[Request]) -> int:
     with open(path, "w", newline="") as fh:
         csv.writer(fh, lineterminator="\n").writerows(rows)
     return len(rows) - 1
+
+
+def read_hop_samples(path: str | Path) -> tuple[float, ...]:
+    """The hops of a hop-samples file (``esg emulate --hop-samples``): one per line, in milliseconds, each
+    a finite number, 0 or more; blank lines and lines starting with ``#`` are skipped; at least one."""
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise EsgError(f"{path}: no such hop-samples file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EsgError(f"{path}: not a readable hop-samples file ({exc})") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            raise EsgError(f"{path}:{n}: {text[:40]!r} is not a number of milliseconds") from None
+        if not math.isfinite(value) or value < 0:
+            raise EsgError(f"{path}:{n}: a hop must be a finite number, 0 or more, got {text[:40]}")
+        out.append(value)
+    if not out:
+        raise EsgError(f"{path}: no hop samples (one number of milliseconds per line)")
+    return tuple(out)
+
+
+def write_hop_samples(path: str | Path, hops_ms: Iterable[float], comment: str = "") -> int:
+    """Write a hop-samples file (:func:`read_hop_samples`); the number written."""
+    values = list(hops_ms)
+    with open(path, "w") as fh:
+        if comment:
+            fh.write(f"# {comment}\n")
+        fh.writelines(f"{v:.3f}\n" for v in values)
+    return len(values)

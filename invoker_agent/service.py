@@ -15,8 +15,9 @@ Threads:
   threads start as pre-warms come): each starts one pre-warm's
   worker at a time, so a batch never waits behind a worker's start-up (a batch thread that reads a
   pre-warm hands it over and reads again); more pre-warms than threads wait their turn in the pool.
-* **the heartbeat thread**: every ``heartbeat_s`` (also while draining) publishes a
-  :class:`~agent_channel.protocol.Heartbeat` and evicts warm workers idle past their TTL.
+* **the heartbeat thread**: every ``heartbeat_s`` (also while draining), and at once when a pre-warm
+  finishes, publishes a :class:`~agent_channel.protocol.Heartbeat` and evicts warm workers idle past
+  their TTL.
 * the caller of :meth:`AgentService.run` waits for :meth:`AgentService.stop`.
 
 A batch id this process has already taken is not run twice (:class:`RecentBatches`). A malformed

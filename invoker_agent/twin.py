@@ -7,7 +7,9 @@ keep-alive, vCPU pinning, batches, heartbeats, results, data passing, draining).
   ``cold_start_scale``);
 * **runs** a batch by waiting the profiled latency of the configuration it was dispatched with (batch
   size, vCPUs, MIG profile) times a log-normal factor of mean 1 (the emulator's ``noise_cv``), drawn
-  from the agent's seeded generator, and answers each request with a small deterministic result;
+  from the agent's seeded generator, and answers each request with a small deterministic result
+  (:func:`twin_output`: the emulator comparing itself with a twin cluster is given those sizes, not the
+  profiled ``output_bytes``);
 * each MIG instance the agent creates or destroys for a batch takes the emulator's ``mig_reconfig_ms``
   (:attr:`invoker_agent.slices.SliceManager.change_delay_s`).
 
@@ -38,6 +40,12 @@ from esg_files import load_profile
 from invoker_agent.actions import ActionCode
 from invoker_agent.runner import WorkerSpec
 from invoker_agent.runtime_client import BATCH_KEY, RuntimeTimeout, WorkerStartError
+
+
+def twin_output(function: str, config: Config, index: int) -> dict[str, Any]:
+    """What a twin worker answers for the ``index``-th request of a batch: a few dozen bytes, whatever the
+    profile's ``output_bytes`` (so a twin cluster passes almost no data between its agents)."""
+    return {"twin": function, "config": config.label(), "index": index}
 
 
 class TwinError(EsgError):
@@ -128,7 +136,7 @@ class TwinWorker:
             self.sleep(timeout_s)
             raise RuntimeTimeout(f"twin: {latency:.0f} ms profiled is over the time limit")
         self.sleep(wait_s)
-        results = [{"twin": self.profile.function, "config": config.label(), "index": i} for i in range(n)]
+        results = [twin_output(self.profile.function, config, i) for i in range(n)]
         return self._reply(200, {BATCH_KEY: results} if batch is not None else results[0])
 
     def _config(self, n: int) -> Config:

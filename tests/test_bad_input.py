@@ -324,7 +324,13 @@ def test_the_table_covers_every_command_and_class():
 EXTRA = [("emulate", "trace minute 0", case("emulate", "--trace-minute-s", "0", "--out", "{tmp}/out",
                                              needle="--trace-minute-s")),
          ("emulate", "trace minute nan", case("emulate", "--trace-minute-s", "nan", "--out", "{tmp}/out",
-                                               needle="--trace-minute-s"))]
+                                               needle="--trace-minute-s")),
+         ("emulate", "hop samples missing", case("emulate", "--hop-samples", "{tmp}/none.txt", "--out",
+                                                  "{tmp}/out", needle="--hop-samples")),
+         ("emulate", "hop samples malformed", case("emulate", "--hop-samples", "{bad_trace}", "--out",
+                                                    "{tmp}/out", needle="--hop-samples")),
+         ("emulate", "hop samples and spread", case("emulate", "--hop-samples", "{bad_trace}", "--hop-log-sd",
+                                                     "0.5", "--out", "{tmp}/out", needle="--hop-log-sd"))]
 
 
 @pytest.mark.parametrize("cmd,cls,c", EXTRA, ids=[f"{cmd}-{cls.replace(' ', '_')}" for cmd, cls, _ in EXTRA])

@@ -6,7 +6,8 @@ runner builds a :class:`~esg.cluster.ClusterSnapshot` from its node models and c
 before it runs: the modelled decision time of that step, the read of its inputs from the data store
 when they were produced on other nodes (in parallel with) the MIG changes its placement needs followed
 by a cold start when no idle worker of its kind is on the node, and the live path's hop to its agent
-and back (``EmulatorParams.hop_ms``, with ``hop_log_sd`` a log-normal spread around it). Its execution time is the profiled
+and back (``EmulatorParams.hop_ms``, with ``hop_log_sd`` a log-normal spread around it, or a draw from
+the hops measured on a live run, ``hop_samples_ms``). Its execution time is the profiled
 latency times log-normal noise; a batch whose outputs go to successors completes after writing them
 to the store. Same node: the successor reads the producer's kept copy, free (as the live agents do).
 
@@ -98,7 +99,7 @@ class Emulation:
         self._noise = lognormal_params(params.noise_cv)
         self._noise_buf: list[float] = []
         self._hop_rng = (np.random.default_rng(cast(np.random.SeedSequence, rng.bit_generator.seed_seq).spawn(1)[0])
-                         if params.hop_log_sd > 0 else None)
+                         if params.hop_log_sd > 0 or params.hop_samples_ms else None)
         """The hop's own generator (the run's execution-time draws stay as they are)."""
 
     def run(self) -> EmulationResult:
@@ -266,10 +267,13 @@ class Emulation:
         return latency
 
     def _hop_ms(self) -> float:
-        """The live path's overhead on one batch: ``hop_ms``, times a log-normal factor of median 1 when
-        ``hop_log_sd`` is set."""
+        """The live path's overhead on one batch: one of ``hop_samples_ms`` when given, else ``hop_ms``,
+        times a log-normal factor of median 1 when ``hop_log_sd`` is set."""
         if self._hop_rng is None:
             return self.params.hop_ms
+        samples = self.params.hop_samples_ms
+        if samples:
+            return samples[int(self._hop_rng.integers(len(samples)))]
         return self.params.hop_ms * float(np.exp(self.params.hop_log_sd * self._hop_rng.standard_normal()))
 
     def _next_noise(self) -> float:

@@ -1,5 +1,5 @@
-"""The live path's overhead per batch in the emulator (``hop_ms``, ``hop_log_sd``), and the same overhead
-measured on a live decision log (``esg_cli.agreement``): one definition on both sides."""
+"""The live path's overhead per batch in the emulator (``hop_ms``, ``hop_log_sd``, ``hop_samples_ms``), and
+the same overhead measured on a live decision log (``esg_cli.agreement``): one definition on both sides."""
 
 import math
 
@@ -18,12 +18,13 @@ from tests.core.helpers import profile
 APP = App("one", 500.0, ("f",), ())
 
 
-def waits(hop_ms: float, hop_log_sd: float, n: int = 400) -> tuple[list[float], list[float]]:
+def waits(hop_ms: float, hop_log_sd: float, n: int = 400,
+          samples: tuple[float, ...] = ()) -> tuple[list[float], list[float]]:
     """Each request's latency less its run, and the runs, on one warm CPU worker (no cold start, no
     noise), requests far apart."""
     profiles = {"f": profile("f", [(1, 1, None, 20.0)], cold_start_ms=0.0)}
     params = EmulatorParams(noise_cv=0.0, warmup_ms=0.0, hop_ms=hop_ms, hop_log_sd=hop_log_sd,
-                            sched_ms_per_step=0.0, sched_ms_per_unit=0.0)
+                            hop_samples_ms=samples, sched_ms_per_step=0.0, sched_ms_per_unit=0.0)
     em = Emulation({"one": APP}, profiles, make_policy("fastgshare", PolicyContext({"one": APP}, profiles)),
                    [Request(f"r{i}", "one", 1000.0 * i) for i in range(n)], np.random.default_rng(0),
                    ClusterSpec(nodes=1), params)
@@ -41,6 +42,32 @@ def test_a_spread_hop_is_log_normal_around_its_median():
     logs = np.log(overhead)
     assert np.exp(np.median(logs)) == pytest.approx(10.0, rel=0.15)
     assert np.std(logs) == pytest.approx(0.9, rel=0.15)
+
+
+def test_measured_hops_are_drawn_one_per_batch_each_as_often():
+    samples = (1.5, 2.0, 3.0, 14.0)
+    overhead, _ = waits(99.0, 0.0, 800, samples)
+    drawn = np.round(overhead, 9)
+    assert set(drawn) == set(samples)                       # only measured hops, never --hop-ms
+    counts = [int(np.sum(drawn == h)) for h in samples]
+    assert all(150 <= c <= 250 for c in counts), counts     # uniform: 200 each expected
+    assert waits(99.0, 0.0, 20, (4.0,))[0] == pytest.approx([4.0] * 20)
+
+
+def test_hop_samples_are_written_and_read_back_and_a_bad_file_is_named(tmp_path):
+    from esg.errors import EsgError
+    from esg_files import read_hop_samples, write_hop_samples
+    decisions = [{"cold": False, "reconfigured": 0, "run_ms": 5.0, "ready_ms": 0.0, "done_ms": 5.0 + h}
+                 for h in (2.5, 3.25, -0.4)]                 # whole-ms timestamps can put a hop below 0
+    path = agreement.write_live_hops(decisions, tmp_path / "hops.txt")
+    assert read_hop_samples(path) == (2.5, 3.25, 0.0)
+    write_hop_samples(tmp_path / "two.txt", [1.0, 2.0], "a comment")
+    assert read_hop_samples(tmp_path / "two.txt") == (1.0, 2.0)
+    for text, needle in (("", "no hop samples"), ("1\nfast\n", ":2:"), ("-1\n", "0 or more"),
+                         ("inf\n", "finite")):
+        (tmp_path / "bad.txt").write_text(text)
+        with pytest.raises(EsgError, match=needle):
+            read_hop_samples(tmp_path / "bad.txt")
 
 
 def test_the_spread_leaves_the_execution_draws_alone():

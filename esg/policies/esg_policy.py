@@ -49,6 +49,13 @@ starts, no MIG change and no instance more. While the load keeps at most ``POOL_
 instances busy, up to ``POOL_BURST_STARTS`` such starts may be starting per node at once (one asked a step),
 so the pools fill before a burst; above it, one at a time.
 
+A head with an on-time plan waits for a worker of its function that frees within its budget
+(``wait_for_busy``, on by default; :meth:`EsgPolicy._frees_in_time`): one running a batch of the function
+for another app's queue, or idle on an instance busy with another function's batch, by that batch's
+planned end. The scale-out rule counts such workers with the queue's own batches, so it starts none
+unless the backlog would outlast a cold start: the head waits milliseconds instead of binding to a cold
+start of seconds on an instance another function's next burst then lacks.
+
 Three rules are built and off by default (measured on the trace to lose overall, docs/baselines.md):
 holding a queue for a larger batch when that is cheaper per request within every held job's budget
 (``hold_batches``, :meth:`EsgPolicy._hold`: a :class:`Choice` with ``retry_at_ms``, so the scheduler
@@ -90,7 +97,7 @@ from dataclasses import dataclass, field
 
 from mypy_extensions import mypyc_attr
 
-from esg.cluster import ClusterSnapshot
+from esg.cluster import ClusterSnapshot, SliceRef
 from esg.dispatch import Wait, locality_order
 from esg.events import Dispatch, Prewarm
 from esg.model import App, Config, Job
@@ -141,6 +148,11 @@ POOL_BURST_BUSY = 0.15
 POOL_BURST_STARTS = 3
 """Spare-instance starts at a time per node for the pool rule while the instances are this idle."""
 _NO_ENDS: list[float] = []
+WAIT_SLACK_MS = 10.0
+"""Waiting for a busy worker (:meth:`EsgPolicy._frees_in_time`): a worker counts as freeing in time only
+when the head's batch would still end this much before its budget runs out (room for the queueing of
+other heads that wait for the same worker)."""
+_NO_BATCHES: dict[str, tuple[tuple[str, str], str | None, float]] = {}
 SERVICE_WEIGHT = 0.2
 """Pool sizing: the weight of a batch in the running mean of its function's run time per job."""
 
@@ -181,7 +193,7 @@ class EsgPolicy(Policy):
 
     def __init__(self, ctx: PolicyContext, exact: bool = False, bounded_keep_alive: bool = False,
                  hold_batches: bool = False, widen_pools: bool = False, function_scale_out: bool = False,
-                 spare_instances: bool = True, pool_sizing: bool = True):
+                 spare_instances: bool = True, pool_sizing: bool = True, wait_for_busy: bool = True):
         super().__init__(ctx, EsgPlacer(ctx))
         self.exact = exact
         self.hold_batches = hold_batches
@@ -205,6 +217,25 @@ class EsgPolicy(Policy):
         """Grow each GPU function's pool onto the MIG instances ESG holds while the load seen leaves them
         room (:meth:`_size_pools`: one more worker on a spare instance at a time per node, no MIG change;
         measured on the trace to win, docs/baselines.md); False: pools grow only when a head waits."""
+        self.wait_for_busy = wait_for_busy
+        """A head with an on-time plan waits for a worker of its function that frees within its budget
+        -- busy with another queue's batch of the function, or idle on an instance busy with another
+        function's batch -- instead of starting a new one (:meth:`_frees_in_time`, weighed by the
+        scale-out rule through :meth:`running_for`; measured on the trace to win, docs/baselines.md);
+        False: only the queue's own batches count."""
+        self.wait_slack_ms = WAIT_SLACK_MS
+        """How long before the head's budget runs out a worker it waits for must let its batch end
+        (``WAIT_SLACK_MS``)."""
+        self._now = 0.0
+        """The current step's time (set by :meth:`choose` and :meth:`prewarm`): when a batch placed in
+        it started."""
+        self._ends: dict[str, dict[str, tuple[tuple[str, str], str | None, float]]] = {}
+        """Per function, its batches in flight by id: (their queue, MIG profile or None, planned end)."""
+        self._slice_end: dict[tuple[str, SliceRef], float] = {}
+        """Per (node, MIG instance) running a batch of this policy, the batch's planned end."""
+        self._soon: dict[tuple[str, str], int] = {}
+        """Per AFW queue whose head is on time, the workers of its function that free within the head's
+        budget (:meth:`_frees_in_time`, worked out at its last choice)."""
         self.pool_fill_busy = POOL_FILL_BUSY
         """The busy share of the instances up to which pools grow (``POOL_FILL_BUSY``)."""
         self.pool_burst_busy = POOL_BURST_BUSY
@@ -295,10 +326,52 @@ class EsgPolicy(Policy):
         self._batch_choice = {b: c for b, c in self._batch_choice.items() if c.app not in changed}
 
     def choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
+        self._now = now_ms
         self._on_time.discard(queue.key)
         choice = self._choose(app, queue, now_ms, snapshot)
         self._chosen[queue.key] = choice
+        if self.wait_for_busy:
+            self._soon.pop(queue.key, None)
+            if queue.key in self._on_time and choice.priorities:
+                soon = self._frees_in_time(app, queue, choice, now_ms, snapshot)
+                if soon:
+                    self._soon[queue.key] = soon
         return choice
+
+    def _frees_in_time(self, app: App, queue: AfwQueue, choice: Choice, now_ms: float,
+                       snapshot: ClusterSnapshot) -> int:
+        """The workers of the head's function, on a MIG profile of ``choice``, that free early enough
+        for the head's batch to run on them within its budget (less the per-batch overhead and
+        :attr:`wait_slack_ms`): those running a batch of the function for another queue (a worker belongs to
+        its function, not to a queue), and idle ones on an instance busy with another function's batch
+        (the pool and spare-instance rules put several functions' workers on one instance), each by its
+        batch's planned end. A batch of the function takes milliseconds; a new worker, a cold start of
+        seconds and an instance another function's next burst then misses."""
+        function = queue.key[1]
+        budget = queue.head.deadline_ms - now_ms - self.rest_ms(app, function)
+        profile = self.ctx.profiles[function]
+        until: dict[str, float] = {}
+        for c in choice.priorities:
+            if c.gpu is not None:
+                latency = choice.latencies.get(c)
+                run = profile.latency(c) if latency is None else latency
+                t = now_ms + budget - run - self.ctx.stage_overhead_ms - self.wait_slack_ms
+                if t > until.get(c.gpu, -math.inf):
+                    until[c.gpu] = t
+        if not until:
+            return 0
+        soon = 0
+        for key, gpu, end in self._ends.get(function, _NO_BATCHES).values():
+            if key != queue.key and gpu is not None and end <= until.get(gpu, -math.inf):
+                soon += 1
+        for name in snapshot.nodes_with_warm(function):
+            state = snapshot.nodes[name]
+            for s in state.slices:
+                if s.busy and s.ref.profile in until and state.idle_workers.get((function, s.ref), 0) > 0:
+                    frees = self._slice_end.get((name, s.ref))
+                    if frees is not None and frees <= until[s.ref.profile]:
+                        soon += 1
+        return soon
 
     def _choose(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Choice:
         function = queue.key[1]
@@ -409,6 +482,18 @@ class EsgPolicy(Policy):
             self._batch_choice[dispatch.batch_id] = choice
         self._busy[dispatch.function][dispatch.config.gpu] += 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] += 1
+        if self.wait_for_busy:
+            fit = dispatch.fit
+            start = 0.0
+            if fit.warm_worker is None:
+                start = self._startup_ms(dispatch.function)[0] + fit.changed_instances * self.ctx.mig_reconfig_ms
+            end = self._now + start + (dispatch.planned_latency_ms or 0.0) + self.ctx.stage_overhead_ms
+            ends = self._ends.get(dispatch.function)
+            if ends is None:
+                ends = self._ends[dispatch.function] = {}
+            ends[dispatch.batch_id] = ((dispatch.app, dispatch.function), dispatch.config.gpu, end)
+            if fit.slice is not None:
+                self._slice_end[(dispatch.node, fit.slice)] = end
         if dispatch.config.gpu is not None and dispatch.planned_latency_ms is not None:
             per_job = (dispatch.planned_latency_ms + self.ctx.stage_overhead_ms) / len(dispatch.jobs)
             seen = self._service.get(dispatch.function)
@@ -419,6 +504,11 @@ class EsgPolicy(Policy):
         self._batch_choice.pop(dispatch.batch_id, None)
         self._busy[dispatch.function][dispatch.config.gpu] -= 1
         self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] -= 1
+        ends = self._ends.get(dispatch.function)
+        if ends is not None:
+            ends.pop(dispatch.batch_id, None)
+        if dispatch.fit.slice is not None:
+            self._slice_end.pop((dispatch.node, dispatch.fit.slice), None)
 
     def running_for(self, key: tuple[str, str]) -> int:
         """Workers belong to functions, not to queues: a worker of f busy with another app's batch frees
@@ -431,7 +521,7 @@ class EsgPolicy(Policy):
         if self.function_scale_out and key in self._on_time:
             busy = self._busy.get(key[1])
             return sum(busy.values()) if busy else 0
-        return self.running[key]
+        return self.running[key] + self._soon.get(key, 0)
 
     def on_prewarm(self, prewarm: Prewarm, now_ms: float) -> None:
         """Also times a spare-instance start on its node (one at a time per node)."""
@@ -479,6 +569,7 @@ class EsgPolicy(Policy):
     def prewarm(self, now_ms: float, snapshot: ClusterSnapshot, dispatched: Sequence[Dispatch]) -> list[WarmUp]:
         """For each dispatched batch of f, each successor g whose planned kind of instance has no worker
         on f's node: one started there, ready when f's batch is planned to end."""
+        self._now = now_ms
         wants: dict[tuple[str, str | None, str], WarmUp] = {}
         due = self._pending.due(now_ms)
         for want in due:

@@ -346,10 +346,12 @@ def main() -> None:
     if a.role == "agent":
         return echo_agent(a.redis, a.prefix)
 
-    tmp = Path(tempfile.mkdtemp(prefix="esg-bench-"))
-    write_profiles(tmp / "profiles", a.batch)
     sizes = [int(s) for s in a.sizes.split(",")]
-    with start_broker() as broker, start_redis() as redis_server, ExitStack() as outer:
+    # the processes' logs and the profiles live here until the run ends (after every process stopped)
+    with tempfile.TemporaryDirectory(prefix="esg-bench-") as tmpdir, start_broker() as broker, \
+            start_redis() as redis_server, ExitStack() as outer:
+        tmp = Path(tmpdir)
+        write_profiles(tmp / "profiles", a.batch)
         standin = outer.enter_context(OpenWhiskStandIn())
         deploy(standin, a.batch)
         base_env = {"ESG_KAFKA": broker.address, "ESG_REDIS": redis_server.url, "ESG_OPENWHISK_API": standin.url,

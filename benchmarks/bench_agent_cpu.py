@@ -151,9 +151,10 @@ def main() -> None:
     a = ap.parse_args()
     if a.pool:
         return pool_runs(a.pool)
-    tmp = Path(tempfile.mkdtemp(prefix="esg-bench-cpu-"))
-    write_profiles(tmp / "profiles", 16)
-    with start_broker() as broker, start_redis() as redis_server, ExitStack() as stack:
+    with tempfile.TemporaryDirectory(prefix="esg-bench-cpu-") as tmpdir, start_broker() as broker, \
+            start_redis() as redis_server, ExitStack() as stack:
+        tmp = Path(tmpdir)
+        write_profiles(tmp / "profiles", 16)
         standin = stack.enter_context(OpenWhiskStandIn())
         deploy(standin, 16)
         prefix = "bcpu_"

@@ -95,11 +95,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=300, help="activations traced")
     ap.add_argument("--rate", type=float, default=50.0, help="activations/s")
     a = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="esg-trace-"))
-    write_profiles(tmp / "profiles", 16)
     prefix = "trace_"
-    with start_broker() as broker, start_redis() as redis_server, OpenWhiskStandIn() as standin, \
-            Procs(tmp) as procs:
+    with tempfile.TemporaryDirectory(prefix="esg-trace-") as tmpdir, start_broker() as broker, \
+            start_redis() as redis_server, OpenWhiskStandIn() as standin, Procs(Path(tmpdir)) as procs:
+        tmp = Path(tmpdir)
+        write_profiles(tmp / "profiles", 16)
         deploy(standin, 16)
         svc = SchedulerService(Settings(kafka=broker.address, redis_url=redis_server.url,
                                         openwhisk_api=standin.url, openwhisk_auth=GUEST_KEY,

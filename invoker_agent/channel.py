@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import redis
@@ -74,9 +74,9 @@ class AgentChannel:
         """Done with ``entry_id`` without (or after) an answer: its cohort's answers wait for it no longer."""
         self._answers.settle(entry_id)
 
-    def describe(self, entry_id: str, kind: str) -> None:
-        """``entry_id`` runs a batch of ``kind`` (function and configuration): only its cohort's answers of
-        the same kind wait for it."""
+    def describe(self, entry_id: str, kind: Hashable) -> None:
+        """``entry_id`` runs a batch of ``kind`` (its function and configuration): only its cohort's answers
+        of the same kind wait for it."""
         self._answers.describe(entry_id, kind)
 
     def answer(self, entry_id: str, reply_to: str, result: BatchResult, writes: Sequence[Write] = ()) -> None:
@@ -140,7 +140,7 @@ class _Cohort:
 
     running: set[str]
     first_answer_s: float | None = field(default=None)
-    kinds: dict[str, str] = field(default_factory=dict)
+    kinds: dict[str, Hashable] = field(default_factory=dict)
     """What each dispatch runs, once its thread said (:meth:`AnswerGroup.describe`)."""
 
     def holds(self, entry_id: str) -> bool:
@@ -198,7 +198,7 @@ class AnswerGroup:
             for e in entry_ids:
                 self._cohorts[e] = cohort
 
-    def describe(self, entry_id: str, kind: str) -> None:
+    def describe(self, entry_id: str, kind: Hashable) -> None:
         """``entry_id`` runs a batch of ``kind``."""
         with self._lock:
             cohort = self._cohorts.get(entry_id)

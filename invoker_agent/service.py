@@ -259,7 +259,7 @@ class AgentService:
             self._answer_safely(entry.id, "", None)
             return
         self.heartbeats.batches.taken(msg.batch_id)
-        self.channel.describe(entry.id, f"{msg.function} {msg.config.label()}")
+        self.channel.describe(entry.id, (msg.function, msg.config))
         if msg.node != self.settings.node:
             log.warning("batch %s is addressed to node %r but arrived on %s; running it here",
                         msg.batch_id, msg.node, entry.stream)

@@ -8,13 +8,13 @@ live path's overheads measured on this very run (``esg emulate --hop-samples``: 
 could be decided to its answer, less its run, from the scheduler's decision log). The measured half
 minute is the cluster after its start-up (its MIG layout made, its pools grown), so what is compared is
 the scheduler itself: the same decisions, scored alike. Tolerances, from the runs in
-docs/live-vs-emulated.md (-4 to +3 points, cost -8 % to +6 %):
+docs/live-vs-emulated.md (-1.5 to +3.5 points, cost -6 % to +14 %):
 
 * hit rate within 5 points (one request is 0.3 points; the emulator's own spread over seeds is about
   1 point; an app whose SLO equals its median latency decides most of the rest);
 * cost within 20 %;
 * at least 70 % of the dispatches with the same configuration (function, batch, vCPUs, MIG profile);
-  the runs recorded: 79-96 %; every call answered.
+  the runs recorded: 91-100 %; every call answered.
 
 The start-up itself -- which instances are made and which workers started cold in the first seconds,
 where a few milliseconds decide whether a head waits for a pre-warm or starts its own worker -- is

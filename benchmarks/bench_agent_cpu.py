@@ -131,6 +131,65 @@ def pool_runs(n: int) -> None:
         pool.shutdown()
 
 
+def machine_busy() -> tuple[float, float]:
+    """The whole machine's busy and total jiffies so far (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v) - idle, sum(v)
+
+
+class Window:
+    """Samples, every ``period_s``, how many dispatches are in the node's stream (sent by the scheduler
+    and not yet answered) and how many of them the agent has read (its pending list): the window of
+    work in flight, and how much of it waits in the stream unread."""
+
+    def __init__(self, url: str, stream: str, period_s: float = 0.002) -> None:
+        import threading
+
+        import redis
+        self.r = redis.Redis.from_url(url)
+        self.stream = stream
+        self.period_s = period_s
+        self.samples: list[tuple[int, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                pipe = self.r.pipeline(transaction=False)
+                pipe.xlen(self.stream)
+                pipe.xpending(self.stream, "agents")
+                n, pend = pipe.execute()
+                self.samples.append((int(n), int(pend["pending"])))
+            except Exception:  # noqa: BLE001 - a sample lost is a sample lost
+                pass
+
+    def __enter__(self) -> Window:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> str:
+        if not self.samples:
+            return "no samples"
+        sent = sorted(s[0] for s in self.samples)
+        read = sorted(s[1] for s in self.samples)
+        unread = sorted(s[0] - s[1] for s in self.samples)
+        def q(v: list[int]) -> str:
+            return f"mean {sum(v) / len(v):.1f} p10 {v[len(v) // 10]} p50 {v[len(v) // 2]} p90 {v[len(v) * 9 // 10]}"
+        share = {k: sum(1 for s in self.samples if s[0] == k) / len(self.samples) for k in range(max(sent) + 1)}
+        return (f"{len(self.samples)} samples; share of samples by dispatches in the stream: "
+                + " ".join(f"{k}:{v:.2f}" for k, v in share.items() if v >= 0.005) + "; "
+                f"series (first 60): {' '.join(str(s[0]) for s in self.samples[200:260])}; "
+                f"{len(self.samples)} samples; in the stream (sent, not answered): {q(sent)}; read by the "
+                f"agent: {q(read)}; not yet read: {q(unread)}")
+
+
 def command_calls(url: str) -> dict[str, int]:
     """Redis's count of calls per command so far."""
     import redis
@@ -147,6 +206,9 @@ def main() -> None:
     ap.add_argument("--py-spy", default="py-spy")
     ap.add_argument("--profile-of", choices=["agent", "scheduler"], default="agent",
                     help="the process that --profile samples")
+    ap.add_argument("--window", action="store_true",
+                    help="sample the dispatches in the node's stream every 2 ms (sent / read by the agent)")
+    ap.add_argument("--vcpus", default="8")
     ap.add_argument("--pool", type=int, metavar="N", help="only time N warm /run calls through the worker pool")
     a = ap.parse_args()
     if a.pool:
@@ -165,7 +227,7 @@ def main() -> None:
         sched = procs.spawn(["-m", "esg_cli.main", "scheduler", "--profiles", str(tmp / "profiles"),
                              "--log-level", "WARNING"], "scheduler", env)
         agent = procs.spawn(["-m", "esg_cli.main", "agent", "--name", NODE, "--fake-gpu", "A100-40GB",
-                             "--vcpus", "8", "--max-batches", a.max_batches, "--log-level", "WARNING"], "agent", env)
+                             "--vcpus", a.vcpus, "--max-batches", a.max_batches, "--log-level", "WARNING"], "agent", env)
         driver.wait_healthy(1, timeout=60)
         warm_up(driver, "guest/plain", 200)
         known: set[int] = set()
@@ -181,10 +243,16 @@ def main() -> None:
                 spy = subprocess.Popen([a.py_spy, "record", "-r", "500", "--gil", "-o", a.profile, "-f", "raw",
                                         "-p", str((agent if a.profile_of == "agent" else sched).pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 time.sleep(1)
+            mb0 = machine_busy()
+            others0 = sum(cpu_s(p) for p in (broker.process.pid, redis_server.process.pid)) + time.process_time()
+            window = Window(redis_server.url, f"esg:{prefix}:node:{NODE}:dispatch") if a.window else None
             t0 = time.monotonic()
-            ids = [driver.publish("guest/plain", {"i": i}) for i in range(a.n)]
-            driver.flush()
-            missing = driver.wait_acked(ids, timeout=300)
+            with window or ExitStack():
+                ids = [driver.publish("guest/plain", {"i": i}) for i in range(a.n)]
+                driver.flush()
+                missing = driver.wait_acked(ids, timeout=300)
+            mb1 = machine_busy()
+            others1 = sum(cpu_s(p) for p in (broker.process.pid, redis_server.process.pid)) + time.process_time()
             t1 = max(driver.acks[x].first_ack_s for x in ids if driver.acks[x].first_ack_s)
             ag1, cs1, known = tree_cpu(agent.pid, known)
             self1 = cpu_s(agent.pid)
@@ -200,6 +268,10 @@ def main() -> None:
                   f"agent+workers {(ag1 - ag0) * 1000 / a.n:.3f} ms/act (agent {(self1 - self0) * 1000 / a.n:.3f})  scheduler {(sc1 - sc0) * 1000 / a.n:.3f} "
                   f"ms/act  switches {(cs1 - cs0) / a.n:.1f}/act  workers {len(known) - 1}  missing {len(missing)}  load {load0:.2f} -> "
                   f"{os.getloadavg()[0]:.2f}", flush=True)
+            print(f"  machine busy {100 * (mb1[0] - mb0[0]) / max(1, mb1[1] - mb0[1]):.0f} % of all its cores; "
+                  f"broker + redis + this driver {(others1 - others0) * 1000 / a.n:.3f} ms/act", flush=True)
+            if window is not None:
+                print("  window: " + window.summary(), flush=True)
             print("  scheduler's threads, ms of CPU per activation: " + ", ".join(
                 f"{name} {(th1[name] - th0.get(name, 0.0)) * 1000 / a.n:.3f}" for name in sorted(th1)
                 if th1[name] - th0.get(name, 0.0) > 0), flush=True)

@@ -17,8 +17,9 @@ It wires four parts, each owning its own state, and runs the main loop:
 **The main loop** (the caller's thread, :meth:`SchedulerService.run`) waits on the inbox and wakes at
 once for each item (a poll's activations come as one, a read's results and heartbeats as one:
 :mod:`controller_plugin.inbox`): accepted activations and results go into ``Workflows``; a step turns them into
-dispatches and answers. The acks are produced at once; then one Redis pipeline per turn carries the
-turn's dispatches and the ledger writes of its acks (one round trip, retried while Redis fails). Once
+dispatches and answers. The dispatches go out first (one Redis round trip: the agents run them while
+the loop goes on); then the turn's acks are encoded and produced, and one more pipeline carries the
+ledger writes of its acks and the decision log's entries (each round trip retried while Redis fails). Once
 a second, and whenever an agent joins, it pings ``health`` as each live agent's virtual invoker; it
 answers a controller's health test action for invoker N while the agent behind N is alive (one pending
 test per invoker and controller: several controllers test the same invoker); it expires silent agents
@@ -147,6 +148,8 @@ class SchedulerService:
         self.decisions = DecisionLog(decisions_key(keys.scope))
         self.status_key = status_key(keys.scope)
         self.health_waiting: dict[tuple[int, str], HealthTest] = {}
+        self._answers: list[Answer] = []
+        """The turn's answers, encoded and produced once its dispatches went out."""
         self._threads: list[threading.Thread] = []
         self._last_ping = 0.0
         self._last_watchdog = 0.0
@@ -247,6 +250,14 @@ class SchedulerService:
 
     # -- the loop -------------------------------------------------------------------------------------
     def tick(self, wait_s: float = 0.02) -> None:
+        """One turn: take what the inbox has, step, send the step's dispatches (their own round trip,
+        first), then encode and produce the turn's acks and write the ledger and the decision log.
+
+        The dispatches go before the acks' work so that the agents run them while this thread does the
+        rest of the turn: with a node's batches in flight bounded by its vCPUs, a burst of a plain action
+        otherwise ran in lockstep -- the agent idle while the scheduler answered a read's results, the
+        scheduler idle while the agent ran what it sent -- and the node's window of batches was full a
+        quarter of the time (``benchmarks/bench_agent_cpu.py --window``; docs/live-path.md, run N)."""
         items = self.inbox.take(wait_s, MAX_ITEMS_PER_TURN)
         mono, t = time.monotonic(), now_ms()
         for item in items:
@@ -268,8 +279,6 @@ class SchedulerService:
             self._answer(self.workflows.overdue(t))
             self.decisions.status(self.status_key, self.workflows.scheduler.queue_lengths(),
                                   self.workflows.last_waiting, t)
-        sends: list[Send] = []
-        prewarms: list[PrewarmSend] = []
         if self.workflows.busy(t):
             sends, prewarms, answers = self.workflows.step(t, self.dispatcher.snapshot())
             if self.workflows.unsent_prewarms:
@@ -277,8 +286,12 @@ class SchedulerService:
             for o in self.workflows.last_outcomes:
                 self.decisions.outcome(o)
             self._answer(answers)
+            self._write(sends, t, prewarms)
+        answered, self._answers = self._answers, []
+        for a in answered:
+            self.acks.answer(a, self.registry.instance(a.entry.topic))
         self.acks.produce()
-        self._write(sends, t, prewarms)
+        self._write_ledger()
         self.acks.confirm()
         self._learn()
 
@@ -306,25 +319,40 @@ class SchedulerService:
 
     def _write(self, sends: list[Send], decided_ms: int | None = None, prewarms: list[PrewarmSend] | None = None
                ) -> None:
-        """The turn's dispatches, pre-warms and ledger writes, one round trip; retried (whole) while Redis
-        fails. A repeated dispatch or pre-warm reaches its agent twice and runs once (agents skip an id
-        they took)."""
+        """The turn's dispatches and pre-warms, one round trip (a node's in one script call); retried
+        (whole) while Redis fails. A repeated dispatch or pre-warm reaches its agent twice and runs once
+        (agents skip an id they took)."""
         prewarms = prewarms or []
+        if not sends and not prewarms:
+            return
         while True:
             pipe = self.redis.pipeline(transaction=False)
             staged = self.dispatcher.stage(pipe, sends, prewarms)
-            if staged.commands + self.acks.stage(pipe) + self.decisions.stage(pipe) == 0:
-                return
             try:
                 replies = pipe.execute()
                 break
             except redis.RedisError as exc:
-                log.error("Redis refused the dispatches and ledger writes (%s); retrying", exc)
+                log.error("Redis refused the dispatches (%s); retrying", exc)
                 if self.stop_event.wait(0.5):
                     raise
         self.dispatcher.sent(sends, staged.entry_ids(replies)[:len(sends)])
         self.dispatcher.prewarmed(prewarms, time.monotonic(), now_ms())
         self.decisions.sent([s.dispatch for s in sends], decided_ms=decided_ms)
+
+    def _write_ledger(self) -> None:
+        """The ledger writes of the turn's acks and the decision log's entries, one round trip; retried
+        (whole) while Redis fails."""
+        while True:
+            pipe = self.redis.pipeline(transaction=False)
+            if self.acks.stage(pipe) + self.decisions.stage(pipe) == 0:
+                return
+            try:
+                pipe.execute()
+                break
+            except redis.RedisError as exc:
+                log.error("Redis refused the ledger writes (%s); retrying", exc)
+                if self.stop_event.wait(0.5):
+                    raise
         self.decisions.written()
         self.acks.written()
 
@@ -357,8 +385,8 @@ class SchedulerService:
             self.health_waiting[(item.topic, item.msg.root_controller.as_string)] = item
 
     def _answer(self, answers: Iterable[Answer]) -> None:
-        for a in answers:
-            self.acks.answer(a, self.registry.instance(a.entry.topic))
+        """Answer at the end of the turn, after its dispatches went out (:meth:`tick`)."""
+        self._answers.extend(answers)
 
     # -- posing as the invokers -----------------------------------------------------------------------
     def _heartbeat(self, hb: protocol.Heartbeat, mono: float) -> None:

@@ -98,6 +98,10 @@ class AckPipeline:
         """``activation_id`` is not known to be new yet: hold its ack until :meth:`ledgered` says so."""
         self._awaiting.add(activation_id)
 
+    def holds(self, activation_id: str) -> bool:
+        """Whether an answer of ``activation_id`` would be held (the ledger's verdict not in yet)."""
+        return activation_id in self._awaiting
+
     def ledgered(self, new: Iterable[str], known: Iterable[str]) -> list[str]:
         """The ledger's verdict: release the held acks of the new ones, drop those of the known ones;
         the known ids that were awaiting it (their runs are redeliveries, to drop too)."""

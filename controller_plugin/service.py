@@ -385,8 +385,14 @@ class SchedulerService:
             self.health_waiting[(item.topic, item.msg.root_controller.as_string)] = item
 
     def _answer(self, answers: Iterable[Answer]) -> None:
-        """Answer at the end of the turn, after its dispatches went out (:meth:`tick`)."""
-        self._answers.extend(answers)
+        """Answer at the end of the turn, after its dispatches went out (:meth:`tick`); an answer the
+        ledger's verdict may still drop (a redelivery) is held at once, so that a verdict taken later in
+        the same turn finds it."""
+        for a in answers:
+            if self.acks.holds(a.entry.activation_id):
+                self.acks.answer(a, self.registry.instance(a.entry.topic))
+            else:
+                self._answers.append(a)
 
     # -- posing as the invokers -----------------------------------------------------------------------
     def _heartbeat(self, hb: protocol.Heartbeat, mono: float) -> None:

@@ -10,6 +10,12 @@ On a shared machine the CPU per activation is the steadier figure; throughput is
 the load average. ``--profile FILE``: py-spy (``--py-spy PATH``) samples the threads that hold the interpreter's lock
 during the last burst, of the agent or (``--profile-of scheduler``) of the scheduler.
 
+``--window``: every 2 ms, how many dispatches are in the node's stream (sent by the scheduler and not yet
+answered: the node's window of work in flight, at most its ``--vcpus`` for a plain action) and how many
+of them the agent has read; printed as the share of samples at each count and their quantiles. Each
+burst also prints how busy the whole machine was and the CPU that the broker, Redis and this process
+(the controller driver, and the sampler with ``--window``) spent per activation. ``--vcpus`` / ``--max-batches``: the node's size (8 / 8).
+
 ``--pool N``: no services; ``N`` warm ``/run`` calls in a row through the worker pool (one worker, one
 thread), the CPU per call of this process and of the worker: the ``/run`` exchange alone.
 """
@@ -185,8 +191,7 @@ class Window:
         share = {k: sum(1 for s in self.samples if s[0] == k) / len(self.samples) for k in range(max(sent) + 1)}
         return (f"{len(self.samples)} samples; share of samples by dispatches in the stream: "
                 + " ".join(f"{k}:{v:.2f}" for k, v in share.items() if v >= 0.005) + "; "
-                f"series (first 60): {' '.join(str(s[0]) for s in self.samples[200:260])}; "
-                f"{len(self.samples)} samples; in the stream (sent, not answered): {q(sent)}; read by the "
+                f"in the stream (sent, not answered): {q(sent)}; read by the "
                 f"agent: {q(read)}; not yet read: {q(unread)}")
 
 

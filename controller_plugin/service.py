@@ -63,6 +63,7 @@ from controller_plugin.plans import PlanCache
 from controller_plugin.record_writer import RecordWriter, Stored
 from controller_plugin.settings import Settings
 from controller_plugin.workflows import PrewarmSend, Send, Workflows
+from esg.events import Dispatch
 from esg.explore import Explorer
 from esg.online import Observation
 from esg.policies import make_policy
@@ -150,6 +151,8 @@ class SchedulerService:
         self.health_waiting: dict[tuple[int, str], HealthTest] = {}
         self._answers: list[Answer] = []
         """The turn's answers, encoded and produced once its dispatches went out."""
+        self._results: list[tuple[Dispatch, protocol.BatchResult]] = []
+        """The turn's answered batches, put in the decision log once its dispatches went out."""
         self._threads: list[threading.Thread] = []
         self._last_ping = 0.0
         self._last_watchdog = 0.0
@@ -251,7 +254,8 @@ class SchedulerService:
     # -- the loop -------------------------------------------------------------------------------------
     def tick(self, wait_s: float = 0.02) -> None:
         """One turn: take what the inbox has, step, send the step's dispatches (their own round trip,
-        first), then encode and produce the turn's acks and write the ledger and the decision log.
+        first), then encode and produce the turn's acks, log its answered batches and write the ledger
+        and the decision log.
 
         The dispatches go before the acks' work so that the agents run them while this thread does the
         rest of the turn: with a node's batches in flight bounded by its vCPUs, a burst of a plain action
@@ -290,6 +294,10 @@ class SchedulerService:
         answered, self._answers = self._answers, []
         for a in answered:
             self.acks.answer(a, self.registry.instance(a.entry.topic))
+        results, self._results = self._results, []
+        for d, rm in results:
+            agent = self.registry.agents.get(d.node)
+            self.decisions.done(d, rm, agent.heartbeat.gpu_model if agent else None, t)
         self.acks.produce()
         self._write_ledger()
         self.acks.confirm()
@@ -375,8 +383,7 @@ class SchedulerService:
                 if self.online is not None and (obs := self.workflows.observation(d, item)) is not None:
                     self._observed.append(obs)
                 self._answer(self.workflows.record(d, item, t))
-                agent = self.registry.agents.get(d.node)
-                self.decisions.done(d, item, agent.heartbeat.gpu_model if agent else None, t)
+                self._results.append((d, item))     # into the decision log after the turn's dispatches
         elif isinstance(item, protocol.Heartbeat):
             self._heartbeat(item, mono)
         elif isinstance(item, Stored):

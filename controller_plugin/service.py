@@ -223,6 +223,9 @@ class SchedulerService:
         except queue.Empty:
             pass
         try:
+            answered, self._answers = self._answers, []
+            for a in answered:  # a turn stopped before its answers reached the acks (while Redis refused)
+                self.acks.answer(a, self.registry.instance(a.entry.topic))
             self.acks.finish()
         except Exception:  # best effort on the way out; the ledger finishes it at the next start
             log.warning("could not send the last acks; the next start finishes them")

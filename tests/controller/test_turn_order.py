@@ -70,3 +70,28 @@ def test_an_answer_the_ledger_may_still_drop_is_held_at_once_not_at_the_end_of_t
     svc._answer([answer("redelivered"), answer("fresh")])
     assert held == ["redelivered"]
     assert [a.entry.activation_id for a in svc._answers] == ["fresh"]
+
+
+def test_answers_a_stopped_turn_had_not_handed_on_are_sent_at_close():
+    """A turn stopped while Redis refused its dispatches (the retry gives up when the service stops) has
+    answers it had not handed to the ack pipeline yet: closing hands them on before the last acks go, as
+    when every answer went to the pipeline at once."""
+    import queue
+    import threading
+    from types import SimpleNamespace
+
+    from controller_plugin.service import SchedulerService
+
+    events: list[str] = []
+    closed = SimpleNamespace(close=lambda: None)
+    svc = SchedulerService.__new__(SchedulerService)
+    svc.stop_event, svc._threads, svc.inbox = threading.Event(), [], queue.Queue()
+    svc.acks = SimpleNamespace(answer=lambda a, instance: events.append(f"answer {a.entry.activation_id}"),
+                               finish=lambda: events.append("finish"), stored=lambda ids: None)
+    svc.registry = SimpleNamespace(instance=lambda topic: None)
+    svc.plans = svc.bus = svc.redis = svc.metrics = closed
+    svc.records = None
+    svc._answers = [SimpleNamespace(entry=SimpleNamespace(activation_id=aid, topic="invoker0")) for aid in "ab"]
+    svc.close()
+    assert events == ["answer a", "answer b", "finish"]
+    assert svc._answers == []

@@ -88,8 +88,9 @@ class OrionPolicy(Policy):
         head = queue.head
         plan = self._fixed.get(head.request_id)
         if plan is None or queue.key[1] not in plan:  # the request's first stage: fix its configurations now
-            # (or its app was replaced meanwhile by one with other functions)
-            budget = math.floor(head.deadline_ms - now_ms)
+            # (or its app was replaced meanwhile by one with other functions): the app's plan, right-sized
+            # once against its SLO -- Orion sizes a DAG offline for its latency target, not per request
+            budget = math.floor(app.slo_ms)
             key = (app.name, budget)
             plan = self._plans.get(key)
             if plan is None:

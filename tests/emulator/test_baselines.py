@@ -1,5 +1,7 @@
 """Each baseline's defining rule."""
 
+import math
+
 import numpy as np
 
 from esg.cluster import ClusterSnapshot
@@ -94,6 +96,23 @@ def test_orion_fixes_configurations_at_the_first_stage(apps, profiles):
     late = pol.choose(app, later, app.slo_ms - 1.0, NO_NODES)
     assert late.priorities == (planned["resnet50"],)
     assert first.priorities == (planned["preprocess"],)
+
+
+def test_orion_preplans_each_app_against_its_slo_not_the_budget_a_late_request_has_left(apps, profiles):
+    """Orion right-sizes a DAG once, offline, for its latency target: a request whose first stage is
+    scheduled late (most of its SLO spent queueing) gets the same plan as one scheduled at once --
+    the plan right-sized against the app's SLO -- rather than a plan sized for what is left of its budget."""
+    pol = make_policy("orion", PolicyContext(apps, profiles))
+    app = apps["depth-recognition"]
+    entry = app.entries[0]
+    on_time = pol.choose(app, _queue(app, entry, 1), 0.0, NO_NODES).priorities
+    late_queue = _queue(app, entry, 1)
+    late_queue.head.request_id = "late"
+    late = pol.choose(app, late_queue, app.slo_ms * 0.6, NO_NODES).priorities
+    plan = pol.right_size(app, math.floor(app.slo_ms))
+    assert on_time == late == (plan[entry],)
+    assert pol._fixed["r0"] == pol._fixed["late"] == plan   # every stage of the late request, too
+    assert pol.right_size(app, math.floor(app.slo_ms * 0.4)) != plan, "a tighter budget sizes otherwise"
 
 
 def test_aquatope_preplans_once_and_respects_the_constraint(apps, profiles):

@@ -223,9 +223,7 @@ class SchedulerService:
         except queue.Empty:
             pass
         try:
-            answered, self._answers = self._answers, []
-            for a in answered:  # a turn stopped before its answers reached the acks (while Redis refused)
-                self.acks.answer(a, self.registry.instance(a.entry.topic))
+            self._hand_on_answers()  # a turn stopped before they reached the acks (while Redis refused)
             self.acks.finish()
         except Exception:  # best effort on the way out; the ledger finishes it at the next start
             log.warning("could not send the last acks; the next start finishes them")
@@ -294,9 +292,7 @@ class SchedulerService:
                 self.decisions.outcome(o)
             self._answer(answers)
             self._write(sends, t, prewarms)
-        answered, self._answers = self._answers, []
-        for a in answered:
-            self.acks.answer(a, self.registry.instance(a.entry.topic))
+        self._hand_on_answers()
         results, self._results = self._results, []
         for d, rm in results:
             agent = self.registry.agents.get(d.node)
@@ -393,6 +389,12 @@ class SchedulerService:
             self.acks.stored(item.ids)
         elif isinstance(item, HealthTest):
             self.health_waiting[(item.topic, item.msg.root_controller.as_string)] = item
+
+    def _hand_on_answers(self) -> None:
+        """The turn's answers (:meth:`_answer`) to the ack pipeline, in the order they came."""
+        answered, self._answers = self._answers, []
+        for a in answered:
+            self.acks.answer(a, self.registry.instance(a.entry.topic))
 
     def _answer(self, answers: Iterable[Answer]) -> None:
         """Answer at the end of the turn, after its dispatches went out (:meth:`tick`); an answer the

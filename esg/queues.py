@@ -54,21 +54,20 @@ class AfwQueues:
         not at every queue."""
 
     def push(self, job: Job) -> None:
-        key = (job.app, job.function)
-        queue = self._queues.get(key)
-        if queue is None:
-            queue = self._queues[key] = AfwQueue(key)
-        queue.push(job)
-        self._filled[key] = queue
+        self._filling(job).push(job)
 
     def push_front(self, job: Job) -> None:
         """Put a job back at the head of its queue (its batch was lost with its node)."""
+        self._filling(job).push_front(job)
+
+    def _filling(self, job: Job) -> AfwQueue:
+        """The queue of ``job``'s (app, function), made if new, and counted among those filled."""
         key = (job.app, job.function)
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = AfwQueue(key)
-        queue.push_front(job)
         self._filled[key] = queue
+        return queue
 
     def get(self, key: QueueKey) -> AfwQueue | None:
         return self._queues.get(key)

@@ -252,12 +252,12 @@ class EsgPolicy(Policy):
         """Per function, the arrival times of its jobs within the last :meth:`_window_ms` (every request of
         an app brings each of its functions one job)."""
         self._service: dict[str, float] = {}
-        self._served: tuple[str, ...] = ()
-        self._smallest: dict[tuple[str, str | None], tuple[object, Config]] = {}
-        """(function, kind of instance) -> (its profile, :meth:`_smallest_of_kind`)."""
-        """The keys of :attr:`_service` in order (:meth:`_served_functions`)."""
         """Per function run on a MIG instance, the run time per job of its batches there: a running mean
         over the last few (``SERVICE_WEIGHT``), hop included."""
+        self._served: tuple[str, ...] = ()
+        """The keys of :attr:`_service` in order (:meth:`_served_functions`)."""
+        self._smallest: dict[tuple[str, str | None], tuple[object, Config]] = {}
+        """(function, kind of instance) -> (its profile, :meth:`_smallest_of_kind`)."""
         self._waited: dict[str, tuple[str, Job, Config]] = {}
         """Functions whose on-time head waited for a busy worker this step: (app, the head, the planned
         configuration)."""

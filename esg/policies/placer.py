@@ -50,9 +50,9 @@ class Placer:
         self._groups: dict[tuple, tuple[object, tuple]] = {}
         """(function, configurations, id of the latencies) -> (those latencies, their profile groups)."""
         self._startup: dict[str, tuple[object, placement.StartupCosts]] = {}
+        """function -> (its profile, the start-up costs worked out from it)."""
         self._caps: dict[tuple[int, int], tuple[tuple[Config, ...], object, tuple[Config, ...]]] = {}
         """(id of the priorities, queue length) -> (those priorities, the profile, :func:`placement.cap_batches`)."""
-        """function -> (its profile, the start-up costs worked out from it)."""
 
     def add_app(self, ctx: PolicyContext, app: App) -> None:
         """The policy learnt (or replaced) ``app``: ``ctx`` is its context now; what was worked out from

@@ -396,23 +396,35 @@ IDLE_BY_KIND = "idle_by_kind"
 def carry_idle_by_kind(node: NodeState, kept: dict | None, key: tuple[str, SliceRef | None], before: int) -> None:
     """After a change of ``node`` cleared its memo, in which the only change to its idle workers was
     ``key``'s count going from ``before``: put back ``prewarm.idle_by_kind``'s counts from before the
-    change (``kept``), updated, when that count was and stays positive. The counts a scan would rebuild
-    are then these: the same positive keys in the same order, so the same functions and kinds in the same
-    order, and one count moved by the same amount. A count to or from 0 leaves the memo to be rebuilt.
-    ``kept`` itself is left as it was (a new dict for the function changed): a copy of the state may
-    share it."""
-    if kept is None or before <= 0:
+    change (``kept``), updated by that count's move -- a kind (or a function) whose count reaches 0 is
+    left out, one that had none is added -- so that they hold what a scan would rebuild: the same
+    functions, kinds and counts (perhaps in another order, which no reader of them depends on: each looks
+    a function or a kind up, or takes their set). ``kept`` itself is left as it was (new dicts for what
+    changed): a copy of the state may share it."""
+    if kept is None:
         return
     after = node.idle_workers.get(key, 0)
-    if after <= 0:
+    moved = max(after, 0) - max(before, 0)
+    if not moved:
+        node.memo[IDLE_BY_KIND] = kept
         return
     function, ref = key
     kind = None if ref is None else ref.profile
-    counts = dict(kept[function])
-    counts[kind] += after - before
+    counts = dict(kept.get(function, _NO_COUNTS))
+    n = counts.get(kind, 0) + moved
+    if n > 0:
+        counts[kind] = n
+    else:
+        del counts[kind]
     found = dict(kept)
-    found[function] = counts
+    if counts:
+        found[function] = counts
+    else:
+        del found[function]
     node.memo[IDLE_BY_KIND] = found
+
+
+_NO_COUNTS: dict[str | None, int] = {}
 
 
 def _warm_functions(node: NodeState) -> frozenset[str]:

@@ -204,10 +204,10 @@ def idle_of_kind(snapshot: ClusterSnapshot, function: str, kind: str | None,
 
 def idle_by_kind(node: NodeState) -> dict[str, dict[str | None, int]]:
     """A node's idle warm workers counted per function by kind of instance (MIG profile, None for
-    CPU), the kinds in the order a scan of ``idle_workers`` meets them. Remembered on its state
-    (``NodeState.memo``, cleared whenever its workers change): ESG asks for every function and
-    profile at every step (the pool rule, and the kinds a queue's function is warm on). The caller must
-    not change it."""
+    CPU); only positive counts are held, in no order a caller may rely on. Remembered on its state
+    (``NodeState.memo``; a change of one worker count carries it over, :func:`esg.cluster.carry_idle_by_kind`,
+    any other change clears it): ESG asks for every function and profile at every step (the pool rule,
+    and the kinds a queue's function is warm on). The caller must not change it."""
     found: dict[str, dict[str | None, int]] | None = node.memo.get(IDLE_BY_KIND)
     if found is None:
         found = {}

@@ -332,16 +332,16 @@ class SchedulerService:
         prewarms = prewarms or []
         if not sends and not prewarms:
             return
-        while True:
-            pipe = self.redis.pipeline(transaction=False)
+        staged = None
+
+        def stage(pipe: redis.client.Pipeline) -> int:
+            nonlocal staged
             staged = self.dispatcher.stage(pipe, sends, prewarms)
-            try:
-                replies = pipe.execute()
-                break
-            except redis.RedisError as exc:
-                log.error("Redis refused the dispatches (%s); retrying", exc)
-                if self.stop_event.wait(0.5):
-                    raise
+            return staged.commands
+
+        replies = self._round_trip(stage, "the dispatches")
+        if replies is None or staged is None:
+            return
         self.dispatcher.sent(sends, staged.entry_ids(replies)[:len(sends)])
         self.dispatcher.prewarmed(prewarms, time.monotonic(), now_ms())
         self.decisions.sent([s.dispatch for s in sends], decided_ms=decided_ms)
@@ -349,19 +349,25 @@ class SchedulerService:
     def _write_ledger(self) -> None:
         """The ledger writes of the turn's acks and the decision log's entries, one round trip; retried
         (whole) while Redis fails."""
+        if self._round_trip(lambda pipe: self.acks.stage(pipe) + self.decisions.stage(pipe),
+                            "the ledger writes") is not None:
+            self.decisions.written()
+            self.acks.written()
+
+    def _round_trip(self, stage: Callable[[redis.client.Pipeline], int], what: str) -> list | None:
+        """One pipeline of what ``stage`` puts in it (the number of commands it staged), executed and
+        retried whole, staged afresh, while Redis fails; None when it staged nothing. Stopping while
+        Redis fails raises the last error."""
         while True:
             pipe = self.redis.pipeline(transaction=False)
-            if self.acks.stage(pipe) + self.decisions.stage(pipe) == 0:
-                return
+            if stage(pipe) == 0:
+                return None
             try:
-                pipe.execute()
-                break
+                return pipe.execute()
             except redis.RedisError as exc:
-                log.error("Redis refused the ledger writes (%s); retrying", exc)
+                log.error("Redis refused %s (%s); retrying", what, exc)
                 if self.stop_event.wait(0.5):
                     raise
-        self.decisions.written()
-        self.acks.written()
 
     def _take(self, item: object, mono: float, t: int) -> None:
         if isinstance(item, _Stop):

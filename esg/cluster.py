@@ -299,7 +299,7 @@ class ClusterSnapshot:
         self._changed(fit.node, workers=True if killed else
                       (fit.warm_worker[0] if fit.warm_worker is not None else False))
         if not killed:
-            if before > 0 and fit.warm_worker is not None:
+            if fit.warm_worker is not None:
                 carry_idle_by_kind(node, kept, fit.warm_worker, before)
             elif kept is not None:
                 node.memo[IDLE_BY_KIND] = kept  # its idle workers did not change
@@ -403,8 +403,7 @@ def carry_idle_by_kind(node: NodeState, kept: dict | None, key: tuple[str, Slice
     changed): a copy of the state may share it."""
     if kept is None:
         return
-    after = node.idle_workers.get(key, 0)
-    moved = max(after, 0) - max(before, 0)
+    moved = node.idle_workers.get(key, 0) - before
     if not moved:
         node.memo[IDLE_BY_KIND] = kept
         return

@@ -17,21 +17,28 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from esg import mig
-from esg.model import Config
+from esg.model import Config, set_field
 
 
 @dataclass(frozen=True)
 class SliceRef:
     """A MIG GPU instance identified by its profile and placement start (memory slice).
 
-    Its hash, ``==`` and order are written out in the class (native methods when compiled, instead of
-    an interpreted ``hash_once`` hook called at every dict and set look-up of ``idle_workers``): they are
-    the ones ``@dataclass(frozen=True, order=True)`` makes -- the hash ``hash((profile, start))``, so
-    sets and dicts keyed on it iterate as before. (Compiled, a class that defines ``__eq__`` has every
-    comparison slot, and ``order=True`` refuses to overwrite them.)"""
+    Its ``__init__``, hash, ``==`` and order are written out in the class (native methods when compiled,
+    instead of interpreted ones called at every dict and set look-up of ``idle_workers``): they are the
+    ones ``@dataclass(frozen=True, order=True)`` makes -- the hash ``hash((profile, start))``, worked out
+    once, at construction, so sets and dicts keyed on it iterate as before. (Compiled, a class that
+    defines ``__eq__`` has every comparison slot, and ``order=True`` refuses to overwrite them.) A copy
+    is rebuilt from the two fields, and hashes afresh."""
 
     profile: str
     start: int
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __init__(self, profile: str, start: int) -> None:
+        set_field(self, "profile", profile)
+        set_field(self, "start", start)
+        set_field(self, "_hash", hash((profile, start)))
 
     def __eq__(self, other: object) -> bool:  # the dataclass's own, written out for mypyc (esg_build)
         if isinstance(other, SliceRef):
@@ -39,7 +46,10 @@ class SliceRef:
         return NotImplemented
 
     def __hash__(self) -> int:
-        return hash((self.profile, self.start))
+        return self._hash
+
+    def __reduce__(self) -> tuple:
+        return (SliceRef, (self.profile, self.start))
 
     def __lt__(self, other: object) -> bool:
         if isinstance(other, SliceRef):

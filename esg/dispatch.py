@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from esg.cluster import ClusterSnapshot, Fit
-from esg.model import Config, Job
+from esg.model import Config, Job, set_field
 
 
 def home_node(app: str, function: str, nodes: Collection[str]) -> str:
@@ -52,6 +52,12 @@ class Placement:
     config: Config
     fit: Fit
 
+    def __init__(self, config: Config, fit: Fit) -> None:
+        # written out (the dataclass keeps it): compiled, the one the dataclass generates stays
+        # interpreted, and one of these is made per placement
+        set_field(self, "config", config)
+        set_field(self, "fit", fit)
+
 
 @dataclass(frozen=True)
 class Wait:
@@ -59,6 +65,9 @@ class Wait:
     queue in ``StepResult.waiting``)."""
 
     reason: str
+
+    def __init__(self, reason: str) -> None:
+        set_field(self, "reason", reason)  # (written out, as Placement's)
 
 
 NO_CONFIGURATION = Wait("no configuration meets the remaining budget")

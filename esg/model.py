@@ -2,59 +2,77 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from esg.errors import AppError
 
-
-def hash_once(cls: type) -> type:
-    """For a frozen dataclass that keys dicts on hot paths (apply *under* ``@dataclass``): the hash of
-    its fields is computed once, at construction, instead of at every look-up. Copies (pickle,
-    ``copy.deepcopy``) are rebuilt from the fields, so a copy in a process with another hash seed hashes
-    afresh.
-
-    A class it decorates in a module compiled with mypyc (``esg_build.COMPILED``) writes out its
-    ``__eq__`` (the one ``@dataclass`` would make): there a class with this decorator is a plain Python
-    class, whose ``==`` compiled code would otherwise take to be identity."""
-    names = tuple(cls.__annotations__)
-    validate = cls.__dict__.get("__post_init__")
-
-    def __post_init__(self) -> None:
-        if validate is not None:
-            validate(self)
-        object.__setattr__(self, "_hash", hash(tuple(getattr(self, n) for n in names)))
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __reduce__(self) -> tuple:
-        return (cls, tuple(getattr(self, n) for n in names))
-
-    cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
-    cls.__hash__ = __hash__  # type: ignore[method-assign,assignment]
-    cls.__reduce__ = __reduce__  # type: ignore[method-assign,assignment]
-    return cls
+set_field = object.__setattr__
+"""How a frozen dataclass's written-out ``__init__`` sets its fields (the dataclass's own ``__init__``,
+generated at import, stays interpreted Python where the module is compiled)."""
 
 
-@dataclass(frozen=True, order=True)
-@hash_once
+@dataclass(frozen=True)
 class Config:
     """One way to run a function: ``batch`` requests at once on ``vcpus`` vCPUs and MIG profile ``gpu``
-    (None = CPU only)."""
+    (None = CPU only).
+
+    Its ``__init__``, hash, ``==`` and order are written out (those ``@dataclass(frozen=True, order=True)``
+    makes, the hash ``hash((batch, vcpus, gpu))``, worked out once, at construction): compiled
+    (esg_build), they are native methods, where the dataclass's would stay interpreted Python -- a Config
+    keys the dicts the scheduler looks up at every placement. The ``__init__`` checks its arguments
+    before it stores them, so a bad one is a ``ValueError`` naming it, compiled or not. A copy (pickle,
+    ``copy.deepcopy``) is rebuilt from the three fields, so one in a process with another hash seed
+    hashes afresh."""
 
     batch: int
     vcpus: int
     gpu: str | None = None
+    _hash: int = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.batch, int) or isinstance(self.batch, bool) or self.batch <= 0:
-            raise ValueError(f"batch must be a positive integer, got {self.batch!r}")
-        if not isinstance(self.vcpus, int) or isinstance(self.vcpus, bool) or self.vcpus <= 0:
-            raise ValueError(f"vcpus must be a positive integer, got {self.vcpus!r}")
-        if self.gpu is not None and (not isinstance(self.gpu, str) or not self.gpu):
-            raise ValueError(f"gpu must be a MIG profile name or null, got {self.gpu!r}")
+    def __init__(self, batch: Any, vcpus: Any, gpu: Any = None) -> None:
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
+            raise ValueError(f"batch must be a positive integer, got {batch!r}")
+        if not isinstance(vcpus, int) or isinstance(vcpus, bool) or vcpus <= 0:
+            raise ValueError(f"vcpus must be a positive integer, got {vcpus!r}")
+        if gpu is not None and (not isinstance(gpu, str) or not gpu):
+            raise ValueError(f"gpu must be a MIG profile name or null, got {gpu!r}")
+        set_field(self, "batch", batch)
+        set_field(self, "vcpus", vcpus)
+        set_field(self, "gpu", gpu)
+        set_field(self, "_hash", hash((batch, vcpus, gpu)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Config):
+            return self.batch == other.batch and self.vcpus == other.vcpus and self.gpu == other.gpu
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, Config):
+            return (self.batch, self.vcpus, self.gpu) < (other.batch, other.vcpus, other.gpu)
+        return NotImplemented
+
+    def __le__(self, other: object) -> bool:
+        if isinstance(other, Config):
+            return (self.batch, self.vcpus, self.gpu) <= (other.batch, other.vcpus, other.gpu)
+        return NotImplemented
+
+    def __gt__(self, other: object) -> bool:
+        if isinstance(other, Config):
+            return (self.batch, self.vcpus, self.gpu) > (other.batch, other.vcpus, other.gpu)
+        return NotImplemented
+
+    def __ge__(self, other: object) -> bool:
+        if isinstance(other, Config):
+            return (self.batch, self.vcpus, self.gpu) >= (other.batch, other.vcpus, other.gpu)
+        return NotImplemented
+
+    def __reduce__(self) -> tuple:
+        return (Config, (self.batch, self.vcpus, self.gpu))
 
     def to_dict(self) -> dict[str, Any]:
         return {"batch": self.batch, "vcpus": self.vcpus, "gpu": self.gpu}
@@ -65,30 +83,45 @@ class Config:
 
 @dataclass(frozen=True)
 class App:
-    """A workflow: functions (profile names) joined by edges into a DAG, with an end-to-end SLO."""
+    """A workflow: functions (profile names) joined by edges into a DAG, with an end-to-end SLO.
+
+    Its ``__init__`` is written out (see :class:`Config`): it checks the arguments first (an
+    :class:`~esg.errors.AppError` naming the bad one), then stores them with the DAG's indexes."""
 
     name: str
     slo_ms: float
     functions: tuple[str, ...]
     edges: tuple[tuple[str, str], ...] = ()
-    _preds: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
-    _succs: Mapping[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    _preds: dict[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
+    _succs: dict[str, tuple[str, ...]] = field(init=False, repr=False, compare=False)
     _order: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _entries: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _sinks: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        _validate_app(self.name, self.slo_ms, self.functions, self.edges)
-        preds: dict[str, list[str]] = {f: [] for f in self.functions}
-        succs: dict[str, list[str]] = {f: [] for f in self.functions}
-        for a, b in self.edges:
+    def __init__(self, name: Any, slo_ms: Any, functions: Any, edges: Any = ()) -> None:
+        _validate_app(name, slo_ms, functions, edges)
+        functions = tuple(functions)
+        edges = tuple((a, b) for a, b in edges)
+        preds: dict[str, list[str]] = {f: [] for f in functions}
+        succs: dict[str, list[str]] = {f: [] for f in functions}
+        for a, b in edges:
             succs[a].append(b)
             preds[b].append(a)
-        object.__setattr__(self, "_preds", {f: tuple(v) for f, v in preds.items()})
-        object.__setattr__(self, "_succs", {f: tuple(v) for f, v in succs.items()})
-        object.__setattr__(self, "_order", _topological_order(self.functions, self._succs, self._preds, self.name))
-        object.__setattr__(self, "_entries", tuple(f for f in self._order if not self._preds[f]))
-        object.__setattr__(self, "_sinks", tuple(f for f in self._order if not self._succs[f]))
+        set_field(self, "name", name)
+        set_field(self, "slo_ms", slo_ms)
+        set_field(self, "functions", functions)
+        set_field(self, "edges", edges)
+        _preds = {f: tuple(v) for f, v in preds.items()}
+        _succs = {f: tuple(v) for f, v in succs.items()}
+        order = _topological_order(functions, _succs, _preds, name)
+        set_field(self, "_preds", _preds)
+        set_field(self, "_succs", _succs)
+        set_field(self, "_order", order)
+        set_field(self, "_entries", tuple(f for f in order if not _preds[f]))
+        set_field(self, "_sinks", tuple(f for f in order if not _succs[f]))
+
+    def __reduce__(self) -> tuple:
+        return (App, (self.name, self.slo_ms, self.functions, self.edges))
 
     def predecessors(self, function: str) -> tuple[str, ...]:
         return self._preds[function]
@@ -216,6 +249,14 @@ class Job:
     enqueued_ms: float
     pred_node: str | None = None
     payload: Any = None
+
+    def __init__(self, job_id: str, request_id: str, app: str, function: str, arrival_ms: float,
+                 deadline_ms: float, enqueued_ms: float, pred_node: str | None = None, payload: Any = None) -> None:
+        # written out (the dataclass keeps it): compiled, the one the dataclass generates stays
+        # interpreted Python, and one of these is made per function of every request
+        self.job_id, self.request_id, self.app, self.function = job_id, request_id, app, function
+        self.arrival_ms, self.deadline_ms, self.enqueued_ms = arrival_ms, deadline_ms, enqueued_ms
+        self.pred_node, self.payload = pred_node, payload
 
     def budget_ms(self, now_ms: float) -> float:
         return self.deadline_ms - now_ms

@@ -106,7 +106,7 @@ class Policy(ABC):
     def running_for(self, key: tuple[str, str]) -> int:
         """The batches in flight the placer's scale-out rule weighs for the head of queue ``key``: the
         queue's own (:attr:`running`) unless the policy says otherwise."""
-        return self.running[key]
+        return self.running.get(key, 0)
 
     def preferred_nodes(self, app: App, head: Job, snapshot: ClusterSnapshot) -> list[str]:
         """Nodes to try first for ``head``'s batch: this policy's placer's order."""

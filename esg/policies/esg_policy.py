@@ -91,7 +91,7 @@ platform's 10 minutes; with fewer than 16 gaps seen, the platform's.
 from __future__ import annotations
 
 import math
-from collections import Counter, defaultdict, deque
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -282,8 +282,10 @@ class EsgPolicy(Policy):
         """ESG_1Q per app on the profiled latencies alone."""
         self._plans = PlanCache()
         self._before: dict[tuple[str, str, bool], float] = {}
-        self._busy: defaultdict[str, Counter[str | None]] = defaultdict(Counter)
-        """This policy's batches in flight per function, per MIG profile (None for CPU)."""
+        self._busy: dict[str, dict[str | None, int]] = {}
+        """This policy's batches in flight per function, per MIG profile (None for CPU). (Plain dicts, read
+        with ``get``: compiled, a ``Counter``'s look-up of a missing key calls its interpreted
+        ``__missing__``.)"""
         self._kinds: dict[str, tuple[str, ...]] = {}
         self._startups: dict[str, tuple[float, float]] = {}
         """Per function, :meth:`_startup_ms` (forgotten when an app is added)."""
@@ -298,7 +300,7 @@ class EsgPolicy(Policy):
         """The choice each batch in flight was placed from, by batch id (kept until its pre-warms are
         asked for, or it ends): several batches of one queue dispatched in one step each pre-warm their
         own plan's successors."""
-        self._busy_on: Counter[tuple[str, str | None, str]] = Counter()
+        self._busy_on: dict[tuple[str, str | None, str], int] = {}
         """This policy's batches in flight per (function, MIG profile or None, node)."""
         self._warming = Warming()
         self._pending = Timed()
@@ -480,8 +482,7 @@ class EsgPolicy(Policy):
         choice = self._chosen.pop((dispatch.app, dispatch.function), None)
         if isinstance(choice, _PlannedChoice):  # (an explorer's probe is placed from no choice of this policy)
             self._batch_choice[dispatch.batch_id] = choice
-        self._busy[dispatch.function][dispatch.config.gpu] += 1
-        self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] += 1
+        self._count_busy(dispatch, 1)
         if self.wait_for_busy:
             fit = dispatch.fit
             start = 0.0
@@ -502,13 +503,22 @@ class EsgPolicy(Policy):
     def on_done(self, dispatch: Dispatch) -> None:
         super().on_done(dispatch)
         self._batch_choice.pop(dispatch.batch_id, None)
-        self._busy[dispatch.function][dispatch.config.gpu] -= 1
-        self._busy_on[(dispatch.function, dispatch.config.gpu, dispatch.node)] -= 1
+        self._count_busy(dispatch, -1)
         ends = self._ends.get(dispatch.function)
         if ends is not None:
             ends.pop(dispatch.batch_id, None)
         if dispatch.fit.slice is not None:
             self._slice_end.pop((dispatch.node, dispatch.fit.slice), None)
+
+    def _count_busy(self, dispatch: Dispatch, moved: int) -> None:
+        """Move ``dispatch``'s function's count of batches in flight, per MIG profile and per node."""
+        busy = self._busy.get(dispatch.function)
+        if busy is None:
+            busy = self._busy[dispatch.function] = {}
+        gpu = dispatch.config.gpu
+        busy[gpu] = busy.get(gpu, 0) + moved
+        on = (dispatch.function, gpu, dispatch.node)
+        self._busy_on[on] = self._busy_on.get(on, 0) + moved
 
     def running_for(self, key: tuple[str, str]) -> int:
         """Workers belong to functions, not to queues: a worker of f busy with another app's batch frees
@@ -521,7 +531,7 @@ class EsgPolicy(Policy):
         if self.function_scale_out and key in self._on_time:
             busy = self._busy.get(key[1])
             return sum(busy.values()) if busy else 0
-        return self.running[key] + self._soon.get(key, 0)
+        return self.running.get(key, 0) + self._soon.get(key, 0)
 
     def on_prewarm(self, prewarm: Prewarm, now_ms: float) -> None:
         """Also times a spare-instance start on its node (one at a time per node)."""
@@ -755,7 +765,7 @@ class EsgPolicy(Policy):
             workers = 0
             thin: list[str] = []
             for q in profiles:
-                held = busy[q] if busy else 0
+                held = busy.get(q, 0) if busy else 0
                 for counts in idle:
                     held += counts.get(q, 0)
                 workers += held
@@ -860,7 +870,7 @@ class EsgPolicy(Policy):
 
     def _warm_near(self, function: str, kind: str | None, node: str, snapshot: ClusterSnapshot, now_ms: float) -> bool:
         """Whether a worker of ``function`` on ``kind`` is on ``node``: running, idle or starting."""
-        return (self._busy_on[(function, kind, node)] > 0 or idle_of_kind(snapshot, function, kind, (node,)) > 0
+        return (self._busy_on.get((function, kind, node), 0) > 0 or idle_of_kind(snapshot, function, kind, (node,)) > 0
                 or self._warming.count(function, now_ms, kind, (node,)) > 0)
 
     def _warm_kinds(self, function: str, snapshot: ClusterSnapshot) -> set[str | None]:

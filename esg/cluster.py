@@ -10,8 +10,8 @@ never touched).
 
 from __future__ import annotations
 
-import bisect
 import copy
+from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cache
@@ -106,10 +106,16 @@ class NodeState:
         return mig.free_compute_slices(self.gpu_model, [(s.ref.profile, s.ref.start) for s in self.slices])
 
     def idle_compute_slices(self) -> int:
+        """The compute slices no busy instance holds (:func:`esg.mig.free_compute_slices` of the busy
+        ones, summed in place: asked after every change of the node)."""
         if self.gpu_model is None:
             return 0
-        busy = [(s.ref.profile, s.ref.start) for s in self.slices if s.busy]
-        return mig.free_compute_slices(self.gpu_model, busy)
+        geo = mig.geometry(self.gpu_model)
+        busy = 0
+        for s in self.slices:
+            if s.busy:
+                busy += geo.profile(s.ref.profile).compute_slices
+        return geo.compute_slices - busy
 
 
 @dataclass(frozen=True)
@@ -357,9 +363,9 @@ class ClusterSnapshot:
         for gpu, (keys, ordered) in self._capacity.items():
             old = keys.get(node_name)
             if old is not None:
-                del ordered[bisect.bisect_left(ordered, old)]
+                del ordered[bisect_left(ordered, old)]
             keys[node_name] = new = self._capacity_key(node_name, gpu)
-            bisect.insort(ordered, new)
+            insort(ordered, new)
         if workers is False or self._warm is None:
             return
         if workers is True:

@@ -57,9 +57,9 @@ COMPILED = (
 baselines' placers and policies, ``esg_cli.agreement``'s recording emulation and tests extend them) are
 marked ``@mypyc_attr(allow_interpreted_subclasses=True)``. A compiled class's methods cannot be replaced
 on an instance or on the class (compiled callers would keep its own): a test or tool that changes what a
-policy does subclasses it. Left pure (docs/emulator.md says why): esg/model.py (its dataclasses check
-their fields in ``__post_init__`` and name the bad one in an AppError; compiled, a field of the wrong type
-is a TypeError at construction), the baselines' policies and the rest of the core (off the hot path)."""
+policy does subclasses it. esg/model.py's classes that check their arguments (``Config``, ``App``) take
+them untyped in a written-out ``__init__`` and check them before storing them, so a bad one is the same
+error compiled or not. Left pure: Aquatope's policy and the rest of the core (off the hot path)."""
 
 
 PURE_ENV = "ESG_PURE"

@@ -65,8 +65,7 @@ NATIVE_DECORATORS = ("dataclass", "mypyc_attr")
 def identity_eq_classes() -> list[str]:
     """Classes of the compiled modules that mypyc would compare by identity: one with a decorator other
     than ``@dataclass`` or ``@mypyc_attr`` is a plain Python class to mypyc, and compiled ``a == b`` on two of them is
-    ``a is b`` unless the class body defines ``__eq__`` (mypy 2.4's mypyc; ``@hash_once``'s classes
-    write theirs out)."""
+    ``a is b`` unless the class body defines ``__eq__`` (mypy 2.4's mypyc)."""
     found = []
     for rel in COMPILED:
         with open(os.path.join(ROOT, rel), encoding="utf-8") as f:

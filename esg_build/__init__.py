@@ -51,6 +51,7 @@ COMPILED = (
     "esg/policies/orion.py",
     "esg/policies/fastgshare.py",
     "esg/model.py",
+    "esg/emulator/metrics.py",
 )
 """The hot modules that compile to the same behaviour. The classes Python code subclasses (the shared
 ``Placer``, the emulation's ``Emulation``, the policies' ``Policy`` and ESG's ``EsgPolicy``: the

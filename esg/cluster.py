@@ -106,16 +106,11 @@ class NodeState:
         return mig.free_compute_slices(self.gpu_model, [(s.ref.profile, s.ref.start) for s in self.slices])
 
     def idle_compute_slices(self) -> int:
-        """The compute slices no busy instance holds (:func:`esg.mig.free_compute_slices` of the busy
-        ones, summed in place: asked after every change of the node)."""
+        """The compute slices no busy instance holds (asked after every change of the node: the busy
+        instances' profiles only, no (profile, start) pairs)."""
         if self.gpu_model is None:
             return 0
-        geo = mig.geometry(self.gpu_model)
-        busy = 0
-        for s in self.slices:
-            if s.busy:
-                busy += geo.profile(s.ref.profile).compute_slices
-        return geo.compute_slices - busy
+        return mig.compute_slices_left(self.gpu_model, [s.ref.profile for s in self.slices if s.busy])
 
 
 @dataclass(frozen=True)

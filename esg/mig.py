@@ -276,8 +276,13 @@ def _expand(counts: Iterable[tuple[str, int]]) -> list[str]:
 
 
 def free_compute_slices(model: str, layout: Iterable[tuple[str, int]]) -> int:
+    return compute_slices_left(model, [p for p, _ in layout])
+
+
+def compute_slices_left(model: str, profiles: Iterable[str]) -> int:
+    """The compute slices of a ``model`` GPU that instances of ``profiles`` (one name per instance) leave."""
     geo = geometry(model)
-    return geo.compute_slices - sum(geo.profile(p).compute_slices for p, _ in layout)
+    return geo.compute_slices - sum(geo.profile(p).compute_slices for p in profiles)
 
 
 @cache

@@ -14,7 +14,6 @@ import copy
 from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import cache
 
 from esg import mig
 from esg.model import Config, set_field
@@ -288,7 +287,9 @@ class ClusterSnapshot:
 
     def reserve(self, config: Config, fit: Fit) -> None:
         node = self.nodes[fit.node]
-        kept = node.memo.get(IDLE_BY_KIND)
+        memo = node.memo
+        kept = memo.get(IDLE_BY_KIND)
+        instances = memo.get(INSTANCES)
         before = 0
         node.vcpus_free -= config.vcpus
         if fit.warm_worker is not None and (before := node.idle_workers.get(fit.warm_worker, 0)) > 0:
@@ -296,24 +297,29 @@ class ClusterSnapshot:
         if fit.slice is not None:
             if fit.destroy:
                 node.slices = [s for s in node.slices if s.ref not in fit.destroy]
+                instances = None
             for s in node.slices:
                 if s.ref == fit.slice:
                     s.busy = True
                     break
             else:
                 node.slices.append(Slice(fit.slice, busy=True))
+                instances = None
         killed = False
         if fit.destroy:
             for k in [k for k in node.idle_workers if k[1] is not None and k[1] in fit.destroy]:
                 del node.idle_workers[k]  # destroying a MIG instance kills its workers
                 killed = True
-        self._changed(fit.node, workers=True if killed else
-                      (fit.warm_worker[0] if fit.warm_worker is not None else False))
+        memo.clear()
+        if instances is not None:
+            memo[INSTANCES] = instances  # the same instances (only whether one is busy moved)
         if not killed:
             if fit.warm_worker is not None:
                 carry_idle_by_kind(node, kept, fit.warm_worker, before)
             elif kept is not None:
-                node.memo[IDLE_BY_KIND] = kept  # its idle workers did not change
+                memo[IDLE_BY_KIND] = kept  # its idle workers did not change
+        self._changed(fit.node, workers=True if killed else
+                      (fit.warm_worker[0] if fit.warm_worker is not None else False), clear=False)
 
     def release(self, config: Config, fit: Fit) -> None:
         """Undo :meth:`reserve`'s claim (the slice stays, idle; destroyed slices stay destroyed)."""
@@ -331,15 +337,21 @@ class ClusterSnapshot:
         """A reserved batch ended: :meth:`release`, and its worker waits idle and warm on its slice (a
         slice the node's state did not show yet is there now)."""
         node = self.nodes[fit.node]
+        memo = node.memo
+        kept = memo.get(IDLE_BY_KIND)
+        instances = memo.get(INSTANCES)
         if fit.slice is not None and all(s.ref != fit.slice for s in node.slices):
             node.slices.append(Slice(fit.slice))
+            instances = None
         self._release(node, config, fit)
         key = (function, fit.slice)
-        kept = node.memo.get(IDLE_BY_KIND)
         before = node.idle_workers.get(key, 0)
         node.idle_workers[key] = before + 1
-        self._changed(fit.node, workers=function)
+        memo.clear()
+        if instances is not None:
+            memo[INSTANCES] = instances
         carry_idle_by_kind(node, kept, key, before)
+        self._changed(fit.node, workers=function, clear=False)
 
     def _changed(self, node_name: str, workers: bool | str = True, clear: bool = True) -> None:
         """A node's state changed: forget what was derived from it (unless ``clear`` is False: its memo
@@ -366,7 +378,9 @@ class ClusterSnapshot:
         if workers is True:
             self._index_warm(node_name, state)
             return
-        warm_here = any(n > 0 for (f, _), n in state.idle_workers.items() if f == workers)
+        counts = state.memo.get(IDLE_BY_KIND)  # (carried over the change where it could be: no scan)
+        warm_here = (workers in counts if counts is not None
+                     else any(n > 0 for (f, _), n in state.idle_workers.items() if f == workers))
         nodes = self._warm.get(workers)
         if warm_here:
             if nodes is None:
@@ -402,6 +416,9 @@ class ClusterSnapshot:
 
 IDLE_BY_KIND = "idle_by_kind"
 """The ``NodeState.memo`` key of ``prewarm.idle_by_kind`` (idle workers per function, by kind)."""
+INSTANCES = "instances"
+"""The ``NodeState.memo`` key of ``prewarm.instances_by_profile`` (kept over a change that only makes an
+instance busy or idle)."""
 
 
 def carry_idle_by_kind(node: NodeState, kept: dict | None, key: tuple[str, SliceRef | None], before: int) -> None:
@@ -451,31 +468,56 @@ def _warm_functions(node: NodeState) -> frozenset[str]:
     return found
 
 
-@cache
+# The fits below are remembered in module dicts rather than through ``functools.cache``: compiled, a
+# call through the cache's wrapper goes through the interpreter's generic call (~1.7 million calls in
+# ten minutes of the heavy replay), a look-up in a dict does not.
+_CPU_FITS: dict[str, Fit] = {}
+_WARM_FITS: dict[tuple[str, tuple[str, SliceRef | None]], Fit] = {}
+_GPU_FITS_ON: dict[tuple[str, tuple[SliceRef, bool, tuple[SliceRef, ...]]], Fit] = {}
+_GPU_FITS: dict[tuple[str, tuple[tuple[str, int, bool], ...], str], tuple[SliceRef, bool, tuple[SliceRef, ...]] | None] = {}
+
+
 def _cpu_fit_on(node_name: str) -> Fit:
     """A CPU configuration's :class:`Fit` on a node (immutable, so shared, as :func:`_gpu_fit_on`'s)."""
-    return Fit(node_name)
+    fit = _CPU_FITS.get(node_name)
+    if fit is None:
+        fit = _CPU_FITS[node_name] = Fit(node_name)
+    return fit
 
 
-@cache
 def _warm_fit_on(node_name: str, worker: tuple[str, SliceRef | None]) -> Fit:
     """The :class:`Fit` that takes the idle warm ``worker`` (function, slice) on a node (shared, as
     :func:`_gpu_fit_on`'s)."""
-    return Fit(node_name, worker[1], False, (), worker)
+    key = (node_name, worker)
+    fit = _WARM_FITS.get(key)
+    if fit is None:
+        fit = _WARM_FITS[key] = Fit(node_name, worker[1], False, (), worker)
+    return fit
 
 
-@cache
 def _gpu_fit_on(node_name: str, placed: tuple[SliceRef, bool, tuple[SliceRef, ...]]) -> Fit:
     """:func:`gpu_fit`'s answer as a :class:`Fit` on a node (immutable, so shared: a node's fits are
     looked up again after each of its changes)."""
-    return Fit(node_name, *placed)
+    key = (node_name, placed)
+    fit = _GPU_FITS_ON.get(key)
+    if fit is None:
+        fit = _GPU_FITS_ON[key] = Fit(node_name, placed[0], placed[1], placed[2])
+    return fit
 
 
-@cache
 def gpu_fit(model: str, layout: tuple[tuple[str, int, bool], ...], profile: str
             ) -> tuple[SliceRef, bool, tuple[SliceRef, ...]] | None:
     """Where ``profile`` runs on a GPU whose instances are ``layout`` (profile, start, busy):
     (slice, create?, idle slices to destroy), or None. A pure function of the layout, so remembered."""
+    key = (model, layout, profile)
+    if key in _GPU_FITS:
+        return _GPU_FITS[key]
+    found = _GPU_FITS[key] = _gpu_fit(model, layout, profile)
+    return found
+
+
+def _gpu_fit(model: str, layout: tuple[tuple[str, int, bool], ...], profile: str
+             ) -> tuple[SliceRef, bool, tuple[SliceRef, ...]] | None:
     start: int | None
     if profile not in mig.geometry(model).profiles:
         return None

@@ -45,9 +45,11 @@ def node_order(snapshot: ClusterSnapshot, preferred: Sequence[str], config: Conf
     return snapshot.route(tuple(preferred), config.gpu is not None)
 
 
-@dataclass(frozen=True)
+@dataclass(unsafe_hash=True)
 class Placement:
-    """Where a batch runs: ``config`` on ``fit.node`` (reserved on the snapshot it was found on)."""
+    """Where a batch runs: ``config`` on ``fit.node`` (reserved on the snapshot it was found on). A value
+    nothing changes once made; a plain dataclass, hashable by value, as the events made per batch are
+    (:mod:`esg.events` says why)."""
 
     config: Config
     fit: Fit
@@ -55,8 +57,8 @@ class Placement:
     def __init__(self, config: Config, fit: Fit) -> None:
         # written out (the dataclass keeps it): compiled, the one the dataclass generates stays
         # interpreted, and one of these is made per placement
-        set_field(self, "config", config)
-        set_field(self, "fit", fit)
+        self.config = config
+        self.fit = fit
 
 
 @dataclass(frozen=True)

@@ -125,12 +125,21 @@ DEFAULT_GPU_MODEL = "A100-40GB"
 ALIASES = {"A100": "A100-40GB", "H100": "H100-80GB", "H200-141GB": "H200", "A30-24GB": "A30"}
 
 
-@cache
+_KNOWN: dict[str, GpuGeometry] = {}
+"""The geometries looked up so far, by the name asked (a module dict, not ``functools.cache``: compiled,
+a call through the cache's wrapper goes through the interpreter's generic call, and the emulator asks at
+every change of a node)."""
+
+
 def geometry(model: str) -> GpuGeometry:
     """The geometry of ``model`` (case-insensitive, common aliases accepted)."""
+    found = _KNOWN.get(model)
+    if found is not None:
+        return found
     key = ALIASES.get(model, model)
     for name, geo in GEOMETRIES.items():
         if name.lower() == key.lower():
+            _KNOWN[model] = geo
             return geo
     raise MigError(f"unknown GPU model {model!r} (known: {', '.join(GEOMETRIES)})")
 

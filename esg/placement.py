@@ -131,8 +131,7 @@ def place(snapshot: ClusterSnapshot, req: HeadBatch, no_fit: set[Config],
     warm_nodes = snapshot.nodes_with_warm(req.function)
     warm = first_warm(snapshot, req.priorities, req.preferred, no_fit, req.function, warm_nodes)
     if warm is not None:
-        snapshot.reserve(*warm)
-        return Placement(*warm)
+        return _reserved(snapshot, warm[0], warm[1])
     in_time: tuple[Config, Fit] | None = None
     soonest: tuple[float, Config, Fit] | None = None
     for config, fit in candidate_fits(snapshot, req.priorities, req.preferred, no_fit, req.function, warm_nodes):
@@ -151,8 +150,14 @@ def place(snapshot: ClusterSnapshot, req: HeadBatch, no_fit: set[Config],
         if soonest is None:
             return fits_nowhere(len(req.priorities), len(snapshot.nodes))
         return Wait(f"{WAITING_FOR_A_WORKER}{req.function}: starting another would take longer")
-    snapshot.reserve(*chosen)
-    return Placement(*chosen)
+    return _reserved(snapshot, chosen[0], chosen[1])
+
+
+def _reserved(snapshot: ClusterSnapshot, config: Config, fit: Fit) -> Placement:
+    """The placement of ``config`` on ``fit``, reserved on the snapshot. (The arguments named one by
+    one: compiled, a call with ``*`` unpacking goes through the interpreter's generic call.)"""
+    snapshot.reserve(config, fit)
+    return Placement(config, fit)
 
 
 def first_warm(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferred: Sequence[str],
@@ -179,7 +184,19 @@ def first_warm(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferre
 def may_scale_out(running: int, queued: int, priorities: Sequence[Config]) -> bool:
     """Start another worker only when none of this queue runs or the backlog exceeds what the running
     batches take next."""
-    return running == 0 or queued > running * max((c.batch for c in priorities), default=1)
+    return running == 0 or queued > running * _max_batch(priorities)
+
+
+def _max_batch(priorities: Sequence[Config]) -> int:
+    """``max(c.batch for c in priorities)``, 1 for none (a loop: compiled, ``max`` over a generator with
+    a default goes through the interpreter's generic call, at every placement)."""
+    if not priorities:
+        return 1
+    largest = priorities[0].batch
+    for c in priorities:
+        if c.batch > largest:
+            largest = c.batch
+    return largest
 
 
 def worth_starting(running: int, queued: int, priorities: Sequence[Config],
@@ -193,9 +210,16 @@ def worth_starting(running: int, queued: int, priorities: Sequence[Config],
         return True
     if not may_scale_out(running, queued, priorities):
         return False
-    largest = max(priorities, key=lambda c: (c.batch, -latency_of(c)))
+    # the largest batch, the fastest of those (the first such: as max with the key (batch, -latency))
+    largest = priorities[0]
+    its_ms = latency_of(largest)
+    for c in priorities:
+        if c.batch >= largest.batch:
+            ms = latency_of(c)
+            if c.batch > largest.batch or ms < its_ms:
+                largest, its_ms = c, ms
     rounds = -(-queued // (running * largest.batch))
-    return rounds * latency_of(largest) > startup.cold_start_ms
+    return rounds * its_ms > startup.cold_start_ms
 
 
 def latency_lookup(latencies: Mapping[Config, float], profile: Profile) -> Callable[[Config], float]:

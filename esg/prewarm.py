@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from esg.cluster import IDLE_BY_KIND, ClusterSnapshot, Fit, NodeState, SliceRef
+from esg.cluster import IDLE_BY_KIND, INSTANCES, ClusterSnapshot, Fit, NodeState, SliceRef
 from esg.events import Prewarm
 from esg.model import Config
 from esg.profiles import Profile
@@ -142,13 +142,14 @@ _NO_PROFILES: frozenset[str] = frozenset()
 
 def instances_by_profile(node: NodeState) -> dict[str, int]:
     """``node``'s MIG instances counted by profile (remembered on ``NodeState.memo``, cleared at every
-    change of the node; the caller must not change it)."""
-    found: dict[str, int] | None = node.memo.get("instances")
+    change of the node but one that only makes an instance busy or idle; the caller must not change
+    it)."""
+    found: dict[str, int] | None = node.memo.get(INSTANCES)
     if found is None:
         found = {}
         for s in node.slices:
             found[s.ref.profile] = found.get(s.ref.profile, 0) + 1
-        node.memo["instances"] = found
+        node.memo[INSTANCES] = found
     return found
 
 

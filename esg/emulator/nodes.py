@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from esg import mig
-from esg.cluster import IDLE_BY_KIND, NodeState, Slice, SliceRef, carry_idle_by_kind
+from esg.cluster import IDLE_BY_KIND, INSTANCES, NodeState, Slice, SliceRef, carry_idle_by_kind
 from esg.events import Dispatch, Prewarm
 from esg.model import Config
 
@@ -186,7 +186,10 @@ class NodeModel:
         state = self._state
         if state is not None:
             kept = state.memo.get(IDLE_BY_KIND)
+            instances = state.memo.get(INSTANCES)
             state.memo.clear()
+            if instances is not None:
+                state.memo[INSTANCES] = instances  # the same instances (one is idle again)
             state.vcpus_free += config.vcpus
             for s in state.slices:
                 if s.ref == ref:

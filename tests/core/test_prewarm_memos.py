@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from esg.cluster import IDLE_BY_KIND, ClusterSnapshot, Fit, NodeState, Slice, SliceRef
+from esg.cluster import IDLE_BY_KIND, INSTANCES, ClusterSnapshot, Fit, NodeState, Slice, SliceRef
 from esg.model import Config
 from esg.prewarm import idle_by_function, idle_by_kind, idle_of_kind, instances_by_profile, stocked_profiles
 
@@ -90,3 +90,32 @@ def test_a_change_of_one_count_carries_the_idle_counts_over_even_to_or_from_zero
         assert idle_by_kind(node) == _scan(node)["kinds"]
     assert first == {"a": {"1g.5gb": 2, "3g.20gb": 1}, "b": {"1g.5gb": 1}}  # the old dict is left as it was
     assert idle_by_kind(node) == {"a": {"1g.5gb": 2, "3g.20gb": 1}, "b": {"1g.5gb": 1}}
+
+
+def test_the_instance_counts_are_kept_over_busy_and_idle_and_recounted_after_a_mig_change():
+    snap = ClusterSnapshot({"n0": _node()}, tracks_workers=True)
+    node = snap.nodes["n0"]
+    new = SliceRef("2g.10gb", 2)  # (memory slices 2-3: free next to ONE and TWO)
+    busy_only = [lambda: snap.reserve(Config(1, 1, "1g.5gb"), Fit("n0", ONE, warm_worker=("a", ONE))),
+                 lambda: snap.finish("a", Config(1, 1, "1g.5gb"), Fit("n0", ONE, warm_worker=("a", ONE)))]
+    for change in busy_only:
+        before = instances_by_profile(node)
+        change()
+        assert node.memo.get(INSTANCES) is before  # carried over: the same instances
+        assert _memos(node) == _scan(node)
+    mig_changes = [lambda: snap.reserve(Config(1, 1, "2g.10gb"), Fit("n0", new, create=True)),
+                   lambda: snap.finish("b", Config(1, 1, "2g.10gb"), Fit("n0", new, create=True)),
+                   # the idle 2g.10gb instance (with b's worker on it) destroyed for a 1g.5gb one
+                   lambda: snap.reserve(Config(1, 1, "1g.5gb"), Fit("n0", SliceRef("1g.5gb", 2), create=True,
+                                                                    destroy=(new,)))]
+    for change in mig_changes:
+        instances_by_profile(node)
+        change()
+        assert _memos(node) == _scan(node)
+    assert instances_by_profile(node) == {"1g.5gb": 3, "3g.20gb": 1}
+    assert ("b", new) not in node.idle_workers
+    # a finish on an instance the node's state did not show yet (its report lagged) counts it
+    instances_by_profile(node)
+    snap.finish("c", Config(1, 1, "1g.5gb"), Fit("n0", SliceRef("1g.5gb", 3)))
+    assert instances_by_profile(node) == {"1g.5gb": 4, "3g.20gb": 1}
+    assert _memos(node) == _scan(node)

@@ -510,10 +510,14 @@ def gpu_fit(model: str, layout: tuple[tuple[str, int, bool], ...], profile: str
     """Where ``profile`` runs on a GPU whose instances are ``layout`` (profile, start, busy):
     (slice, create?, idle slices to destroy), or None. A pure function of the layout, so remembered."""
     key = (model, layout, profile)
-    if key in _GPU_FITS:
-        return _GPU_FITS[key]
-    found = _GPU_FITS[key] = _gpu_fit(model, layout, profile)
+    found = _GPU_FITS.get(key, _UNKNOWN)
+    if found is _UNKNOWN:  # (one look-up: hashing the layout is most of its cost)
+        found = _GPU_FITS[key] = _gpu_fit(model, layout, profile)
     return found
+
+
+_UNKNOWN: tuple[SliceRef, bool, tuple[SliceRef, ...]] | None = (SliceRef("", -1), False, ())
+"""Not looked up yet (:func:`gpu_fit`; no answer is this object)."""
 
 
 def _gpu_fit(model: str, layout: tuple[tuple[str, int, bool], ...], profile: str

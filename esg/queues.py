@@ -77,6 +77,8 @@ class AfwQueues:
         filled = [q for q in self._filled.values() if q.jobs]
         if len(filled) != len(self._filled):
             self._filled = {q.key: q for q in filled}
+        if len(filled) < 2:
+            return filled  # (nothing to sort: most steps have one queue waiting, or none)
         return sorted(filled, key=lambda q: (q.head.deadline_ms, q.key))
 
     def lengths(self) -> dict[QueueKey, int]:

@@ -174,14 +174,16 @@ class ClusterSnapshot:
     def copy(self) -> ClusterSnapshot:
         return copy.deepcopy(self)
 
-    def put(self, state: NodeState, memo_kept: bool = False) -> None:
+    def put(self, state: NodeState, memo_kept: bool = False, workers: bool | str = True) -> None:
         """Replace one node's state. A driver may keep one snapshot across steps and put only the nodes
         that changed: what was derived from the other nodes' states stays remembered. ``memo_kept``: the
         driver vouches that ``state.memo`` holds only what is true of the state as it is now (whoever
         changed the state cleared what it made stale, as the emulator's node models do), so it is kept;
-        else it is cleared."""
+        else it is cleared. ``workers``: a function's name when the driver vouches that, of the node's
+        idle workers, only that function's changed since the snapshot last saw the state (the warm
+        index then looks at that function alone)."""
         self.nodes[state.name] = state
-        self._changed(state.name, clear=not memo_kept)
+        self._changed(state.name, workers=workers, clear=not memo_kept)
 
     def idle_compute(self, node_name: str) -> int:
         """Idle compute slices of a node (remembered until the node's next reservation)."""

@@ -84,6 +84,8 @@ class Emulation:
         self.nodes = {n: NodeModel(n, cluster.vcpus, cluster.gpu_model) for n in cluster.node_names()}
         self._snapshot = ClusterSnapshot({n: m.snapshot(0.0) for n, m in self.nodes.items()}, tracks_workers=True)
         self._changed: set[str] = set()
+        self._idled: dict[str, bool | str] = {}
+        """Per node changed since the last view by workers becoming idle: their function (True: several)."""
         self._expiries: list[tuple[float, str]] = []
         """(time, node) when an idle worker of the node expires (entries may be stale)."""
         self._pushed: dict[str, float] = {}
@@ -193,13 +195,23 @@ class Emulation:
             self._changed.add(heapq.heappop(expiries)[1])
         for name in sorted(self._changed):
             model = self.nodes[name]
-            self._snapshot.put(model.snapshot(now), memo_kept=True)  # (a node model keeps its state's memo true)
+            state = model.snapshot(now)
+            # (a node model keeps its state's memo true); the same state object: changed in place by the
+            # batches that finished or the workers that warmed, whose function's idle workers alone moved
+            workers = self._idled.get(name, True) if state is self._snapshot.nodes.get(name) else True
+            self._snapshot.put(state, memo_kept=True, workers=workers)
             expiry = model.next_expiry_ms
             if expiry != math.inf and self._pushed.get(name) != expiry:
                 self._pushed[name] = expiry
                 heapq.heappush(expiries, (expiry, name))
         self._changed.clear()
+        self._idled.clear()
         return self._snapshot
+
+    def _idle_again(self, node: str, function: str) -> None:
+        """A worker of ``function`` became idle on ``node`` (its state changed in place, if kept)."""
+        self._changed.add(node)
+        self._idled[node] = function if self._idled.get(node, function) == function else True
 
     def _start(self, d: Dispatch, now: float, decision_ms: float) -> None:
         node = self.nodes[d.node]
@@ -252,7 +264,7 @@ class Emulation:
 
     def _warmed(self, p: Prewarm, now: float) -> None:
         self.nodes[p.node].warmed(p, now, p.keep_alive_ms if p.keep_alive_ms is not None else self.params.keep_alive_ms)
-        self._changed.add(p.node)
+        self._idle_again(p.node, p.function)
 
     def _charge_idle(self, start_ms: float, end_ms: float, now: float) -> None:
         """Idle warm workers cost the price of the MIG instance they keep, for the time inside the
@@ -317,7 +329,7 @@ class Emulation:
 
     def _finish(self, batch_id: str, now: float) -> BatchDone:
         d, _ = self._flight.pop(batch_id)
-        self._changed.add(d.node)
+        self._idle_again(d.node, d.function)
         keep = d.keep_alive_ms if d.keep_alive_ms is not None else self.params.keep_alive_ms
         self.nodes[d.node].finish(d, now, keep)
         if self.online is not None:

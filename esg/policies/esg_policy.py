@@ -415,6 +415,8 @@ class EsgPolicy(Policy):
         (``warm``), and where a new one's start-up (a cold start, and a MIG instance created on a GPU)
         fits the budget."""
         startup = self._startup_ms(function)
+        if budget < startup[0] and budget < startup[1]:
+            return frozenset(warm)  # no start-up fits (budgets of milliseconds, start-ups of seconds)
         return frozenset(warm | {k for k in (None, *self._gpu_kinds(function)) if budget >= startup[k is not None]})
 
     # -- holding a queue for a larger batch ----------------------------------------------------------

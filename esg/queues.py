@@ -31,7 +31,8 @@ class AfwQueue:
         self.jobs.appendleft(job)
 
     def take(self, n: int) -> tuple[Job, ...]:
-        return tuple(self.jobs.popleft() for _ in range(min(n, len(self.jobs))))
+        jobs = self.jobs
+        return tuple([jobs.popleft() for _ in range(min(n, len(jobs)))])  # (a list: compiled, no generator)
 
     def keep(self, wanted: Callable[[Job], bool]) -> None:
         """Drop the jobs ``wanted`` refuses (order kept)."""

@@ -131,6 +131,7 @@ class Scheduler:
         self.explorer = explorer
         """Tries configurations the tables lack (online profiles); None: never."""
         self._rest: dict[tuple[str, str], float] = {}
+        self._defaults: dict[str, tuple[Profile | None, bool]] = {}
         self.queues = AfwQueues()
         self._requests: dict[str, _RequestState] = {}
         self._in_flight: dict[str, Dispatch] = {}
@@ -302,7 +303,7 @@ class Scheduler:
             return held.hold.wait
         preferred = self.policy.preferred_nodes(app, queue.head, snapshot)
         holds: list[Hold] | None = [] if self._holding else None
-        if is_default(self.policy.ctx.profiles.get(key[1])):
+        if self._is_default(key[1]):
             # the default rule places too: its configurations in order, the first that fits
             placed = dispatch(snapshot, choice.priorities, preferred, self._no_fit)
             if isinstance(placed, Wait) and holds is not None and snapshot.nodes:
@@ -375,11 +376,18 @@ class Scheduler:
         """The policy's choice; for a function with no profile table, the default rule (esg.defaults),
         whichever policy runs."""
         function = queue.key[1]
-        profile = self.policy.ctx.profiles.get(function)
-        if is_default(profile):
-            assert profile is not None
-            return default_choice(profile, self.policy.ctx.spec(function), len(queue))
+        if self._is_default(function):
+            return default_choice(self.policy.ctx.profiles[function], self.policy.ctx.spec(function), len(queue))
         return self.policy.choose(app, queue, now_ms, snapshot)
+
+    def _is_default(self, function: str) -> bool:
+        """Whether ``function``'s profile is the default rule's (:func:`esg.defaults.is_default`),
+        remembered per function while its profile stays (asked twice for every head placed)."""
+        profile = self.policy.ctx.profiles.get(function)
+        hit = self._defaults.get(function)
+        if hit is None or hit[0] is not profile:
+            hit = self._defaults[function] = (profile, is_default(profile))
+        return hit[1]
 
     def _commit(self, app: App, queue: AfwQueue, placed: Placement, latency: float | None,
                 now_ms: float) -> Dispatch:

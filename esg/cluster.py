@@ -188,9 +188,9 @@ class ClusterSnapshot:
     def idle_compute(self, node_name: str) -> int:
         """Idle compute slices of a node (remembered until the node's next reservation)."""
         memo = self.nodes[node_name].memo
-        if "idle" not in memo:
-            memo["idle"] = self.nodes[node_name].idle_compute_slices()
-        return memo["idle"]
+        if IDLE_COMPUTE not in memo:
+            memo[IDLE_COMPUTE] = self.nodes[node_name].idle_compute_slices()
+        return memo[IDLE_COMPUTE]
 
     def by_capacity(self, gpu: bool) -> list[str]:
         """Node names, most free capacity first: idle compute slices for GPU work, vCPUs for CPU work."""
@@ -292,6 +292,8 @@ class ClusterSnapshot:
         memo = node.memo
         kept = memo.get(IDLE_BY_KIND)
         instances = memo.get(INSTANCES)
+        idle = memo.get(IDLE_COMPUTE)
+        taken = 0
         before = 0
         node.vcpus_free -= config.vcpus
         if fit.warm_worker is not None and (before := node.idle_workers.get(fit.warm_worker, 0)) > 0:
@@ -299,14 +301,16 @@ class ClusterSnapshot:
         if fit.slice is not None:
             if fit.destroy:
                 node.slices = [s for s in node.slices if s.ref not in fit.destroy]
-                instances = None
+                instances = idle = None
             for s in node.slices:
                 if s.ref == fit.slice:
+                    taken = 0 if s.busy else 1
                     s.busy = True
                     break
             else:
                 node.slices.append(Slice(fit.slice, busy=True))
                 instances = None
+                taken = 1
         killed = False
         if fit.destroy:
             for k in [k for k in node.idle_workers if k[1] is not None and k[1] in fit.destroy]:
@@ -315,6 +319,7 @@ class ClusterSnapshot:
         memo.clear()
         if instances is not None:
             memo[INSTANCES] = instances  # the same instances (only whether one is busy moved)
+        carry_idle_compute(node, idle, fit.slice, -taken)
         if not killed:
             if fit.warm_worker is not None:
                 carry_idle_by_kind(node, kept, fit.warm_worker, before)
@@ -342,9 +347,16 @@ class ClusterSnapshot:
         memo = node.memo
         kept = memo.get(IDLE_BY_KIND)
         instances = memo.get(INSTANCES)
-        if fit.slice is not None and all(s.ref != fit.slice for s in node.slices):
-            node.slices.append(Slice(fit.slice))
-            instances = None
+        idle = memo.get(IDLE_COMPUTE)
+        freed = 0
+        if fit.slice is not None:
+            for s in node.slices:
+                if s.ref == fit.slice:
+                    freed = 1 if s.busy else 0
+                    break
+            else:
+                node.slices.append(Slice(fit.slice))
+                instances = None
         self._release(node, config, fit)
         key = (function, fit.slice)
         before = node.idle_workers.get(key, 0)
@@ -352,6 +364,7 @@ class ClusterSnapshot:
         memo.clear()
         if instances is not None:
             memo[INSTANCES] = instances
+        carry_idle_compute(node, idle, fit.slice, freed)
         carry_idle_by_kind(node, kept, key, before)
         self._changed(fit.node, workers=function, clear=False)
 
@@ -421,6 +434,22 @@ IDLE_BY_KIND = "idle_by_kind"
 INSTANCES = "instances"
 """The ``NodeState.memo`` key of ``prewarm.instances_by_profile`` (kept over a change that only makes an
 instance busy or idle)."""
+IDLE_COMPUTE = "idle"
+"""The ``NodeState.memo`` key of :meth:`ClusterSnapshot.idle_compute` (carried over a change,
+:func:`carry_idle_compute`)."""
+
+
+def carry_idle_compute(node: NodeState, kept: int | None, ref: SliceRef | None, moved: int) -> None:
+    """After a change that cleared ``node``'s memo, in which only ``ref`` went from idle (or absent) to
+    busy (``moved`` -1) or from busy to idle (+1), or no instance's busy state moved (0): put back its
+    idle compute slices from before the change (``kept``; None: not known, left to be counted), moved by
+    ``ref``'s (the batches of a node take and free an instance at every change; a count of every busy
+    instance at each was 3 % of the replay)."""
+    if kept is None:
+        return
+    if moved and ref is not None and node.gpu_model is not None:
+        kept += moved * mig.compute_slices(node.gpu_model, ref.profile)
+    node.memo[IDLE_COMPUTE] = kept
 
 
 def carry_idle_by_kind(node: NodeState, kept: dict | None, key: tuple[str, SliceRef | None], before: int) -> None:

@@ -17,7 +17,16 @@ import math
 from dataclasses import dataclass, field
 
 from esg import mig
-from esg.cluster import IDLE_BY_KIND, INSTANCES, NodeState, Slice, SliceRef, carry_idle_by_kind
+from esg.cluster import (
+    IDLE_BY_KIND,
+    IDLE_COMPUTE,
+    INSTANCES,
+    NodeState,
+    Slice,
+    SliceRef,
+    carry_idle_by_kind,
+    carry_idle_compute,
+)
 from esg.events import Dispatch, Prewarm
 from esg.model import Config
 
@@ -187,13 +196,17 @@ class NodeModel:
         if state is not None:
             kept = state.memo.get(IDLE_BY_KIND)
             instances = state.memo.get(INSTANCES)
+            idle = state.memo.get(IDLE_COMPUTE)
             state.memo.clear()
             if instances is not None:
                 state.memo[INSTANCES] = instances  # the same instances (one is idle again)
             state.vcpus_free += config.vcpus
+            freed = 0
             for s in state.slices:
                 if s.ref == ref:
+                    freed = 1 if s.busy else freed
                     s.busy = False
+            carry_idle_compute(state, idle, ref, freed)
             before = state.idle_workers.get(key, 0)
             state.idle_workers[key] = before + 1
             carry_idle_by_kind(state, kept, key, before)

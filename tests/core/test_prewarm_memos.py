@@ -3,7 +3,16 @@
 
 from __future__ import annotations
 
-from esg.cluster import IDLE_BY_KIND, INSTANCES, ClusterSnapshot, Fit, NodeState, Slice, SliceRef
+from esg.cluster import (
+    IDLE_BY_KIND,
+    IDLE_COMPUTE,
+    INSTANCES,
+    ClusterSnapshot,
+    Fit,
+    NodeState,
+    Slice,
+    SliceRef,
+)
 from esg.model import Config
 from esg.prewarm import idle_by_function, idle_by_kind, idle_of_kind, instances_by_profile, stocked_profiles
 
@@ -92,7 +101,7 @@ def test_a_change_of_one_count_carries_the_idle_counts_over_even_to_or_from_zero
     assert idle_by_kind(node) == {"a": {"1g.5gb": 2, "3g.20gb": 1}, "b": {"1g.5gb": 1}}
 
 
-def test_the_instance_counts_are_kept_over_busy_and_idle_and_recounted_after_a_mig_change():
+def test_instance_counts_and_idle_compute_are_kept_over_busy_and_idle_and_follow_a_mig_change():
     snap = ClusterSnapshot({"n0": _node()}, tracks_workers=True)
     node = snap.nodes["n0"]
     new = SliceRef("2g.10gb", 2)  # (memory slices 2-3: free next to ONE and TWO)
@@ -100,9 +109,12 @@ def test_the_instance_counts_are_kept_over_busy_and_idle_and_recounted_after_a_m
                  lambda: snap.finish("a", Config(1, 1, "1g.5gb"), Fit("n0", ONE, warm_worker=("a", ONE)))]
     for change in busy_only:
         before = instances_by_profile(node)
+        snap.idle_compute("n0")
         change()
         assert node.memo.get(INSTANCES) is before  # carried over: the same instances
+        assert IDLE_COMPUTE in node.memo  # carried over, moved by the instance taken or freed
         assert _memos(node) == _scan(node)
+        assert snap.idle_compute("n0") == node.idle_compute_slices()
     mig_changes = [lambda: snap.reserve(Config(1, 1, "2g.10gb"), Fit("n0", new, create=True)),
                    lambda: snap.finish("b", Config(1, 1, "2g.10gb"), Fit("n0", new, create=True)),
                    # the idle 2g.10gb instance (with b's worker on it) destroyed for a 1g.5gb one
@@ -110,12 +122,16 @@ def test_the_instance_counts_are_kept_over_busy_and_idle_and_recounted_after_a_m
                                                                     destroy=(new,)))]
     for change in mig_changes:
         instances_by_profile(node)
+        snap.idle_compute("n0")
         change()
         assert _memos(node) == _scan(node)
+        assert snap.idle_compute("n0") == node.idle_compute_slices()
     assert instances_by_profile(node) == {"1g.5gb": 3, "3g.20gb": 1}
     assert ("b", new) not in node.idle_workers
     # a finish on an instance the node's state did not show yet (its report lagged) counts it
     instances_by_profile(node)
+    snap.idle_compute("n0")
     snap.finish("c", Config(1, 1, "1g.5gb"), Fit("n0", SliceRef("1g.5gb", 3)))
     assert instances_by_profile(node) == {"1g.5gb": 4, "3g.20gb": 1}
     assert _memos(node) == _scan(node)
+    assert snap.idle_compute("n0") == node.idle_compute_slices() == 7 - 2  # TWO and the 1g.5gb made at 2 busy

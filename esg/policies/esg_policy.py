@@ -758,24 +758,39 @@ class EsgPolicy(Policy):
             if not profiles:
                 continue
             busy = self._busy.get(function)
-            # (:func:`esg.prewarm.idle_of_kind` per profile, with each node's counts looked up once)
-            idle: list[dict[str | None, int]] = []
-            for name in snapshot.nodes_with_warm(function):
-                counts = idle_by_kind(snapshot.nodes[name]).get(function)
-                if counts is not None:
-                    idle.append(counts)
-            workers = 0
+            idle: list[dict[str | None, int]] | None = None
             thin: list[str] = []
             for q in profiles:
+                have = per_profile.get(q, 0)
                 held = busy.get(q, 0) if busy else 0
+                if held >= have:
+                    continue  # its running batches alone hold a worker on every instance of q
+                if idle is None:
+                    idle = self._idle_counts(snapshot, function)
                 for counts in idle:
                     held += counts.get(q, 0)
-                workers += held
-                if held < per_profile.get(q, 0):
+                if held < have:
                     thin.append(q)
             if thin:
+                assert idle is not None
+                workers = 0
+                for q in profiles:
+                    workers += busy.get(q, 0) if busy else 0
+                    for counts in idle:
+                        workers += counts.get(q, 0)
                 pools.append((function, workers, thin))
         return pools
+
+    @staticmethod
+    def _idle_counts(snapshot: ClusterSnapshot, function: str) -> list[dict[str | None, int]]:
+        """``function``'s idle workers by kind on each node that has one (:func:`esg.prewarm.idle_of_kind`
+        per profile, with each node's counts looked up once)."""
+        idle: list[dict[str | None, int]] = []
+        for name in snapshot.nodes_with_warm(function):
+            counts = idle_by_kind(snapshot.nodes[name]).get(function)
+            if counts is not None:
+                idle.append(counts)
+        return idle
 
     def _served_functions(self) -> tuple[str, ...]:
         """The functions :attr:`_service` has, in name order (its keys are only ever added: sorted

@@ -289,10 +289,7 @@ class ClusterSnapshot:
 
     def reserve(self, config: Config, fit: Fit) -> None:
         node = self.nodes[fit.node]
-        memo = node.memo
-        kept = memo.get(IDLE_BY_KIND)
-        instances = memo.get(INSTANCES)
-        idle = memo.get(IDLE_COMPUTE)
+        kept = CarriedMemos(node)
         taken = 0
         before = 0
         node.vcpus_free -= config.vcpus
@@ -301,7 +298,7 @@ class ClusterSnapshot:
         if fit.slice is not None:
             if fit.destroy:
                 node.slices = [s for s in node.slices if s.ref not in fit.destroy]
-                instances = idle = None
+                kept.instances = kept.idle = None
             for s in node.slices:
                 if s.ref == fit.slice:
                     taken = 0 if s.busy else 1
@@ -309,22 +306,16 @@ class ClusterSnapshot:
                     break
             else:
                 node.slices.append(Slice(fit.slice, busy=True))
-                instances = None
+                kept.instances = None
                 taken = 1
         killed = False
         if fit.destroy:
             for k in [k for k in node.idle_workers if k[1] is not None and k[1] in fit.destroy]:
                 del node.idle_workers[k]  # destroying a MIG instance kills its workers
                 killed = True
-        memo.clear()
-        if instances is not None:
-            memo[INSTANCES] = instances  # the same instances (only whether one is busy moved)
-        carry_idle_compute(node, idle, fit.slice, -taken)
-        if not killed:
-            if fit.warm_worker is not None:
-                carry_idle_by_kind(node, kept, fit.warm_worker, before)
-            elif kept is not None:
-                memo[IDLE_BY_KIND] = kept  # its idle workers did not change
+        if killed:
+            kept.by_kind = None
+        kept.put_back(node, fit.slice, -taken, fit.warm_worker, before)
         self._changed(fit.node, workers=True if killed else
                       (fit.warm_worker[0] if fit.warm_worker is not None else False), clear=False)
 
@@ -344,10 +335,7 @@ class ClusterSnapshot:
         """A reserved batch ended: :meth:`release`, and its worker waits idle and warm on its slice (a
         slice the node's state did not show yet is there now)."""
         node = self.nodes[fit.node]
-        memo = node.memo
-        kept = memo.get(IDLE_BY_KIND)
-        instances = memo.get(INSTANCES)
-        idle = memo.get(IDLE_COMPUTE)
+        kept = CarriedMemos(node)
         freed = 0
         if fit.slice is not None:
             for s in node.slices:
@@ -356,16 +344,12 @@ class ClusterSnapshot:
                     break
             else:
                 node.slices.append(Slice(fit.slice))
-                instances = None
+                kept.instances = None
         self._release(node, config, fit)
         key = (function, fit.slice)
         before = node.idle_workers.get(key, 0)
         node.idle_workers[key] = before + 1
-        memo.clear()
-        if instances is not None:
-            memo[INSTANCES] = instances
-        carry_idle_compute(node, idle, fit.slice, freed)
-        carry_idle_by_kind(node, kept, key, before)
+        kept.put_back(node, fit.slice, freed, key, before)
         self._changed(fit.node, workers=function, clear=False)
 
     def _changed(self, node_name: str, workers: bool | str = True, clear: bool = True) -> None:
@@ -437,6 +421,33 @@ instance busy or idle)."""
 IDLE_COMPUTE = "idle"
 """The ``NodeState.memo`` key of :meth:`ClusterSnapshot.idle_compute` (carried over a change,
 :func:`carry_idle_compute`)."""
+
+
+class CarriedMemos:
+    """What a change of one node keeps of its memo (``NodeState.memo``): read before the change, put
+    back after it, moved by what the change did. A change that made one of them untrue beyond that sets
+    it to None before :meth:`put_back` (a MIG instance created or destroyed: the instance counts and idle
+    compute slices; workers killed: the idle counts)."""
+
+    def __init__(self, node: NodeState) -> None:
+        memo = node.memo
+        self.by_kind: dict | None = memo.get(IDLE_BY_KIND)
+        self.instances: dict[str, int] | None = memo.get(INSTANCES)
+        self.idle: int | None = memo.get(IDLE_COMPUTE)
+
+    def put_back(self, node: NodeState, ref: SliceRef | None, moved: int,
+                 worker: tuple[str, SliceRef | None] | None, before: int) -> None:
+        """Clear ``node``'s memo and put back what is kept: the instance counts as they were (the same
+        instances), the idle compute slices moved by ``ref``'s (:func:`carry_idle_compute`), the idle counts
+        moved by ``worker``'s count from ``before`` (:func:`carry_idle_by_kind`; None: no count moved)."""
+        node.memo.clear()
+        if self.instances is not None:
+            node.memo[INSTANCES] = self.instances
+        carry_idle_compute(node, self.idle, ref, moved)
+        if worker is not None:
+            carry_idle_by_kind(node, self.by_kind, worker, before)
+        elif self.by_kind is not None:
+            node.memo[IDLE_BY_KIND] = self.by_kind  # its idle workers did not change
 
 
 def carry_idle_compute(node: NodeState, kept: int | None, ref: SliceRef | None, moved: int) -> None:

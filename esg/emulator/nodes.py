@@ -17,16 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from esg import mig
-from esg.cluster import (
-    IDLE_BY_KIND,
-    IDLE_COMPUTE,
-    INSTANCES,
-    NodeState,
-    Slice,
-    SliceRef,
-    carry_idle_by_kind,
-    carry_idle_compute,
-)
+from esg.cluster import CarriedMemos, NodeState, Slice, SliceRef
 from esg.events import Dispatch, Prewarm
 from esg.model import Config
 
@@ -83,7 +74,7 @@ class NodeModel:
         exactly what happened (``reserved``). It is built afresh only when that cannot be vouched for
         (a MIG instance destroyed with its workers, a warm worker taken that the reservation did not
         count) or when an idle worker's keep-alive ran out. Its ``memo`` stays true of it: a change made
-        here clears it (keeping what it updates, as :func:`esg.cluster.carry_idle_by_kind`), so the
+        here clears it (keeping what it updates: :class:`esg.cluster.CarriedMemos`), so the
         emulation puts it into its snapshot with the memo kept."""
         if self._state is not None and now_ms > self._next_expiry and now_ms > self.next_expiry_ms:
             self._state = None
@@ -194,22 +185,16 @@ class NodeModel:
         self._next_expiry = min(self._next_expiry, expiry)
         state = self._state
         if state is not None:
-            kept = state.memo.get(IDLE_BY_KIND)
-            instances = state.memo.get(INSTANCES)
-            idle = state.memo.get(IDLE_COMPUTE)
-            state.memo.clear()
-            if instances is not None:
-                state.memo[INSTANCES] = instances  # the same instances (one is idle again)
+            kept = CarriedMemos(state)  # (the same instances: one is idle again)
             state.vcpus_free += config.vcpus
             freed = 0
             for s in state.slices:
                 if s.ref == ref:
                     freed = 1 if s.busy else freed
                     s.busy = False
-            carry_idle_compute(state, idle, ref, freed)
             before = state.idle_workers.get(key, 0)
             state.idle_workers[key] = before + 1
-            carry_idle_by_kind(state, kept, key, before)
+            kept.put_back(state, ref, freed, key, before)
 
     def _expire(self, now_ms: float) -> None:
         """Drop workers idle past their keep-alive. Each list is in expiry order: workers join it

@@ -163,6 +163,13 @@ class ClusterSnapshot:
     """Counts node changes (reservations, releases, :meth:`put`)."""
     changed_at: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
     """Node -> the :attr:`version` of its last change (absent: unchanged since the snapshot was built)."""
+    idle_epoch: int = field(default=0, repr=False, compare=False)
+    """Counts the changes after which any function's idle workers may have moved (a node's state put or
+    built again without naming the function whose workers moved, workers killed)."""
+    idle_moves: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    """Function -> the changes that moved its idle workers alone (a warm worker taken, a batch finished).
+    While neither this count nor :attr:`idle_epoch` moved, the function's idle workers are where they
+    were: a reader that derived something from them alone need not look at the nodes again."""
     _deferred: set[str] | None = field(default=None, repr=False, compare=False)
     """While :func:`tracked` builds the snapshot: the nodes changed, whose indexes are updated once when
     it is done rather than at each of its claims (three updates a claim, hundreds of claims a turn)."""
@@ -364,6 +371,10 @@ class ClusterSnapshot:
             return
         self.version += 1
         self.changed_at[node_name] = self.version
+        if workers is True:
+            self.idle_epoch += 1
+        elif workers is not False:
+            self.idle_moves[workers] = self.idle_moves.get(workers, 0) + 1
         self._routes.clear()
         self.nowhere.clear()
         for gpu, (keys, ordered) in self._capacity.items():

@@ -139,6 +139,7 @@ HOLD_SAVING = 0.25
 """Holding for a batch must save at least this share of the on-time plan's cost per request."""
 HOLDING = "holding for a larger batch"
 _NO_KINDS: dict[str | None, int] = {}
+_NO_FUNCTIONS: frozenset[str] = frozenset()
 POOL_FILL_BUSY = 0.3
 """Pools grow onto held instances only while the load seen keeps at most this share of them busy
 (:meth:`EsgPolicy._size_pools`)."""
@@ -168,6 +169,27 @@ class _PlannedChoice(Choice):
     """The cheapest path's cost per request (what holding for a larger batch is weighed against)."""
     latency_ms: float = 0.0
     """The cheapest path's latency."""
+
+
+@dataclass(slots=True)
+class _PoolSeen:
+    """A function's pool as :meth:`EsgPolicy._thin_pools` last found it, with what that was worked out from:
+    the snapshot, its idle-worker counters for the function (:attr:`ClusterSnapshot.idle_epoch`,
+    :attr:`ClusterSnapshot.idle_moves`) and this policy's count of moves of the function's batches in
+    flight. While all of these stay, so do its workers and the profiles where it is thin."""
+
+    snapshot: ClusterSnapshot
+    epoch: int
+    idle_moves: int
+    busy_moves: int
+    workers: int
+    thin: list[str]
+
+    def __init__(self, snapshot: ClusterSnapshot, epoch: int, idle_moves: int, busy_moves: int, workers: int,
+                 thin: list[str]) -> None:
+        # written out: compiled, an __init__ the dataclass generates stays interpreted Python
+        self.snapshot, self.epoch, self.idle_moves, self.busy_moves = snapshot, epoch, idle_moves, busy_moves
+        self.workers, self.thin = workers, thin
 
 
 class EsgPlacer(Placer):
@@ -302,6 +324,12 @@ class EsgPolicy(Policy):
         own plan's successors."""
         self._busy_on: dict[tuple[str, str | None, str], int] = {}
         """This policy's batches in flight per (function, MIG profile or None, node)."""
+        self._busy_moves: dict[str, int] = {}
+        """Per function, how many times its count of batches in flight (:attr:`_busy`) moved."""
+        self._pools_seen: dict[str, _PoolSeen] = {}
+        """Per GPU function, its pool as :meth:`_thin_pools` last found it."""
+        self._pools_instances: dict[str, int] = {}
+        """The cluster's instances per profile that :attr:`_pools_seen` was found on."""
         self._warming = Warming()
         self._pending = Timed()
         self._gaps: dict[str, Gaps] = {}
@@ -323,6 +351,7 @@ class EsgPolicy(Policy):
         self._startups = {}
         self._batches = {}
         self._pool_kinds = {}
+        self._pools_seen = {}
         self._windows = {}
         self._chosen = {k: v for k, v in self._chosen.items() if k[0] not in changed}
         self._batch_choice = {b: c for b, c in self._batch_choice.items() if c.app not in changed}
@@ -519,6 +548,7 @@ class EsgPolicy(Policy):
             busy = self._busy[dispatch.function] = {}
         gpu = dispatch.config.gpu
         busy[gpu] = busy.get(gpu, 0) + moved
+        self._busy_moves[dispatch.function] = self._busy_moves.get(dispatch.function, 0) + 1
         on = (dispatch.function, gpu, dispatch.node)
         self._busy_on[on] = self._busy_on.get(on, 0) + moved
 
@@ -691,18 +721,25 @@ class EsgPolicy(Policy):
         (:meth:`_pool_profiles`) at the step the rule first meets the function past its load gate, as
         when it looked at every function at every step (planning at another step could leave the plan
         cache, and so later choices, otherwise)."""
-        nodes = snapshot.route((), True)
         most = max(self.pool_burst_starts, 1)
-        if (len(self._pool_kinds) == len(self._service)  # (pool profiles are asked of its keys only)
-                and all(self._full(n, now_ms, most) for n in nodes)):
-            return  # as many spare-instance starts per node as may be at a time: none may start now
+        if len(self._pool_kinds) == len(self._service):  # (pool profiles are asked of its keys only)
+            for node in snapshot.route((), True):
+                if not self._full(node, now_ms, most):
+                    break
+            else:
+                return  # as many spare-instance starts per node as may be at a time: none may start now
         per_profile = self._instances(snapshot)
-        instances = sum(per_profile.values())
+        instances = 0
+        for n in per_profile.values():
+            instances += n
         if not instances:
             return
         service = self._service
-        load = {f: self._rate(f, now_ms) * service[f] for f in self._served_functions()}
-        total = sum(load.values())
+        load: dict[str, float] = {}
+        total = 0.0
+        for f in self._served_functions():
+            load[f] = found = self._rate(f, now_ms) * service[f]
+            total += found
         if total > self.pool_fill_busy * instances:
             return  # the instances are busy: a start now takes one from the jobs for seconds
         slots = most if total <= self.pool_burst_busy * instances else 1
@@ -749,37 +786,63 @@ class EsgPolicy(Policy):
                     load: dict[str, float], per_profile: dict[str, int]) -> list[tuple[str, int, list[str]]]:
         """Per GPU function with load and no pre-warm asked this step (by name): its workers on its
         :meth:`_pool_profiles` (idle, or running one of this policy's batches) and those of its pool
-        profiles where they are on fewer instances than the cluster has; functions with none left out."""
+        profiles where they are on fewer instances than the cluster has; functions with none left out.
+
+        Asked at every step, for every function with load, while a function's workers move at few of
+        them: each function's finding is kept (:class:`_PoolSeen`) and used again while the cluster's
+        instances per profile, the function's idle workers (the snapshot's counters) and its batches in
+        flight have not moved since."""
+        if per_profile != self._pools_instances:
+            self._pools_seen = {}
+            self._pools_instances = dict(per_profile)
+        wanted: set[str] | frozenset[str] = {k[0] for k in wants} if wants else _NO_FUNCTIONS
         pools = []
         for function in self._served_functions():
-            if load[function] <= 0.0 or any(k[0] == function for k in wants):
+            if load[function] <= 0.0 or function in wanted:
                 continue
             profiles = self._pool_profiles(function)
             if not profiles:
                 continue
-            busy = self._busy.get(function)
-            idle: list[dict[str | None, int]] | None = None
-            thin: list[str] = []
-            for q in profiles:
-                have = per_profile.get(q, 0)
-                held = busy.get(q, 0) if busy else 0
-                if held >= have:
-                    continue  # its running batches alone hold a worker on every instance of q
-                if idle is None:
-                    idle = self._idle_counts(snapshot, function)
-                for counts in idle:
-                    held += counts.get(q, 0)
-                if held < have:
-                    thin.append(q)
-            if thin:
-                assert idle is not None
-                workers = 0
-                for q in profiles:
-                    workers += busy.get(q, 0) if busy else 0
-                    for counts in idle:
-                        workers += counts.get(q, 0)
-                pools.append((function, workers, thin))
+            seen = self._pools_seen.get(function)
+            epoch = snapshot.idle_epoch
+            idle_moves = snapshot.idle_moves.get(function, 0)
+            busy_moves = self._busy_moves.get(function, 0)
+            if (seen is None or seen.snapshot is not snapshot or seen.epoch != epoch
+                    or seen.idle_moves != idle_moves or seen.busy_moves != busy_moves):
+                workers, thin = self._pool_of(snapshot, function, profiles, per_profile)
+                seen = self._pools_seen[function] = _PoolSeen(snapshot, epoch, idle_moves, busy_moves, workers,
+                                                              thin)
+            if seen.thin:
+                pools.append((function, seen.workers, seen.thin))
         return pools
+
+    def _pool_of(self, snapshot: ClusterSnapshot, function: str, profiles: tuple[str, ...],
+                 per_profile: dict[str, int]) -> tuple[int, list[str]]:
+        """``function``'s workers on ``profiles`` (0 when it is thin on none of them) and the profiles
+        where it has a worker on fewer instances than the cluster has."""
+        busy = self._busy.get(function)
+        idle: list[dict[str | None, int]] | None = None
+        thin: list[str] = []
+        for q in profiles:
+            have = per_profile.get(q, 0)
+            held = busy.get(q, 0) if busy else 0
+            if held >= have:
+                continue  # its running batches alone hold a worker on every instance of q
+            if idle is None:
+                idle = self._idle_counts(snapshot, function)
+            for counts in idle:
+                held += counts.get(q, 0)
+            if held < have:
+                thin.append(q)
+        if not thin:
+            return 0, thin
+        assert idle is not None
+        workers = 0
+        for q in profiles:
+            workers += busy.get(q, 0) if busy else 0
+            for counts in idle:
+                workers += counts.get(q, 0)
+        return workers, thin
 
     @staticmethod
     def _idle_counts(snapshot: ClusterSnapshot, function: str) -> list[dict[str | None, int]]:

@@ -1,0 +1,77 @@
+"""ESG's pool rule keeps what it found of each function's pool while nothing it was found from moved
+(``EsgPolicy._thin_pools``, ``ClusterSnapshot.idle_epoch`` / ``idle_moves``): at every step of a run whose
+workers start, finish, expire and are killed often, the snapshot's counters move whenever a function's
+idle workers do, and what the rule keeps is what it finds afresh."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from esg.emulator import ClusterSpec, Emulation, EmulatorParams
+from esg.emulator.workload import generate
+from esg.policies import make_policy
+from esg.policies.base import PolicyContext
+
+# short keep-alive and cheap MIG changes: workers expire and instances are destroyed often
+PARAMS = EmulatorParams(warmup_ms=0.0, keep_alive_ms=150.0, mig_reconfig_ms=20.0, cold_start_scale=0.2)
+
+
+def _idle(snapshot, function: str) -> dict:
+    """``function``'s idle workers per (node, instance) on the snapshot's node states (which
+    ``tests/emulator/test_runs.py`` checks against states built from scratch)."""
+    return {(name, ref): n for name, state in snapshot.nodes.items()
+            for (f, ref), n in state.idle_workers.items() if f == function and n > 0}
+
+
+def _emulation(apps, profiles, hook, rate: float = 60.0, seconds: float = 8.0) -> Emulation:
+    rng = np.random.default_rng(7)
+    requests = generate(list(apps), rate, seconds, rng)
+    return Emulation(apps, profiles, make_policy("esg", PolicyContext(apps, profiles)), requests, rng,
+                     ClusterSpec(nodes=3, vcpus=16), PARAMS, invariant_hook=hook)
+
+
+def test_a_functions_idle_counter_moves_whenever_its_idle_workers_do(apps, profiles):
+    functions = sorted({f for a in apps.values() for f in a.functions})
+    last: dict[str, tuple] = {}
+    seen = {"kept": 0, "moved": 0}
+    em: Emulation
+
+    def check(now, nodes, scheduler):
+        snapshot = em.view(now)
+        for f in functions:
+            counters = (snapshot.idle_epoch, snapshot.idle_moves.get(f, 0))
+            idle = _idle(snapshot, f)
+            before = last.get(f)
+            if before is not None and before[0] == counters:
+                assert idle == before[1], f"{f}'s idle workers moved at {now} with its counters still"
+                seen["kept"] += 1
+            elif before is not None and idle != before[1]:
+                seen["moved"] += 1
+            last[f] = (counters, idle)
+
+    em = _emulation(apps, profiles, check)
+    em.run()
+    assert seen["kept"] > 100 and seen["moved"] > 100, seen
+
+
+def test_the_pools_kept_are_the_pools_found_afresh_at_every_step(apps, profiles):
+    checked = {"steps": 0, "thin": 0}
+    em: Emulation
+
+    def check(now, nodes, scheduler):
+        policy = scheduler.policy
+        snapshot = em.view(now)
+        per_profile = policy._instances(snapshot)
+        load = dict.fromkeys(policy._served_functions(), 1.0)
+        kept_state = (policy._pools_seen, policy._pools_instances)
+        kept = policy._thin_pools(snapshot, {}, load, per_profile)
+        policy._pools_seen, policy._pools_instances = {}, {}
+        fresh = policy._thin_pools(snapshot, {}, load, per_profile)
+        policy._pools_seen, policy._pools_instances = kept_state  # the run goes on with what it kept
+        assert kept == fresh, f"at {now}"
+        checked["steps"] += 1
+        checked["thin"] += bool(fresh)
+
+    em = _emulation(apps, profiles, check)
+    em.run()
+    assert checked["steps"] > 100 and checked["thin"] > 10, checked

@@ -11,7 +11,7 @@ never touched).
 from __future__ import annotations
 
 import copy
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -143,13 +143,16 @@ class ClusterSnapshot:
     Per node (in ``NodeState.memo``): fits, layout, idle compute. Across nodes: the capacity order and
     which nodes have an idle warm worker of each function. Both indexes are built on first use and then
     updated one node at a time (a reservation, a release, a driver's :meth:`put`), so a step that
-    changes one node does not re-sort or re-scan the others.
+    changes one node does not re-sort or re-scan the others. The routes made from the capacity order
+    (:meth:`route`) are kept until a change moves a node to another place in it: a node's key moves at
+    each of its changes, its place among the others seldom.
     """
 
     nodes: dict[str, NodeState]
     tracks_workers: bool = False
     """Whether ``NodeState.idle_workers`` is filled in (the emulator knows every worker)."""
     _routes: dict[tuple[tuple[str, ...], bool], list[str]] = field(default_factory=dict, repr=False, compare=False)
+    """(preferred nodes, gpu?) -> :meth:`route`'s order; kept until a capacity order's nodes change places."""
     _capacity: dict[bool, tuple[dict[str, tuple], list[tuple]]] = field(
         default_factory=dict, repr=False, compare=False)
     """gpu? -> (node -> its sort key, the sorted keys); a key ends with the node's name."""
@@ -211,7 +214,7 @@ class ClusterSnapshot:
 
     def route(self, preferred: tuple[str, ...], gpu: bool) -> list[str]:
         """The nodes to try, in order: ``preferred`` ones first (those that exist), then the rest by free
-        capacity for GPU or CPU work (remembered until the next change)."""
+        capacity for GPU or CPU work (remembered until a node changes places in that order)."""
         key = (preferred, gpu)
         order = self._routes.get(key)
         if order is None:
@@ -375,14 +378,20 @@ class ClusterSnapshot:
             self.idle_epoch += 1
         elif workers is not False:
             self.idle_moves[workers] = self.idle_moves.get(workers, 0) + 1
-        self._routes.clear()
         self.nowhere.clear()
+        moved = False
         for gpu, (keys, ordered) in self._capacity.items():
             old = keys.get(node_name)
+            at = -1
             if old is not None:
-                del ordered[bisect_left(ordered, old)]
+                at = bisect_left(ordered, old)
+                del ordered[at]
             keys[node_name] = new = self._capacity_key(node_name, gpu)
-            insort(ordered, new)
+            to = bisect_left(ordered, new)
+            ordered.insert(to, new)
+            moved = moved or to != at  # (back where it was: the same order of nodes)
+        if moved:
+            self._routes.clear()  # the routes follow the order of nodes, not their keys
         if workers is False or self._warm is None:
             return
         if workers is True:

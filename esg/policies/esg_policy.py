@@ -172,24 +172,28 @@ class _PlannedChoice(Choice):
 
 
 @dataclass(slots=True)
-class _PoolSeen:
-    """A function's pool as :meth:`EsgPolicy._thin_pools` last found it, with what that was worked out from:
-    the snapshot, its idle-worker counters for the function (:attr:`ClusterSnapshot.idle_epoch`,
-    :attr:`ClusterSnapshot.idle_moves`) and this policy's count of moves of the function's batches in
-    flight. While all of these stay, so do its workers and the profiles where it is thin."""
+class _WorkersSeen:
+    """What this policy worked out from one function's workers -- idle on the snapshot's nodes, or running
+    its batches --, with the marks it was worked out at: the snapshot, its idle-worker counters for the
+    function (:attr:`ClusterSnapshot.idle_epoch`, :attr:`ClusterSnapshot.idle_moves`) and the policy's
+    count of moves of the function's batches in flight. While the marks stay, so do the workers, and what
+    was worked out from them is used again (each is worked out when first asked for after the marks
+    moved)."""
 
     snapshot: ClusterSnapshot
     epoch: int
     idle_moves: int
     busy_moves: int
-    workers: int
-    thin: list[str]
+    pool: tuple[int, list[str]] | None
+    """:meth:`EsgPolicy._pool_of` (None: not asked since the marks moved)."""
+    kinds: frozenset[str | None] | None
+    """:meth:`EsgPolicy._warm_kinds` (None: not asked since the marks moved)."""
 
-    def __init__(self, snapshot: ClusterSnapshot, epoch: int, idle_moves: int, busy_moves: int, workers: int,
-                 thin: list[str]) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, epoch: int, idle_moves: int, busy_moves: int) -> None:
         # written out: compiled, an __init__ the dataclass generates stays interpreted Python
         self.snapshot, self.epoch, self.idle_moves, self.busy_moves = snapshot, epoch, idle_moves, busy_moves
-        self.workers, self.thin = workers, thin
+        self.pool = None
+        self.kinds = None
 
 
 class EsgPlacer(Placer):
@@ -326,10 +330,10 @@ class EsgPolicy(Policy):
         """This policy's batches in flight per (function, MIG profile or None, node)."""
         self._busy_moves: dict[str, int] = {}
         """Per function, how many times its count of batches in flight (:attr:`_busy`) moved."""
-        self._pools_seen: dict[str, _PoolSeen] = {}
-        """Per GPU function, its pool as :meth:`_thin_pools` last found it."""
+        self._workers_seen: dict[str, _WorkersSeen] = {}
+        """Per function, what was last worked out from its workers (:meth:`_seen`)."""
         self._pools_instances: dict[str, int] = {}
-        """The cluster's instances per profile that :attr:`_pools_seen` was found on."""
+        """The cluster's instances per profile that the pools in :attr:`_workers_seen` were found on."""
         self._warming = Warming()
         self._pending = Timed()
         self._gaps: dict[str, Gaps] = {}
@@ -351,7 +355,7 @@ class EsgPolicy(Policy):
         self._startups = {}
         self._batches = {}
         self._pool_kinds = {}
-        self._pools_seen = {}
+        self._workers_seen = {}
         self._windows = {}
         self._chosen = {k: v for k, v in self._chosen.items() if k[0] not in changed}
         self._batch_choice = {b: c for b, c in self._batch_choice.items() if c.app not in changed}
@@ -433,23 +437,23 @@ class EsgPolicy(Policy):
         # meets a fresh budget, else on new ones (the shared scale-out rule then decides)
         for padded in paddings:
             fresh = math.floor(head.deadline_ms - head.arrival_ms - self._before_ms(app, function, padded))
-            for allowed in ((frozenset(warm), None) if warm else (None,)):
+            for allowed in ((warm, None) if warm else (None,)):
                 choice = self._cached(app, function, cap, fresh, allowed, padded)
                 if choice is not None:
                     return choice
         return self._fastest_choice(app, function, cap)
 
-    def _kinds_within(self, function: str, warm: set[str | None], budget: float) -> frozenset[str | None]:
+    def _kinds_within(self, function: str, warm: frozenset[str | None], budget: float) -> frozenset[str | None]:
         """The kinds of instance ``function`` may run on with ``budget`` left: where a worker of it exists
         (``warm``), and where a new one's start-up (a cold start, and a MIG instance created on a GPU)
         fits the budget."""
         startup = self._startup_ms(function)
         if budget < startup[0] and budget < startup[1]:
-            return frozenset(warm)  # no start-up fits (budgets of milliseconds, start-ups of seconds)
+            return warm  # no start-up fits (budgets of milliseconds, start-ups of seconds)
         return frozenset(warm | {k for k in (None, *self._gpu_kinds(function)) if budget >= startup[k is not None]})
 
     # -- holding a queue for a larger batch ----------------------------------------------------------
-    def _hold(self, app: App, queue: AfwQueue, now_ms: float, warm: set[str | None], now: _PlannedChoice,
+    def _hold(self, app: App, queue: AfwQueue, now_ms: float, warm: frozenset[str | None], now: _PlannedChoice,
               padded: bool) -> Choice | None:
         """A choice that holds the queue until more jobs are expected, or None to dispatch ``now`` (the
         on-time plan for the jobs waiting).
@@ -789,11 +793,11 @@ class EsgPolicy(Policy):
         profiles where they are on fewer instances than the cluster has; functions with none left out.
 
         Asked at every step, for every function with load, while a function's workers move at few of
-        them: each function's finding is kept (:class:`_PoolSeen`) and used again while the cluster's
-        instances per profile, the function's idle workers (the snapshot's counters) and its batches in
-        flight have not moved since."""
+        them: each function's finding is kept (:meth:`_seen`) and used again while its workers and the
+        cluster's instances per profile have not moved since."""
         if per_profile != self._pools_instances:
-            self._pools_seen = {}
+            for seen in self._workers_seen.values():
+                seen.pool = None
             self._pools_instances = dict(per_profile)
         wanted: set[str] | frozenset[str] = {k[0] for k in wants} if wants else _NO_FUNCTIONS
         pools = []
@@ -803,18 +807,25 @@ class EsgPolicy(Policy):
             profiles = self._pool_profiles(function)
             if not profiles:
                 continue
-            seen = self._pools_seen.get(function)
-            epoch = snapshot.idle_epoch
-            idle_moves = snapshot.idle_moves.get(function, 0)
-            busy_moves = self._busy_moves.get(function, 0)
-            if (seen is None or seen.snapshot is not snapshot or seen.epoch != epoch
-                    or seen.idle_moves != idle_moves or seen.busy_moves != busy_moves):
-                workers, thin = self._pool_of(snapshot, function, profiles, per_profile)
-                seen = self._pools_seen[function] = _PoolSeen(snapshot, epoch, idle_moves, busy_moves, workers,
-                                                              thin)
-            if seen.thin:
-                pools.append((function, seen.workers, seen.thin))
+            seen = self._seen(function, snapshot)
+            pool = seen.pool
+            if pool is None:
+                pool = seen.pool = self._pool_of(snapshot, function, profiles, per_profile)
+            if pool[1]:
+                pools.append((function, pool[0], pool[1]))
         return pools
+
+    def _seen(self, function: str, snapshot: ClusterSnapshot) -> _WorkersSeen:
+        """What was worked out from ``function``'s workers, kept while its marks stay (else a fresh
+        record, with nothing worked out yet)."""
+        seen = self._workers_seen.get(function)
+        epoch = snapshot.idle_epoch
+        idle_moves = snapshot.idle_moves.get(function, 0)
+        busy_moves = self._busy_moves.get(function, 0)
+        if (seen is None or seen.snapshot is not snapshot or seen.epoch != epoch
+                or seen.idle_moves != idle_moves or seen.busy_moves != busy_moves):
+            seen = self._workers_seen[function] = _WorkersSeen(snapshot, epoch, idle_moves, busy_moves)
+        return seen
 
     def _pool_of(self, snapshot: ClusterSnapshot, function: str, profiles: tuple[str, ...],
                  per_profile: dict[str, int]) -> tuple[int, list[str]]:
@@ -953,14 +964,19 @@ class EsgPolicy(Policy):
         return (self._busy_on.get((function, kind, node), 0) > 0 or idle_of_kind(snapshot, function, kind, (node,)) > 0
                 or self._warming.count(function, now_ms, kind, (node,)) > 0)
 
-    def _warm_kinds(self, function: str, snapshot: ClusterSnapshot) -> set[str | None]:
+    def _warm_kinds(self, function: str, snapshot: ClusterSnapshot) -> frozenset[str | None]:
         """The kinds of instance (MIG profile, None for CPU) where a worker of ``function`` exists:
-        idle on a node, or running one of this policy's batches."""
-        busy = self._busy.get(function)
-        kinds = {k for k, n in busy.items() if n > 0} if busy else set()
-        for name in snapshot.nodes_with_warm(function):
-            kinds.update(idle_by_kind(snapshot.nodes[name]).get(function, _NO_KINDS))
-        return kinds
+        idle on a node, or running one of this policy's batches (kept while its workers stay,
+        :meth:`_seen`: asked for every queue's head at every step)."""
+        seen = self._seen(function, snapshot)
+        found = seen.kinds
+        if found is None:
+            busy = self._busy.get(function)
+            kinds = {k for k, n in busy.items() if n > 0} if busy else set()
+            for name in snapshot.nodes_with_warm(function):
+                kinds.update(idle_by_kind(snapshot.nodes[name]).get(function, _NO_KINDS))
+            found = seen.kinds = frozenset(kinds)
+        return found
 
     def _startup_ms(self, function: str) -> tuple[float, float]:
         """The least start-up of a new worker of ``function``: (on CPU, on a new MIG instance);

@@ -1,7 +1,8 @@
-"""ESG's pool rule keeps what it found of each function's pool while nothing it was found from moved
-(``EsgPolicy._thin_pools``, ``ClusterSnapshot.idle_epoch`` / ``idle_moves``): at every step of a run whose
+"""ESG keeps what it works out from each function's workers -- its pool (``EsgPolicy._thin_pools``) and
+the kinds of instance it is warm on (``EsgPolicy._warm_kinds``) -- while they have not moved
+(``EsgPolicy._seen``, ``ClusterSnapshot.idle_epoch`` / ``idle_moves``): at every step of a run whose
 workers start, finish, expire and are killed often, the snapshot's counters move whenever a function's
-idle workers do, and what the rule keeps is what it finds afresh."""
+idle workers do, and what is kept is what is worked out afresh."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def test_a_functions_idle_counter_moves_whenever_its_idle_workers_do(apps, profi
     assert seen["kept"] > 100 and seen["moved"] > 100, seen
 
 
-def test_the_pools_kept_are_the_pools_found_afresh_at_every_step(apps, profiles):
+def test_what_is_kept_is_what_is_worked_out_afresh_at_every_step(apps, profiles):
+    functions = sorted({f for a in apps.values() for f in a.functions})
     checked = {"steps": 0, "thin": 0}
     em: Emulation
 
@@ -63,12 +65,15 @@ def test_the_pools_kept_are_the_pools_found_afresh_at_every_step(apps, profiles)
         snapshot = em.view(now)
         per_profile = policy._instances(snapshot)
         load = dict.fromkeys(policy._served_functions(), 1.0)
-        kept_state = (policy._pools_seen, policy._pools_instances)
+        kept_state = (policy._workers_seen, policy._pools_instances)
         kept = policy._thin_pools(snapshot, {}, load, per_profile)
-        policy._pools_seen, policy._pools_instances = {}, {}
+        kept_kinds = {f: policy._warm_kinds(f, snapshot) for f in functions}
+        policy._workers_seen, policy._pools_instances = {}, {}
         fresh = policy._thin_pools(snapshot, {}, load, per_profile)
-        policy._pools_seen, policy._pools_instances = kept_state  # the run goes on with what it kept
-        assert kept == fresh, f"at {now}"
+        fresh_kinds = {f: policy._warm_kinds(f, snapshot) for f in functions}
+        policy._workers_seen, policy._pools_instances = kept_state  # the run goes on with what it kept
+        assert kept == fresh, f"pools at {now}"
+        assert kept_kinds == fresh_kinds, f"warm kinds at {now}"
         checked["steps"] += 1
         checked["thin"] += bool(fresh)
 

@@ -14,6 +14,7 @@ import copy
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Final
 
 from esg import mig
 from esg.model import Config, set_field
@@ -132,8 +133,8 @@ class Fit:
         return int(self.create) + len(self.destroy)
 
 
-_MISSING = object()
-_NONE: frozenset[str] = frozenset()
+_MISSING: Final = object()
+_NONE: Final[frozenset[str]] = frozenset()
 
 
 @dataclass
@@ -433,12 +434,12 @@ class ClusterSnapshot:
             self._warm.setdefault(f, set()).add(node_name)
 
 
-IDLE_BY_KIND = "idle_by_kind"
+IDLE_BY_KIND: Final = "idle_by_kind"
 """The ``NodeState.memo`` key of ``prewarm.idle_by_kind`` (idle workers per function, by kind)."""
-INSTANCES = "instances"
+INSTANCES: Final = "instances"
 """The ``NodeState.memo`` key of ``prewarm.instances_by_profile`` (kept over a change that only makes an
 instance busy or idle)."""
-IDLE_COMPUTE = "idle"
+IDLE_COMPUTE: Final = "idle"
 """The ``NodeState.memo`` key of :meth:`ClusterSnapshot.idle_compute` (carried over a change,
 :func:`carry_idle_compute`)."""
 
@@ -513,7 +514,7 @@ def carry_idle_by_kind(node: NodeState, kept: dict | None, key: tuple[str, Slice
     node.memo[IDLE_BY_KIND] = found
 
 
-_NO_COUNTS: dict[str | None, int] = {}
+_NO_COUNTS: Final[dict[str | None, int]] = {}
 
 
 def _warm_functions(node: NodeState) -> frozenset[str]:
@@ -533,10 +534,10 @@ def _warm_functions(node: NodeState) -> frozenset[str]:
 # The fits below are remembered in module dicts rather than through ``functools.cache``: compiled, a
 # call through the cache's wrapper goes through the interpreter's generic call (~1.7 million calls in
 # ten minutes of the heavy replay), a look-up in a dict does not.
-_CPU_FITS: dict[str, Fit] = {}
-_WARM_FITS: dict[tuple[str, tuple[str, SliceRef | None]], Fit] = {}
-_GPU_FITS_ON: dict[tuple[str, tuple[SliceRef, bool, tuple[SliceRef, ...]]], Fit] = {}
-_GPU_FITS: dict[tuple[str, tuple[tuple[str, int, bool], ...], str], tuple[SliceRef, bool, tuple[SliceRef, ...]] | None] = {}
+_CPU_FITS: Final[dict[str, Fit]] = {}
+_WARM_FITS: Final[dict[tuple[str, tuple[str, SliceRef | None]], Fit]] = {}
+_GPU_FITS_ON: Final[dict[tuple[str, tuple[SliceRef, bool, tuple[SliceRef, ...]]], Fit]] = {}
+_GPU_FITS: Final[dict[tuple[str, tuple[tuple[str, int, bool], ...], str], tuple[SliceRef, bool, tuple[SliceRef, ...]] | None]] = {}
 
 
 def _cpu_fit_on(node_name: str) -> Fit:
@@ -578,7 +579,7 @@ def gpu_fit(model: str, layout: tuple[tuple[str, int, bool], ...], profile: str
     return found
 
 
-_UNKNOWN: tuple[SliceRef, bool, tuple[SliceRef, ...]] | None = (SliceRef("", -1), False, ())
+_UNKNOWN: Final[tuple[SliceRef, bool, tuple[SliceRef, ...]] | None] = (SliceRef("", -1), False, ())
 """Not looked up yet (:func:`gpu_fit`; no answer is this object)."""
 
 

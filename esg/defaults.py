@@ -21,21 +21,21 @@ default, whichever policy runs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from esg.mig import geometry
 from esg.model import Config
 from esg.policies.base import Choice, FunctionSpec
 from esg.profiles import Profile, ProfileEntry
 
-DEFAULT_MAX_BATCH = 8
+DEFAULT_MAX_BATCH: Final = 8
 """The largest batch of a default configuration when the action has no ``esg-max-batch`` (the largest
 batch ``esg profile`` measures by default)."""
-DEFAULT_VCPUS = 1
-SOURCE_FIELD = "source"
+DEFAULT_VCPUS: Final = 1
+SOURCE_FIELD: Final = "source"
 """The table field saying where its latencies come from: ``default``, ``offline`` or ``online``."""
-DEFAULT_SOURCE = "default"
-CPU_AFTER_SLICE_MS = 1.0
+DEFAULT_SOURCE: Final = "default"
+CPU_AFTER_SLICE_MS: Final = 1.0
 """The CPU configurations of a GPU function's default table are listed this much slower than the
 slice ones, so a ranking fastest-first tries the slice first."""
 

@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Collection, Iterator, Sequence, Set
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Final
 
 from esg.cluster import ClusterSnapshot, Fit
 from esg.model import Config, Job, set_field
@@ -72,7 +73,7 @@ class Wait:
         set_field(self, "reason", reason)  # (written out, as Placement's)
 
 
-NO_CONFIGURATION = Wait("no configuration meets the remaining budget")
+NO_CONFIGURATION: Final = Wait("no configuration meets the remaining budget")
 """The wait of a head with no configuration to try."""
 
 

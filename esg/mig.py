@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
+from typing import Final
 
 from esg.errors import MigError
 
@@ -92,7 +93,7 @@ def _ampere_hopper(model: str, names: tuple[str, ...], gb: tuple[int, ...],
 #   A100-80GB  p4de.24xlarge (96 vCPUs)  $40.97/h: ($40.97 - $4.08) / 8 / 7 = $0.659/h = 15.5 vCPUs
 #   H100-80GB  p5.48xlarge   (192 vCPUs) $98.32/h: ($98.32 - $8.16) / 8 / 7 = $1.610/h = 37.9 vCPUs
 # H200 and A30 had no on-demand list price there in 2024: they carry none (:func:`slice_price`).
-GEOMETRIES: dict[str, GpuGeometry] = {
+GEOMETRIES: Final[dict[str, GpuGeometry]] = {
     "A100-40GB": _ampere_hopper(
         "A100-40GB",
         ("1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
@@ -120,12 +121,12 @@ GEOMETRIES: dict[str, GpuGeometry] = {
 
 #: The GPU model assumed wherever none is given: the ESG paper's testbed GPU and the model of the shipped
 #: profile tables (``profiles/tables/a100``).
-DEFAULT_GPU_MODEL = "A100-40GB"
+DEFAULT_GPU_MODEL: Final = "A100-40GB"
 
-ALIASES = {"A100": "A100-40GB", "H100": "H100-80GB", "H200-141GB": "H200", "A30-24GB": "A30"}
+ALIASES: Final = {"A100": "A100-40GB", "H100": "H100-80GB", "H200-141GB": "H200", "A30-24GB": "A30"}
 
 
-_KNOWN: dict[str, GpuGeometry] = {}
+_KNOWN: Final[dict[str, GpuGeometry]] = {}
 """The geometries looked up so far, by the name asked (a module dict, not ``functools.cache``: compiled,
 a call through the cache's wrapper goes through the interpreter's generic call, and the emulator asks at
 every change of a node)."""

@@ -30,16 +30,17 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import Final
 
 from esg.cluster import ClusterSnapshot, Fit
 from esg.dispatch import NO_CONFIGURATION, Placement, Wait, candidate_fits, dispatch, fits_nowhere, node_order
 from esg.model import Config
 from esg.profiles import Profile
 
-WAITING_FOR_A_WORKER = "waiting for a warm worker of "
+WAITING_FOR_A_WORKER: Final = "waiting for a warm worker of "
 """How the reason of a head that waits for a busy worker of its function begins (a start-up would not
 be in time, and the placer's scale-out rule starts none)."""
-FALLBACK_OPTIONS = 4
+FALLBACK_OPTIONS: Final = 4
 """How many of the function's fastest configurations the shared fallback tries."""
 
 

@@ -27,6 +27,7 @@ import itertools
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from esg.cluster import IDLE_BY_KIND, INSTANCES, ClusterSnapshot, Fit, NodeState, SliceRef
 from esg.events import Prewarm
@@ -137,7 +138,7 @@ def stocked_profiles(node: NodeState) -> frozenset[str]:
     return found
 
 
-_NO_PROFILES: frozenset[str] = frozenset()
+_NO_PROFILES: Final[frozenset[str]] = frozenset()
 
 
 def instances_by_profile(node: NodeState) -> dict[str, int]:

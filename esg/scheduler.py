@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from esg import admission
 from esg.cluster import ClusterSnapshot
@@ -70,11 +70,11 @@ class StepResult:
         self.wake_at_ms = wake_at_ms
 
 
-_NO_STARTUP = StartupCosts(0.0, 0.0)
-REJECTED_KEPT = 100_000
+_NO_STARTUP: Final = StartupCosts(0.0, 0.0)
+REJECTED_KEPT: Final = 100_000
 """How many rejected request ids the scheduler remembers against redelivery."""
-_NO_VCPUS = Wait("nothing fits: no free vCPUs on any node")
-_POLICY_HOLDS = Wait("the policy holds the queue")
+_NO_VCPUS: Final = Wait("nothing fits: no free vCPUs on any node")
+_POLICY_HOLDS: Final = Wait("the policy holds the queue")
 
 
 @dataclass(slots=True)

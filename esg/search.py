@@ -25,7 +25,7 @@ import heapq
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -128,7 +128,7 @@ def _prepare(options: Sequence[Option], k: int) -> _Layer:
     return _Layer(tuple(kept), tuple(o.cost for o in kept), lat, tuple(up))
 
 
-_PREPARED: dict[tuple[int, int], tuple[Sequence[Option], _Layer]] = {}
+_PREPARED: Final[dict[tuple[int, int], tuple[Sequence[Option], _Layer]]] = {}
 
 
 def _layer(options: Sequence[Option], k: int) -> _Layer:

@@ -9,9 +9,12 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-DONE, ARRIVAL, TIMER, WARM = 0, 1, 2, 3
+DONE: Final = 0
+ARRIVAL: Final = 1
+TIMER: Final = 2
+WARM: Final = 3
 """Priorities at equal times: completions free resources before arrivals and timers look for them (a
 pre-warmed worker's end of start-up, ``WARM``, is folded into the same step as them: its order among
 them changes nothing)."""

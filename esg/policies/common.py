@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
@@ -16,11 +17,11 @@ from esg.policies.placer import Placer
 from esg.profiles import Profile
 from esg.search import longest_path
 
-CPU_WEIGHT = 64.0
+CPU_WEIGHT: Final = 64.0
 """INFless weighs a CPU core as 64 (its scheduler.go resource weights)."""
-GPU_PERCENT_WEIGHT = 142.0
+GPU_PERCENT_WEIGHT: Final = 142.0
 """... and one percent of GPU SMs as 142; a MIG slice of g compute slices is 100 * g / 7 percent."""
-P95_Z = 1.645
+P95_Z: Final = 1.645
 
 
 def weighted_resource(gpu_model: str, config: Config) -> float:

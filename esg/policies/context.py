@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from esg.cost import Prices
 from esg.model import App, Config
@@ -28,7 +29,7 @@ class FunctionSpec:
         return self.gpu or config.gpu is None
 
 
-_ANY_FUNCTION = FunctionSpec()
+_ANY_FUNCTION: Final = FunctionSpec()
 """The spec of a function without annotations (one, not one per look-up: it is asked at every step)."""
 
 

@@ -94,6 +94,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
@@ -124,37 +125,39 @@ from esg.queues import AfwQueue
 from esg.slo_split import group_latency
 from esg.timing import cold_start_ms
 
-PLATFORM_KEEP_ALIVE_MS = 600_000.0
+PLATFORM_KEEP_ALIVE_MS: Final = 600_000.0
 """The longest ESG keeps an idle worker (OpenWhisk's idle container timeout)."""
-GAP_QUANTILE, GAP_HEADROOM, MIN_GAPS = 0.99, 2.0, 16
+GAP_QUANTILE: Final = 0.99
+GAP_HEADROOM: Final = 2.0
+MIN_GAPS: Final = 16
 """ESG's keep-alive: ``GAP_HEADROOM`` times the ``GAP_QUANTILE`` of the app's request gaps, once
 ``MIN_GAPS`` were seen."""
-HOLD_GAPS = 16
+HOLD_GAPS: Final = 16
 """Holding for a batch: the next arrival is expected one mean of the app's last ``HOLD_GAPS`` request
 gaps from now (and no hold before that many gaps were seen)."""
-HOLD_SLACK_SHARE = 0.5
+HOLD_SLACK_SHARE: Final = 0.5
 """Holding for a batch spends at most this share of the head's slack (its budget less the on-time plan's
 latency); the rest is left for the queueing of its later stages."""
-HOLD_SAVING = 0.25
+HOLD_SAVING: Final = 0.25
 """Holding for a batch must save at least this share of the on-time plan's cost per request."""
-HOLDING = "holding for a larger batch"
-_NO_KINDS: dict[str | None, int] = {}
-_NO_FUNCTIONS: frozenset[str] = frozenset()
-POOL_FILL_BUSY = 0.3
+HOLDING: Final = "holding for a larger batch"
+_NO_KINDS: Final[dict[str | None, int]] = {}
+_NO_FUNCTIONS: Final[frozenset[str]] = frozenset()
+POOL_FILL_BUSY: Final = 0.3
 """Pools grow onto held instances only while the load seen keeps at most this share of them busy
 (:meth:`EsgPolicy._size_pools`)."""
-POOL_BURST_BUSY = 0.15
+POOL_BURST_BUSY: Final = 0.15
 """While the load seen keeps at most this share of the instances busy, a pool may start up to
 ``POOL_BURST_STARTS`` workers at a time per node (:meth:`EsgPolicy._size_pools`); above it, one."""
-POOL_BURST_STARTS = 3
+POOL_BURST_STARTS: Final = 3
 """Spare-instance starts at a time per node for the pool rule while the instances are this idle."""
-_NO_ENDS: list[float] = []
-WAIT_SLACK_MS = 10.0
+_NO_ENDS: Final[list[float]] = []
+WAIT_SLACK_MS: Final = 10.0
 """Waiting for a busy worker (:meth:`EsgPolicy._frees_in_time`): a worker counts as freeing in time only
 when the head's batch would still end this much before its budget runs out (room for the queueing of
 other heads that wait for the same worker)."""
-_NO_BATCHES: dict[str, tuple[tuple[str, str], str | None, float]] = {}
-SERVICE_WEIGHT = 0.2
+_NO_BATCHES: Final[dict[str, tuple[tuple[str, str], str | None, float]]] = {}
+SERVICE_WEIGHT: Final = 0.2
 """Pool sizing: the weight of a batch in the running mean of its function's run time per job."""
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Sequence
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
@@ -38,13 +39,15 @@ from esg.policies.common import PackingPlacer, packing_order, stage_shares, weig
 from esg.prewarm import Timed, Warming, WarmUp, idle_of_kind, smallest_of_kind
 from esg.queues import AfwQueue
 
-RATE_WINDOW_MS = 10_000.0
-BIN_MS = 60_000.0
+RATE_WINDOW_MS: Final = 10_000.0
+BIN_MS: Final = 60_000.0
 """The histograms' bin width: one minute, as in the original (whose windows are whole minutes, so a kept
 worker is never released sooner than a minute after its last call)."""
-SHORT_TERM = 64
-HEAD, TAIL, MARGIN = 0.05, 0.99, 0.10
-MIN_GAPS = 16
+SHORT_TERM: Final = 64
+HEAD: Final = 0.05
+TAIL: Final = 0.99
+MARGIN: Final = 0.10
+MIN_GAPS: Final = 16
 """Fewer idle times than this: no windows yet (the platform's keep-alive, no pre-warm)."""
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
@@ -31,7 +32,7 @@ from esg.policies.common import app_latency, ladder, p95_factor
 from esg.prewarm import Timed, Warming, WarmUp, idle_of_kind
 from esg.queues import AfwQueue
 
-NOISE_CV = 0.05
+NOISE_CV: Final = 0.05
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import Final
 
 from esg.policies.base import Choice
 
-MAX_RANGES = 512  # per key; budgets are whole milliseconds, so this covers SLOs of seconds
-MAX_EXACT = 200_000
+MAX_RANGES: Final = 512  # per key; budgets are whole milliseconds, so this covers SLOs of seconds
+MAX_EXACT: Final = 200_000
 
 
 @dataclass

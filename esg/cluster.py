@@ -295,8 +295,15 @@ class ClusterSnapshot:
             return _cpu_fit_on(node_name)
         if node.gpu_model is None:
             return None
-        placed = gpu_fit(node.gpu_model, self.layout(node_name), config.gpu)
-        return None if placed is None else _gpu_fit_on(node_name, placed)
+        code = node.memo.get(LAYOUT_CODE)
+        if code is None:
+            code = node.memo[LAYOUT_CODE] = layout_code(node)
+        key = (node_name, node.gpu_model, code, config.gpu)
+        fit = _GPU_FITS_BY_CODE.get(key, _UNKNOWN)
+        if fit is _UNKNOWN:
+            placed = gpu_fit(node.gpu_model, self.layout(node_name), config.gpu)
+            fit = _GPU_FITS_BY_CODE[key] = None if placed is None else _gpu_fit_on(node_name, placed)
+        return fit
 
     def reserve(self, config: Config, fit: Fit) -> None:
         node = self.nodes[fit.node]
@@ -439,6 +446,8 @@ IDLE_BY_KIND: Final = "idle_by_kind"
 INSTANCES: Final = "instances"
 """The ``NodeState.memo`` key of ``prewarm.instances_by_profile`` (kept over a change that only makes an
 instance busy or idle)."""
+LAYOUT_CODE: Final = "layout_code"
+"""The ``NodeState.memo`` key of :func:`layout_code`."""
 IDLE_COMPUTE: Final = "idle"
 """The ``NodeState.memo`` key of :meth:`ClusterSnapshot.idle_compute` (carried over a change,
 :func:`carry_idle_compute`)."""
@@ -537,7 +546,6 @@ def _warm_functions(node: NodeState) -> frozenset[str]:
 _CPU_FITS: Final[dict[str, Fit]] = {}
 _WARM_FITS: Final[dict[tuple[str, tuple[str, SliceRef | None]], Fit]] = {}
 _GPU_FITS_ON: Final[dict[tuple[str, tuple[SliceRef, bool, tuple[SliceRef, ...]]], Fit]] = {}
-_GPU_FITS: Final[dict[tuple[str, tuple[tuple[str, int, bool], ...], str], tuple[SliceRef, bool, tuple[SliceRef, ...]] | None]] = {}
 
 
 def _cpu_fit_on(node_name: str) -> Fit:
@@ -568,23 +576,39 @@ def _gpu_fit_on(node_name: str, placed: tuple[SliceRef, bool, tuple[SliceRef, ..
     return fit
 
 
+_GPU_FITS_BY_CODE: Final[dict[tuple[str, str, int, str], Fit | None]] = {}
+"""A GPU configuration's fit on a node by (node, GPU model, :func:`layout_code`, profile): :func:`gpu_fit`
+as a shared :class:`Fit`, what :meth:`ClusterSnapshot.fit` looks up for a node it has not fitted the
+profile on since its last change (a node's layout changes at nearly every change of the node; a layout
+as a key is hashed element by element at each look-up and compared element by element when found, its
+code is one integer)."""
+_SLOT_BITS: Final[dict[SliceRef, int]] = {}
+"""Each MIG instance (profile, start) seen, its two bits in :func:`layout_code` (given in the order first
+seen: the same instance has the same bits in every node and run of the process)."""
+
+
+def layout_code(node: NodeState) -> int:
+    """The node's MIG instances with their busy states as one integer: two bits per instance (profile,
+    start), the first for an idle one, the second for a busy one. Two nodes have the same code exactly
+    when they have the same :meth:`ClusterSnapshot.layout` (a node holds an instance at most once)."""
+    code = 0
+    for s in node.slices:
+        bit = _SLOT_BITS.get(s.ref)
+        if bit is None:
+            bit = _SLOT_BITS[s.ref] = 1 << (2 * len(_SLOT_BITS))
+        code |= bit << 1 if s.busy else bit
+    return code
+
+
+_UNKNOWN: Final = Fit("")
+"""Not looked up yet (``_GPU_FITS_BY_CODE``; no answer is this object)."""
+
+
 def gpu_fit(model: str, layout: tuple[tuple[str, int, bool], ...], profile: str
             ) -> tuple[SliceRef, bool, tuple[SliceRef, ...]] | None:
     """Where ``profile`` runs on a GPU whose instances are ``layout`` (profile, start, busy):
-    (slice, create?, idle slices to destroy), or None. A pure function of the layout, so remembered."""
-    key = (model, layout, profile)
-    found = _GPU_FITS.get(key, _UNKNOWN)
-    if found is _UNKNOWN:  # (one look-up: hashing the layout is most of its cost)
-        found = _GPU_FITS[key] = _gpu_fit(model, layout, profile)
-    return found
-
-
-_UNKNOWN: Final[tuple[SliceRef, bool, tuple[SliceRef, ...]] | None] = (SliceRef("", -1), False, ())
-"""Not looked up yet (:func:`gpu_fit`; no answer is this object)."""
-
-
-def _gpu_fit(model: str, layout: tuple[tuple[str, int, bool], ...], profile: str
-             ) -> tuple[SliceRef, bool, tuple[SliceRef, ...]] | None:
+    (slice, create?, idle slices to destroy), or None. A pure function of the layout, which
+    :meth:`ClusterSnapshot.fit` remembers by :func:`layout_code`."""
     start: int | None
     if profile not in mig.geometry(model).profiles:
         return None

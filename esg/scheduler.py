@@ -15,7 +15,7 @@ dispatch carries the policy's keep-alive for its worker.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -137,7 +137,10 @@ class Scheduler:
         self._in_flight: dict[str, Dispatch] = {}
         self._dead_jobs = False
         self._wake: float | None = None
-        self._ids = iter(batch_ids) if batch_ids is not None else map("b{}".format, itertools.count())
+        self._ids: Iterator[str] | None = iter(batch_ids) if batch_ids is not None else None
+        self._next_id = 0
+        """The next batch id's number when the caller gives none (``b0``, ``b1``, ...: counted here rather
+        than drawn from ``map(str.format, count())``, whose every id is a call through the interpreter)."""
         self.keep_holds = keep_holds
         """Remember why a head waits and skip placing it again while nothing it depends on changed
         (False: place every waiting head at every step; the outputs are the same)."""
@@ -393,10 +396,17 @@ class Scheduler:
                 now_ms: float) -> Dispatch:
         jobs = queue.take(placed.config.batch)
         keep = self.policy.keep_alive_ms(app.name, queue.key[1], now_ms) if self.prewarm else None
-        d = Dispatch(next(self._ids), app.name, queue.key[1], jobs, placed.config, placed.fit, latency, keep)
+        d = Dispatch(self._batch_id(), app.name, queue.key[1], jobs, placed.config, placed.fit, latency, keep)
         self._in_flight[d.batch_id] = d
         self.policy.on_dispatch(d)
         return d
+
+    def _batch_id(self) -> str:
+        if self._ids is not None:
+            return next(self._ids)
+        n = self._next_id
+        self._next_id = n + 1
+        return "b" + str(n)
 
     def add_app(self, app: App, profiles: Mapping[str, Profile],
                 specs: Mapping[str, FunctionSpec] | None = None) -> None:

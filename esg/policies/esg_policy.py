@@ -335,6 +335,8 @@ class EsgPolicy(Policy):
         """Per function, how many times its count of batches in flight (:attr:`_busy`) moved."""
         self._workers_seen: dict[str, _WorkersSeen] = {}
         """Per function, what was last worked out from its workers (:meth:`_seen`)."""
+        self._instances_summed: tuple[list[dict[str, int]], dict[str, int]] = ([], {})
+        """The nodes' instance counts (:meth:`_instances`) last summed, and their sum."""
         self._pools_instances: dict[str, int] = {}
         """The cluster's instances per profile that the pools in :attr:`_workers_seen` were found on."""
         self._warming = Warming()
@@ -780,13 +782,23 @@ class EsgPolicy(Policy):
                 stocked.update(stocked_profiles(snapshot.nodes[node]))
         return stocked
 
-    @staticmethod
-    def _instances(snapshot: ClusterSnapshot) -> dict[str, int]:
-        """The cluster's MIG instances counted by profile (each node's count remembered on its state)."""
+    def _instances(self, snapshot: ClusterSnapshot) -> dict[str, int]:
+        """The cluster's MIG instances counted by profile (each node's count remembered on its state; the
+        sum kept while every node's count is the same object: a count is kept over a change that only
+        makes an instance busy or idle, and the rule asks at every step). The caller must not change it."""
+        counts = [instances_by_profile(node) for node in snapshot.nodes.values()]
+        summed = self._instances_summed
+        if len(counts) == len(summed[0]):
+            for now, then in zip(counts, summed[0]):
+                if now is not then:
+                    break
+            else:
+                return summed[1]
         per_profile: dict[str, int] = {}
-        for node in snapshot.nodes.values():
-            for profile, n in instances_by_profile(node).items():
+        for found in counts:
+            for profile, n in found.items():
                 per_profile[profile] = per_profile.get(profile, 0) + n
+        self._instances_summed = (counts, per_profile)
         return per_profile
 
     def _thin_pools(self, snapshot: ClusterSnapshot, wants: dict[tuple[str, str | None, str], WarmUp],
@@ -798,10 +810,11 @@ class EsgPolicy(Policy):
         Asked at every step, for every function with load, while a function's workers move at few of
         them: each function's finding is kept (:meth:`_seen`) and used again while its workers and the
         cluster's instances per profile have not moved since."""
-        if per_profile != self._pools_instances:
-            for seen in self._workers_seen.values():
-                seen.pool = None
-            self._pools_instances = dict(per_profile)
+        if per_profile is not self._pools_instances:
+            if per_profile != self._pools_instances:
+                for seen in self._workers_seen.values():
+                    seen.pool = None
+            self._pools_instances = per_profile
         wanted: set[str] | frozenset[str] = {k[0] for k in wants} if wants else _NO_FUNCTIONS
         pools = []
         for function in self._served_functions():

@@ -11,7 +11,6 @@ never touched).
 from __future__ import annotations
 
 import copy
-from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
@@ -392,10 +391,10 @@ class ClusterSnapshot:
             old = keys.get(node_name)
             at = -1
             if old is not None:
-                at = bisect_left(ordered, old)
+                at = _place_in(ordered, old)
                 del ordered[at]
             keys[node_name] = new = self._capacity_key(node_name, gpu)
-            to = bisect_left(ordered, new)
+            to = _place_in(ordered, new)
             ordered.insert(to, new)
             moved = moved or to != at  # (back where it was: the same order of nodes)
         if moved:
@@ -439,6 +438,19 @@ class ClusterSnapshot:
             self._warm[f].discard(node_name)
         for f in new - old:
             self._warm.setdefault(f, set()).add(node_name)
+
+
+def _place_in(ordered: list[tuple], key: tuple) -> int:
+    """``bisect.bisect_left(ordered, key)``, written out: compiled, a call into the ``bisect`` module goes
+    through the interpreter's generic call (four at every change of a node)."""
+    lo, hi = 0, len(ordered)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ordered[mid] < key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 IDLE_BY_KIND: Final = "idle_by_kind"

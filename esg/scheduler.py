@@ -226,9 +226,10 @@ class Scheduler:
                    deadline_ms=request.arrival_ms + slo, enqueued_ms=now_ms, pred_node=pred_node)
 
     def _finish(self, event: BatchDone, now_ms: float, out: StepResult) -> None:
-        d = self._in_flight.pop(event.batch_id, None)
+        d = self._in_flight.get(event.batch_id)
         if d is None:
             return  # unknown or already folded: a duplicate result is ignored
+        del self._in_flight[event.batch_id]  # (not pop with a default: compiled, that is a generic call)
         self.policy.on_done(d)
         app = self.apps[d.app]
         for job in d.jobs:
@@ -299,7 +300,9 @@ class Scheduler:
                 self._wake = choice.retry_at_ms if self._wake is None else min(self._wake, choice.retry_at_ms)
             return Wait(choice.reason) if choice.reason else _POLICY_HOLDS
         key = queue.key
-        held = self._held.pop(key, None)
+        held = self._held.get(key)
+        if held is not None:
+            del self._held[key]
         if held is not None and self._still_waits(held, queue, choice, snapshot, now_ms):
             self._held[key] = held
             self.policy.on_wait(app, queue, choice, held.hold.wait)

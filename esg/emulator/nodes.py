@@ -178,7 +178,9 @@ class NodeModel:
         self.vcpus_free += config.vcpus
         if ref is not None:
             self.slices[ref] = False
-            self.busy_spans.append((self._busy_since.pop(ref), now_ms, ref))
+            since = self._busy_since[ref]
+            del self._busy_since[ref]
+            self.busy_spans.append((since, now_ms, ref))
         key = (function, ref)
         expiry = now_ms + keep_alive_ms
         bisect.insort(self.idle_workers.setdefault(key, []), (expiry, now_ms))

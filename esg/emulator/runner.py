@@ -166,7 +166,9 @@ class Emulation:
                 self._measured.discard(o.request_id)
                 self.metrics.outcome(o)
             for f in self.apps[o.app].functions:
-                self._ran_on.pop((o.request_id, f), None)
+                ran = (o.request_id, f)
+                if ran in self._ran_on:  # (not pop with a default: compiled, that is a generic call)
+                    del self._ran_on[ran]
         for c in result.completed:
             self._ran_on[(c.request_id, c.function)] = c.node
         decision_ms = 0.0
@@ -328,7 +330,8 @@ class Emulation:
         return self.params.store_write_ms + written / (self.params.store_write_mb_s * 1e3)
 
     def _finish(self, batch_id: str, now: float) -> BatchDone:
-        d, _ = self._flight.pop(batch_id)
+        d, _ = self._flight[batch_id]
+        del self._flight[batch_id]
         self._idle_again(d.node, d.function)
         keep = d.keep_alive_ms if d.keep_alive_ms is not None else self.params.keep_alive_ms
         self.nodes[d.node].finish(d, now, keep)

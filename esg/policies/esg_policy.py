@@ -371,7 +371,8 @@ class EsgPolicy(Policy):
         choice = self._choose(app, queue, now_ms, snapshot)
         self._chosen[queue.key] = choice
         if self.wait_for_busy:
-            self._soon.pop(queue.key, None)
+            if queue.key in self._soon:  # (del, not pop with a default: compiled, that is a generic call)
+                del self._soon[queue.key]
             if queue.key in self._on_time and choice.priorities:
                 soon = self._frees_in_time(app, queue, choice, now_ms, snapshot)
                 if soon:
@@ -519,7 +520,10 @@ class EsgPolicy(Policy):
 
     def on_dispatch(self, dispatch: Dispatch) -> None:
         super().on_dispatch(dispatch)
-        choice = self._chosen.pop((dispatch.app, dispatch.function), None)
+        key = (dispatch.app, dispatch.function)
+        choice = self._chosen.get(key)
+        if choice is not None:
+            del self._chosen[key]
         if isinstance(choice, _PlannedChoice):  # (an explorer's probe is placed from no choice of this policy)
             self._batch_choice[dispatch.batch_id] = choice
         self._count_busy(dispatch, 1)
@@ -542,13 +546,16 @@ class EsgPolicy(Policy):
 
     def on_done(self, dispatch: Dispatch) -> None:
         super().on_done(dispatch)
-        self._batch_choice.pop(dispatch.batch_id, None)
+        if dispatch.batch_id in self._batch_choice:
+            del self._batch_choice[dispatch.batch_id]
         self._count_busy(dispatch, -1)
         ends = self._ends.get(dispatch.function)
-        if ends is not None:
-            ends.pop(dispatch.batch_id, None)
+        if ends is not None and dispatch.batch_id in ends:
+            del ends[dispatch.batch_id]
         if dispatch.fit.slice is not None:
-            self._slice_end.pop((dispatch.node, dispatch.fit.slice), None)
+            key = (dispatch.node, dispatch.fit.slice)
+            if key in self._slice_end:
+                del self._slice_end[key]
 
     def _count_busy(self, dispatch: Dispatch, moved: int) -> None:
         """Move ``dispatch``'s function's count of batches in flight, per MIG profile and per node."""
@@ -630,9 +637,10 @@ class EsgPolicy(Policy):
                 wants[key] = want
         self._chosen.clear()  # the step is over: a choice none of its batches was placed from is stale
         for d in dispatched:
-            choice = self._batch_choice.pop(d.batch_id, None)
+            choice = self._batch_choice.get(d.batch_id)
             if choice is None:
                 continue  # the fastest-first rule: no plan for the successors
+            del self._batch_choice[d.batch_id]
             end = now_ms + (d.planned_latency_ms or 0.0)
             for g in self.ctx.apps[d.app].successors(d.function):
                 planned = choice.downstream.get(g)

@@ -595,8 +595,8 @@ profile on since its last change (a node's layout changes at nearly every change
 as a key is hashed element by element at each look-up and compared element by element when found, its
 code is one integer)."""
 _SLOT_BITS: Final[dict[SliceRef, int]] = {}
-"""Each MIG instance (profile, start) seen, its two bits in :func:`layout_code` (given in the order first
-seen: the same instance has the same bits in every node and run of the process)."""
+"""Each MIG instance (profile, start) seen, its two bits in :func:`layout_code`: given in the order first
+seen in the process, the same on every node (a code is only ever compared, never shown or kept)."""
 
 
 def layout_code(node: NodeState) -> int:

@@ -902,16 +902,27 @@ class EsgPolicy(Policy):
                     slots: int = 1) -> None:
         """For each pool in ``short`` in its order, one worker on a spare instance of its profile on the
         first node (by free capacity) free to start one (:meth:`_full` with ``slots``) that has such an
-        instance, one function a step and one start a node a step."""
+        instance, one function a step and one start a node a step. A node with no idle instance of the
+        profile holding a worker (:func:`esg.prewarm.stocked_profiles`) has no spare one, and the idle
+        workers on the other nodes are the cluster's (summed once a call) less the node's own: on many
+        nodes, summing the others for each node tried was most of the rule's work."""
         placed: set[str] = set()
+        totals: dict[str, dict[str, int]] = {}
         for _, function, profile in short:
             if function in placed:
                 continue
             for node in snapshot.route((), True):
                 if self._full(node, now_ms, slots):
                     continue
-                ref = spare_instance(snapshot.nodes[node], function, profile,
-                                     self._idle_elsewhere(snapshot, node, profile))
+                state = snapshot.nodes[node]
+                if profile not in stocked_profiles(state):
+                    continue  # (spare_instance finds none there)
+                total = totals.get(profile)
+                if total is None:
+                    total = totals[profile] = self._idle_by_function(snapshot, profile)
+                here = idle_by_function(state, profile)
+                elsewhere = {f: n - here.get(f, 0) for f, n in total.items()}
+                ref = spare_instance(state, function, profile, elsewhere)
                 if ref is None:
                     continue
                 app = self._app_of(function)
@@ -925,15 +936,14 @@ class EsgPolicy(Policy):
                 break
 
     @staticmethod
-    def _idle_elsewhere(snapshot: ClusterSnapshot, node: str, profile: str) -> dict[str, int]:
-        """Per function, its idle workers on idle instances of ``profile`` on the nodes other than
-        ``node`` (:func:`esg.prewarm.idle_by_function`, remembered per node)."""
-        elsewhere: dict[str, int] = {}
-        for name, state in snapshot.nodes.items():
-            if name != node:
-                for f, n in idle_by_function(state, profile).items():
-                    elsewhere[f] = elsewhere.get(f, 0) + n
-        return elsewhere
+    def _idle_by_function(snapshot: ClusterSnapshot, profile: str) -> dict[str, int]:
+        """Per function, its idle workers on idle instances of ``profile`` on every node
+        (:func:`esg.prewarm.idle_by_function`, remembered per node)."""
+        total: dict[str, int] = {}
+        for state in snapshot.nodes.values():
+            for f, n in idle_by_function(state, profile).items():
+                total[f] = total.get(f, 0) + n
+        return total
 
     def _pool_profiles(self, function: str) -> tuple[str, ...]:
         """The MIG profiles a pool of ``function`` grows on: those of its configurations on the K cheapest

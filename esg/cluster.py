@@ -301,7 +301,7 @@ class ClusterSnapshot:
         fit = _GPU_FITS_BY_CODE.get(key, _UNKNOWN)
         if fit is _UNKNOWN:
             placed = gpu_fit(node.gpu_model, self.layout(node_name), config.gpu)
-            fit = _GPU_FITS_BY_CODE[key] = None if placed is None else _gpu_fit_on(node_name, placed)
+            fit = _GPU_FITS_BY_CODE[key] = None if placed is None else Fit(node_name, placed[0], placed[1], placed[2])
         return fit
 
     def reserve(self, config: Config, fit: Fit) -> None:
@@ -557,11 +557,11 @@ def _warm_functions(node: NodeState) -> frozenset[str]:
 # ten minutes of the heavy replay), a look-up in a dict does not.
 _CPU_FITS: Final[dict[str, Fit]] = {}
 _WARM_FITS: Final[dict[tuple[str, tuple[str, SliceRef | None]], Fit]] = {}
-_GPU_FITS_ON: Final[dict[tuple[str, tuple[SliceRef, bool, tuple[SliceRef, ...]]], Fit]] = {}
 
 
 def _cpu_fit_on(node_name: str) -> Fit:
-    """A CPU configuration's :class:`Fit` on a node (immutable, so shared, as :func:`_gpu_fit_on`'s)."""
+    """A CPU configuration's :class:`Fit` on a node (immutable, so shared, as the GPU ones in
+    ``_GPU_FITS_BY_CODE``)."""
     fit = _CPU_FITS.get(node_name)
     if fit is None:
         fit = _CPU_FITS[node_name] = Fit(node_name)
@@ -569,8 +569,8 @@ def _cpu_fit_on(node_name: str) -> Fit:
 
 
 def _warm_fit_on(node_name: str, worker: tuple[str, SliceRef | None]) -> Fit:
-    """The :class:`Fit` that takes the idle warm ``worker`` (function, slice) on a node (shared, as
-    :func:`_gpu_fit_on`'s)."""
+    """The :class:`Fit` that takes the idle warm ``worker`` (function, slice) on a node (shared, as the
+    GPU ones in ``_GPU_FITS_BY_CODE``)."""
     key = (node_name, worker)
     fit = _WARM_FITS.get(key)
     if fit is None:
@@ -578,19 +578,9 @@ def _warm_fit_on(node_name: str, worker: tuple[str, SliceRef | None]) -> Fit:
     return fit
 
 
-def _gpu_fit_on(node_name: str, placed: tuple[SliceRef, bool, tuple[SliceRef, ...]]) -> Fit:
-    """:func:`gpu_fit`'s answer as a :class:`Fit` on a node (immutable, so shared: a node's fits are
-    looked up again after each of its changes)."""
-    key = (node_name, placed)
-    fit = _GPU_FITS_ON.get(key)
-    if fit is None:
-        fit = _GPU_FITS_ON[key] = Fit(node_name, placed[0], placed[1], placed[2])
-    return fit
-
-
 _GPU_FITS_BY_CODE: Final[dict[tuple[str, str, int, str], Fit | None]] = {}
 """A GPU configuration's fit on a node by (node, GPU model, :func:`layout_code`, profile): :func:`gpu_fit`
-as a shared :class:`Fit`, what :meth:`ClusterSnapshot.fit` looks up for a node it has not fitted the
+as a shared (immutable) :class:`Fit`, what :meth:`ClusterSnapshot.fit` looks up for a node it has not fitted the
 profile on since its last change (a node's layout changes at nearly every change of the node; a layout
 as a key is hashed element by element at each look-up and compared element by element when found, its
 code is one integer)."""

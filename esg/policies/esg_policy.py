@@ -141,7 +141,6 @@ latency); the rest is left for the queueing of its later stages."""
 HOLD_SAVING: Final = 0.25
 """Holding for a batch must save at least this share of the on-time plan's cost per request."""
 HOLDING: Final = "holding for a larger batch"
-_NO_KINDS: Final[dict[str | None, int]] = {}
 _NO_FUNCTIONS: Final[frozenset[str]] = frozenset()
 POOL_FILL_BUSY: Final = 0.3
 """Pools grow onto held instances only while the load seen keeps at most this share of them busy
@@ -1007,8 +1006,8 @@ class EsgPolicy(Policy):
         if found is None:
             busy = self._busy.get(function)
             kinds = {k for k, n in busy.items() if n > 0} if busy else set()
-            for name in snapshot.nodes_with_warm(function):
-                kinds.update(idle_by_kind(snapshot.nodes[name]).get(function, _NO_KINDS))
+            for counts in self._idle_counts(snapshot, function):
+                kinds.update(counts)
             found = seen.kinds = frozenset(kinds)
         return found
 

@@ -165,12 +165,14 @@ def first_warm(snapshot: ClusterSnapshot, priorities: Sequence[Config], preferre
                no_fit: set[Config], function: str, warm_nodes: AbstractSet[str]) -> tuple[Config, Fit] | None:
     """The first placement, in priority then node order, that takes an idle warm worker of
     ``function`` (such a placement never changes the MIG layout: the worker's slice exists and is idle).
-    Only nodes with such a worker are looked at."""
+    Only nodes with such a worker are looked at, and only configurations on a kind of instance where the
+    cluster has an idle worker of ``function`` (:meth:`ClusterSnapshot.idle_totals`)."""
     if not warm_nodes:
         return None
+    kinds = snapshot.idle_totals(function)
     routes: dict[bool, list[str]] = {}
     for config in priorities:
-        if config in no_fit:
+        if config in no_fit or config.gpu not in kinds:
             continue
         gpu = config.gpu is not None
         if gpu not in routes:

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from esg.cluster import IDLE_BY_KIND, INSTANCES, ClusterSnapshot, Fit, NodeState, SliceRef
+from esg.cluster import INSTANCES, ClusterSnapshot, Fit, NodeState, SliceRef, idle_by_kind
 from esg.events import Prewarm
 from esg.model import Config
 from esg.profiles import Profile
@@ -193,7 +193,10 @@ class Warming:
 
 def idle_of_kind(snapshot: ClusterSnapshot, function: str, kind: str | None,
                  nodes: Sequence[str] | None = None) -> int:
-    """Idle warm workers of ``function`` on instances of ``kind`` (None: CPU), on ``nodes`` or any."""
+    """Idle warm workers of ``function`` on instances of ``kind`` (None: CPU), on ``nodes`` or any (the
+    snapshot's totals, :meth:`ClusterSnapshot.idle_totals`)."""
+    if nodes is None:
+        return snapshot.idle_totals(function).get(kind, 0)
     total = 0
     for name in snapshot.nodes_with_warm(function):
         if nodes is not None and name not in nodes:
@@ -202,27 +205,6 @@ def idle_of_kind(snapshot: ClusterSnapshot, function: str, kind: str | None,
         if counts is not None:
             total += counts.get(kind, 0)
     return total
-
-
-def idle_by_kind(node: NodeState) -> dict[str, dict[str | None, int]]:
-    """A node's idle warm workers counted per function by kind of instance (MIG profile, None for
-    CPU); only positive counts are held, in no order a caller may rely on. Remembered on its state
-    (``NodeState.memo``; a change of one worker count carries it over, :func:`esg.cluster.carry_idle_by_kind`,
-    any other change clears it): ESG asks for every function and profile at every step (the pool rule,
-    and the kinds a queue's function is warm on). The caller must not change it."""
-    found: dict[str, dict[str | None, int]] | None = node.memo.get(IDLE_BY_KIND)
-    if found is None:
-        found = {}
-        for (f, ref), n in node.idle_workers.items():
-            if n > 0:
-                kind = None if ref is None else ref.profile
-                counts = found.get(f)
-                if counts is None:
-                    found[f] = {kind: n}
-                else:
-                    counts[kind] = counts.get(kind, 0) + n
-        node.memo[IDLE_BY_KIND] = found
-    return found
 
 
 def prewarm_of(want: WarmUp, fit: Fit, prewarm_id: str) -> Prewarm:

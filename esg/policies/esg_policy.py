@@ -91,7 +91,6 @@ platform's 10 minutes; with fewer than 16 gaps seen, the platform's.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -114,7 +113,6 @@ from esg.prewarm import (
     Warming,
     WarmUp,
     idle_by_function,
-    idle_by_kind,
     idle_of_kind,
     instances_by_profile,
     smallest_of_kind,
@@ -171,6 +169,30 @@ class _PlannedChoice(Choice):
     """The cheapest path's cost per request (what holding for a larger batch is weighed against)."""
     latency_ms: float = 0.0
     """The cheapest path's latency."""
+
+
+class _Recent:
+    """Times in the order they came, those before a moving cut forgotten (:meth:`forget_before`): a list
+    and the place of the first one kept, where compiled a deque's indexing and ``popleft`` are calls
+    through the interpreter (the pool rule counts each function's recent jobs at every step)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.first = 0
+
+    def forget_before(self, cut: float) -> int:
+        """Forget the times before ``cut``; how many are kept."""
+        times = self.times
+        i = self.first
+        n = len(times)
+        while i < n and times[i] < cut:
+            i += 1
+        if i >= 256 and 2 * i >= n:  # the forgotten ones are most of the list: drop them
+            del times[:i]
+            n -= i
+            i = 0
+        self.first = i
+        return n - i
 
 
 @dataclass(slots=True)
@@ -276,7 +298,7 @@ class EsgPolicy(Policy):
         """Per function, the MIG profiles its pool grows on (:meth:`_pool_profiles`)."""
         self._windows: dict[str, float] = {}
         """Per function, :meth:`_window_ms` (forgotten when an app is added)."""
-        self._jobs_seen: dict[str, deque[float]] = {}
+        self._jobs_seen: dict[str, _Recent] = {}
         """Per function, the arrival times of its jobs within the last :meth:`_window_ms` (every request of
         an app brings each of its functions one job)."""
         self._service: dict[str, float] = {}
@@ -334,8 +356,9 @@ class EsgPolicy(Policy):
         """Per function, how many times its count of batches in flight (:attr:`_busy`) moved."""
         self._workers_seen: dict[str, _WorkersSeen] = {}
         """Per function, what was last worked out from its workers (:meth:`_seen`)."""
-        self._instances_summed: tuple[list[dict[str, int]], dict[str, int]] = ([], {})
-        """The nodes' instance counts (:meth:`_instances`) last summed, and their sum."""
+        self._instances_summed: tuple[ClusterSnapshot | None, int, dict[str, int]] = (None, -1, {})
+        """The snapshot and its ``instances_epoch`` when the nodes' instance counts (:meth:`_instances`) were
+        last summed, and their sum."""
         self._pools_instances: dict[str, int] = {}
         """The cluster's instances per profile that the pools in :attr:`_workers_seen` were found on."""
         self._warming = Warming()
@@ -404,6 +427,12 @@ class EsgPolicy(Policy):
         for key, gpu, end in self._ends.get(function, _NO_BATCHES).values():
             if key != queue.key and gpu is not None and end <= until.get(gpu, -math.inf):
                 soon += 1
+        idle = snapshot.idle_totals(function)
+        for kind in until:
+            if kind in idle:
+                break
+        else:
+            return soon  # no idle worker of the function on any of the profiles
         for name in snapshot.nodes_with_warm(function):
             state = snapshot.nodes[name]
             for s in state.slices:
@@ -612,9 +641,9 @@ class EsgPolicy(Policy):
                     continue  # a CPU-only function has no pool on MIG instances
                 seen = self._jobs_seen.get(f)
                 if seen is None:
-                    seen = self._jobs_seen[f] = deque()
-                seen.append(now_ms)
-                self._rate(f, now_ms)  # forgets the jobs older than the window: the deque stays short
+                    seen = self._jobs_seen[f] = _Recent()
+                seen.times.append(now_ms)
+                self._rate(f, now_ms)  # forgets the jobs older than the window: the list stays short
 
     def keep_alive_ms(self, app: str, function: str, now_ms: float) -> float | None:
         gaps = self._gaps.get(app)
@@ -705,12 +734,11 @@ class EsgPolicy(Policy):
     def _rate(self, function: str, now_ms: float) -> float:
         """Jobs of ``function`` per ms over the last :meth:`_window_ms`."""
         seen = self._jobs_seen.get(function)
-        if not seen:
+        if seen is None or seen.first == len(seen.times):
             return 0.0
         window = self._window_ms(function)
-        while seen and seen[0] < now_ms - window:
-            seen.popleft()
-        return len(seen) / window if window > 0 else 0.0
+        n = seen.forget_before(now_ms - window)
+        return n / window if window > 0 else 0.0
 
     def _size_pools(self, now_ms: float, snapshot: ClusterSnapshot,
                     wants: dict[tuple[str, str | None, str], WarmUp]) -> None:
@@ -791,21 +819,17 @@ class EsgPolicy(Policy):
 
     def _instances(self, snapshot: ClusterSnapshot) -> dict[str, int]:
         """The cluster's MIG instances counted by profile (each node's count remembered on its state; the
-        sum kept while every node's count is the same object: a count is kept over a change that only
-        makes an instance busy or idle, and the rule asks at every step). The caller must not change it."""
-        counts = [instances_by_profile(node) for node in snapshot.nodes.values()]
+        sum kept while the snapshot's ``instances_epoch`` stays: a count is kept over a change that only
+        makes an instance busy or idle, and the rule asks at every step -- on 16 nodes, looking at each
+        node's count at each step was 4 % of the replay). The caller must not change it."""
         summed = self._instances_summed
-        if len(counts) == len(summed[0]):
-            for now, then in zip(counts, summed[0]):
-                if now is not then:
-                    break
-            else:
-                return summed[1]
+        if summed[0] is snapshot and summed[1] == snapshot.instances_epoch:
+            return summed[2]
         per_profile: dict[str, int] = {}
-        for found in counts:
-            for profile, n in found.items():
+        for node in snapshot.nodes.values():
+            for profile, n in instances_by_profile(node).items():
                 per_profile[profile] = per_profile.get(profile, 0) + n
-        self._instances_summed = (counts, per_profile)
+        self._instances_summed = (snapshot, snapshot.instances_epoch, per_profile)
         return per_profile
 
     def _thin_pools(self, snapshot: ClusterSnapshot, wants: dict[tuple[str, str | None, str], WarmUp],
@@ -855,7 +879,7 @@ class EsgPolicy(Policy):
         """``function``'s workers on ``profiles`` (0 when it is thin on none of them) and the profiles
         where it has a worker on fewer instances than the cluster has."""
         busy = self._busy.get(function)
-        idle: list[dict[str | None, int]] | None = None
+        idle: dict[str | None, int] | None = None
         thin: list[str] = []
         for q in profiles:
             have = per_profile.get(q, 0)
@@ -863,31 +887,16 @@ class EsgPolicy(Policy):
             if held >= have:
                 continue  # its running batches alone hold a worker on every instance of q
             if idle is None:
-                idle = self._idle_counts(snapshot, function)
-            for counts in idle:
-                held += counts.get(q, 0)
-            if held < have:
+                idle = snapshot.idle_totals(function)
+            if held + idle.get(q, 0) < have:
                 thin.append(q)
         if not thin:
             return 0, thin
         assert idle is not None
         workers = 0
         for q in profiles:
-            workers += busy.get(q, 0) if busy else 0
-            for counts in idle:
-                workers += counts.get(q, 0)
+            workers += (busy.get(q, 0) if busy else 0) + idle.get(q, 0)
         return workers, thin
-
-    @staticmethod
-    def _idle_counts(snapshot: ClusterSnapshot, function: str) -> list[dict[str | None, int]]:
-        """``function``'s idle workers by kind on each node that has one (:func:`esg.prewarm.idle_of_kind`
-        per profile, with each node's counts looked up once)."""
-        idle: list[dict[str | None, int]] = []
-        for name in snapshot.nodes_with_warm(function):
-            counts = idle_by_kind(snapshot.nodes[name]).get(function)
-            if counts is not None:
-                idle.append(counts)
-        return idle
 
     def _served_functions(self) -> tuple[str, ...]:
         """The functions :attr:`_service` has, in name order (its keys are only ever added: sorted
@@ -1006,8 +1015,7 @@ class EsgPolicy(Policy):
         if found is None:
             busy = self._busy.get(function)
             kinds = {k for k, n in busy.items() if n > 0} if busy else set()
-            for counts in self._idle_counts(snapshot, function):
-                kinds.update(counts)
+            kinds.update(snapshot.idle_totals(function))
             found = seen.kinds = frozenset(kinds)
         return found
 

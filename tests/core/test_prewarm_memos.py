@@ -135,3 +135,22 @@ def test_instance_counts_and_idle_compute_are_kept_over_busy_and_idle_and_follow
     assert instances_by_profile(node) == {"1g.5gb": 4, "3g.20gb": 1}
     assert _memos(node) == _scan(node)
     assert snap.idle_compute("n0") == node.idle_compute_slices() == 7 - 2  # TWO and the 1g.5gb made at 2 busy
+
+
+def test_the_instance_epoch_moves_when_a_nodes_instance_counts_may_have():
+    """``ClusterSnapshot.instances_epoch`` moves at a change after which a node's instance counts memo is
+    absent or another object (a state put with its own counts), and stays over a change that keeps the
+    counts (an instance made busy): a sum of the nodes' counts is kept while it stays."""
+    snap = ClusterSnapshot.of([_node()])
+    instances_by_profile(snap.nodes["n0"])
+    snap.put(snap.nodes["n0"], memo_kept=True)  # the counts seen at a change first
+    epoch = snap.instances_epoch
+    snap.reserve(Config(2, 1, "1g.5gb"), Fit("n0", ONE, False))  # an idle instance made busy
+    assert snap.instances_epoch == epoch and instances_by_profile(snap.nodes["n0"]) == _scan(snap.nodes["n0"])["instances"]
+    snap.reserve(Config(2, 1, "1g.5gb"), Fit("n0", SliceRef("1g.5gb", 2), True))  # an instance created
+    assert snap.instances_epoch > epoch
+    epoch = snap.instances_epoch
+    other = NodeState("n0", 16, 16, "A100-40GB", [Slice(THREE)])
+    instances_by_profile(other)  # counted on the state before it is put, memo kept
+    snap.put(other, memo_kept=True)
+    assert snap.instances_epoch > epoch

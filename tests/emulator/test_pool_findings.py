@@ -80,3 +80,29 @@ def test_what_is_kept_is_what_is_worked_out_afresh_at_every_step(apps, profiles)
     em = _emulation(apps, profiles, check)
     em.run()
     assert checked["steps"] > 100 and checked["thin"] > 10, checked
+
+
+def test_the_kept_instance_sum_is_the_clusters_at_every_step(apps, profiles):
+    """ESG's sum of the nodes' MIG instances per profile (``EsgPolicy._instances``), kept while the
+    snapshot's ``instances_epoch`` stays, equals a count of the node states' instances at every step of
+    a run that creates and destroys instances often."""
+    checked = {"kept": 0, "moved": 0}
+    last = {"epoch": -1, "sum": None}
+    em: Emulation
+
+    def check(now, nodes, scheduler):
+        snapshot = em.view(now)
+        fresh: dict[str, int] = {}
+        for state in snapshot.nodes.values():
+            for s in state.slices:
+                fresh[s.ref.profile] = fresh.get(s.ref.profile, 0) + 1
+        assert scheduler.policy._instances(snapshot) == fresh, f"instances at {now}"
+        if snapshot.instances_epoch == last["epoch"]:
+            checked["kept"] += 1
+        elif last["sum"] is not None and fresh != last["sum"]:
+            checked["moved"] += 1
+        last["epoch"], last["sum"] = snapshot.instances_epoch, fresh
+
+    em = _emulation(apps, profiles, check)
+    em.run()
+    assert checked["kept"] > 100 and checked["moved"] > 3, checked

@@ -125,6 +125,7 @@ def test_kept_snapshot_matches_a_fresh_one_at_every_step(policy, apps, profiles)
             assert kept.by_capacity(gpu) == fresh.by_capacity(gpu)
         for f in functions:
             assert set(kept.nodes_with_warm(f)) == set(fresh.nodes_with_warm(f)), f
+            assert kept.idle_totals(f) == fresh.idle_totals(f), f
         for name in nodes:
             for config in {e.config for p in profiles.values() for e in p.entries}:
                 assert kept.fit(name, config) == fresh.fit(name, config)

@@ -319,9 +319,12 @@ class ClusterSnapshot:
         idle warm worker of it when one waits on that slice. Remembered until the node changes."""
         node = self.nodes[node_name]
         memo = node.memo
-        fit = memo.get(config, _MISSING)
-        if fit is _MISSING:
+        found = memo.get(config, _MISSING)
+        fit: Fit | None  # (typed: compiled, a field read on what the untyped memo holds is a generic look-up)
+        if found is _MISSING:
             fit = memo[config] = self._fit(node_name, config)
+        else:
+            fit = found
         if fit is None or function is None or fit.create:
             return fit
         warm = memo.get((config, function), _MISSING)

@@ -41,7 +41,7 @@ from esg.mig import DEFAULT_GPU_MODEL, compute_slices
 from esg.model import App, Config
 from esg.policies.base import Policy
 from esg.profiles import Profile
-from esg.scheduler import Scheduler
+from esg.scheduler import Scheduler, StepResult
 from esg.timing import cold_start_ms, lognormal_params
 
 GC_YOUNG: Final = 20_000
@@ -92,6 +92,9 @@ class Emulation:
         """The last expiry pushed per node, so one expiry is not queued twice."""
         self.metrics = Metrics()
         self.heap = EventHeap()
+        self._output_bytes: dict[str, int] = {f: p.output_bytes for f, p in profiles.items()}
+        """Per function, its output's size (read at every batch: compiled, a field of a profile, whose
+        module is not compiled, is a generic look-up)."""
         self._latency: dict[tuple[str, Config], float] = {
             (f, e.config): e.latency_ms for f, p in profiles.items() for e in p.entries}
         self._ran_on: dict[tuple[str, str], str] = {}
@@ -160,7 +163,8 @@ class Emulation:
         self.metrics.events += max(1, len(events))
         snapshot = self.view(now)
         before = self.policy.work_units()
-        result = self.scheduler.step(now, snapshot, events)
+        # typed: compiled, the fields of a result read through ``Any`` are generic attribute look-ups
+        result: StepResult = self.scheduler.step(now, snapshot, events)
         for o in result.outcomes:
             if o.request_id in self._measured:
                 self._measured.discard(o.request_id)
@@ -317,7 +321,7 @@ class Emulation:
         for job in d.jobs:
             for p in preds:
                 if self._ran_on.get((job.request_id, p), d.node) != d.node:
-                    remote += self.profiles[p].output_bytes
+                    remote += self._output_bytes[p]
         if not remote:
             return 0.0
         return self.params.store_read_ms + remote / (self.params.store_read_mb_s * 1e3)
@@ -326,7 +330,7 @@ class Emulation:
         """A batch whose outputs go to successors writes them to the data store with its result."""
         if not self.apps[d.app].successors(d.function):
             return 0.0
-        written = len(d.jobs) * self.profiles[d.function].output_bytes
+        written = len(d.jobs) * self._output_bytes[d.function]
         return self.params.store_write_ms + written / (self.params.store_write_mb_s * 1e3)
 
     def _finish(self, batch_id: str, now: float) -> BatchDone:

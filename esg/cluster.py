@@ -274,6 +274,7 @@ class ClusterSnapshot:
                 self._move_idle(f, None, counts)
 
     def _move_idle(self, function: str, old: dict[str | None, int] | None, new: dict[str | None, int] | None) -> None:
+        """Move ``function``'s totals from a node's ``old`` counts by kind to its ``new`` ones."""
         if old is new:
             return  # (counts carried over a change are the same dict)
         assert self._idle_totals is not None
@@ -448,10 +449,10 @@ class ClusterSnapshot:
         elif workers is not False:
             self.idle_moves[workers] = self.idle_moves.get(workers, 0) + 1
         self.nowhere.clear()
-        counts: dict[str, int] | None = state.memo.get(INSTANCES)
-        if counts is None or counts is not self._instances_of.get(node_name):
+        instances: dict[str, int] | None = state.memo.get(INSTANCES)
+        if instances is None or instances is not self._instances_of.get(node_name):
             self.instances_epoch += 1
-            self._instances_of[node_name] = counts
+            self._instances_of[node_name] = instances
         moved = False
         for gpu, (ordered, names, places) in self._capacity.items():
             if _reorder(ordered, names, places, node_name, self._capacity_key(node_name, gpu)):

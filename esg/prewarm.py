@@ -199,7 +199,7 @@ def idle_of_kind(snapshot: ClusterSnapshot, function: str, kind: str | None,
         return snapshot.idle_totals(function).get(kind, 0)
     total = 0
     for name in snapshot.nodes_with_warm(function):
-        if nodes is not None and name not in nodes:
+        if name not in nodes:
             continue
         counts = idle_by_kind(snapshot.nodes[name]).get(function)
         if counts is not None:

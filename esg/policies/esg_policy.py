@@ -180,6 +180,9 @@ class _Recent:
         self.times: list[float] = []
         self.first = 0
 
+    def add(self, t: float) -> None:
+        self.times.append(t)
+
     def forget_before(self, cut: float) -> int:
         """Forget the times before ``cut``; how many are kept."""
         times = self.times
@@ -642,7 +645,7 @@ class EsgPolicy(Policy):
                 seen = self._jobs_seen.get(f)
                 if seen is None:
                     seen = self._jobs_seen[f] = _Recent()
-                seen.times.append(now_ms)
+                seen.add(now_ms)
                 self._rate(f, now_ms)  # forgets the jobs older than the window: the list stays short
 
     def keep_alive_ms(self, app: str, function: str, now_ms: float) -> float | None:
@@ -734,11 +737,10 @@ class EsgPolicy(Policy):
     def _rate(self, function: str, now_ms: float) -> float:
         """Jobs of ``function`` per ms over the last :meth:`_window_ms`."""
         seen = self._jobs_seen.get(function)
-        if seen is None or seen.first == len(seen.times):
+        if seen is None:
             return 0.0
         window = self._window_ms(function)
-        n = seen.forget_before(now_ms - window)
-        return n / window if window > 0 else 0.0
+        return seen.forget_before(now_ms - window) / window if window > 0 else 0.0
 
     def _size_pools(self, now_ms: float, snapshot: ClusterSnapshot,
                     wants: dict[tuple[str, str | None, str], WarmUp]) -> None:

@@ -18,7 +18,7 @@ def test_the_times_kept_are_a_deques(ops):
     recent, reference = _Recent(), deque()
     for add, t in ops:
         if add:
-            recent.times.append(t)
+            recent.add(t)
             reference.append(t)
         else:
             while reference and reference[0] < t:
@@ -30,6 +30,6 @@ def test_the_times_kept_are_a_deques(ops):
 def test_a_long_run_drops_what_it_forgot():
     recent = _Recent()
     for t in range(10_000):
-        recent.times.append(float(t))
+        recent.add(float(t))
         assert recent.forget_before(t - 99.5) == min(t + 1, 100)
     assert len(recent.times) < 1_000

@@ -8,7 +8,11 @@ activations. Each system answers them in turn, each in its own processes, on the
 * **forwarder** -- consumes ``invoker0`` and produces a Combined ack per message on ``completed0``: the
   floor any invoker stand-in pays for OpenWhisk's two Kafka hops; on kafka-python (as in runs A-I);
 * **forwarder, librdkafka** -- the same forwarder on confluent-kafka's consumer and producer, the client
-  the scheduler reads and writes Kafka with: the like-for-like floor. Ratios are given to both;
+  the scheduler reads and writes Kafka with: the like-for-like floor;
+* **forwarder + warm action** -- the forwarder that also runs the action, as OpenWhisk's invoker does:
+  each activation on a warm worker of the pool ``esg agent`` uses (same workers, same ``/run``), one at a
+  time per worker on 8 vCPUs, the ack carrying its result. No scheduler, no agent channel: the floor of
+  any system that runs the action in a worker of its own. Ratios are given to all three;
 * **echo agent, plain action** -- ``esg scheduler`` with a fast echo agent (a process that answers the
   dispatches of each read at once, in one round trip, on the real channel; no action runtime); the
   action has no annotations (batch 1: one dispatch and one result per activation);
@@ -54,6 +58,7 @@ from controller_plugin.bus import FETCH_WAIT_MS  # noqa: E402  (the forwarder fe
 from esg_cli.controller_driver import ControllerDriver  # noqa: E402
 from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn  # noqa: E402
 from esg_cli.servers import start_broker, start_redis  # noqa: E402
+from invoker_agent.runtime_client import RuntimeResult  # noqa: E402
 
 NODE = "bench-node"
 ECHO_CODE = "def main(a):\n    return a\n"
@@ -61,11 +66,14 @@ PRODUCE_CODE = "def main(a):\n    return {'blob': 'x' * int(a['n'])}\n"
 CONSUME_CODE = "def main(a):\n    return {'n': len(a['blob'])}\n"
 
 
-def _ack(msg: wire.ActivationMessage, instance: wire.InvokerInstance) -> bytes:
+def _ack(msg: wire.ActivationMessage, instance: wire.InvokerInstance, ran: RuntimeResult | None = None) -> bytes:
+    """The Combined ack of ``msg``: its result as ``ran`` (None: the activation's own parameters, now)."""
     if msg.is_health_test:
         return wire.encode_ack(wire.completion(msg, instance))
     now = int(time.time() * 1000)
-    record = wire.whisk_activation(msg, start_ms=now, end_ms=now, status_code=0, result=msg.content,
+    start, end, code, result = (now, now, 0, msg.content) if ran is None else (
+        int(ran.started_ms or now), int((ran.started_ms or now) + ran.duration_ms), ran.status_code, ran.result)
+    record = wire.whisk_activation(msg, start_ms=start, end_ms=end, status_code=code, result=result,
                                    kind="python:3", limits={"timeout": 60000, "memory": 256, "logs": 10,
                                                             "concurrency": 1}, wait_time_ms=0)
     return wire.encode_ack(wire.combined(msg, record, instance))
@@ -114,18 +122,7 @@ def forwarder_rdkafka(kafka: str, prefix: str) -> None:
 
 
 def forwarder(kafka: str, prefix: str) -> None:
-    from controller_plugin.bus import Bus
-
-    bus = Bus(kafka)
-    bus.ensure_topics([(wire.invoker_topic(0, prefix), "invoker")])
-    bus.close()     # an idle client left open would cost the forwarder a share of a core
-    producer = KafkaProducer(bootstrap_servers=kafka, acks=1, linger_ms=1)
-    consumer = KafkaConsumer(bootstrap_servers=kafka, group_id="bench-forwarder", enable_auto_commit=False,
-                             auto_offset_reset="latest", fetch_max_wait_ms=FETCH_WAIT_MS, max_poll_records=500)
-    tp = TopicPartition(wire.invoker_topic(0, prefix), 0)
-    consumer.assign([tp])
-    consumer.seek_to_end(tp)
-    consumer.position(tp)
+    producer, consumer = _forwarder_clients(kafka, prefix)
     health = wire.health_topic(prefix)
     instance = wire.InvokerInstance(0, 4096)
     last_ping = 0.0
@@ -139,6 +136,71 @@ def forwarder(kafka: str, prefix: str) -> None:
                 msg = wire.parse_activation(rec.value)
                 producer.send(wire.completed_topic(msg.root_controller, prefix), _ack(msg, instance))
         producer.flush()
+
+
+def invoker(kafka: str, prefix: str, vcpus: int) -> None:
+    """The forwarder that also runs the action, as OpenWhisk's invoker does and nothing more: each
+    activation runs on a warm worker of the pool ``esg agent`` uses (the same worker processes and
+    ``/run`` exchange), one activation per worker at a time, on ``vcpus`` threads and vCPUs; its
+    Combined ack carries the action's result. No scheduler, no agent channel, no guarantees: the floor
+    for any system that runs the action in a worker of its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agent_channel.protocol import RunRequest
+    from invoker_agent.actions import ActionCode
+    from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
+    from invoker_agent.vcpus import VcpuAllocator
+
+    producer, consumer = _forwarder_clients(kafka, prefix)
+    pool, cpus = WorkerPool(), VcpuAllocator(vcpus)
+    signal.signal(signal.SIGTERM, lambda *_: (pool.shutdown(), os._exit(0)))
+    action = ActionCode("/guest/plain", "0.0.1", "python:3", ECHO_CODE)
+    key = WorkerKey(action.fqn, action.revision, "cpu", None)
+    instance = wire.InvokerInstance(0, 4096)
+
+    def run(msg: wire.ActivationMessage) -> None:
+        ids = cpus.acquire(1)
+        assert ids is not None
+        try:
+            [ran] = pool.run(key, WorkerSpec(cpus.host_ids(ids)), action,
+                             [RunRequest(msg.activation_id, value=msg.content)])
+        finally:
+            cpus.release(ids)
+        producer.send(wire.completed_topic(msg.root_controller, prefix), _ack(msg, instance, ran))
+
+    threads = ThreadPoolExecutor(vcpus)
+    health = wire.health_topic(prefix)
+    last_ping = 0.0
+    print("ready", flush=True)
+    while True:
+        if time.monotonic() - last_ping > 1:
+            producer.send(health, wire.encode(wire.ping_message(instance)))
+            last_ping = time.monotonic()
+        for recs in consumer.poll(timeout_ms=FETCH_WAIT_MS).values():
+            for rec in recs:
+                msg = wire.parse_activation(rec.value)
+                if msg.is_health_test:
+                    producer.send(wire.completed_topic(msg.root_controller, prefix), _ack(msg, instance))
+                else:
+                    threads.submit(run, msg)
+        producer.flush()
+
+
+def _forwarder_clients(kafka: str, prefix: str) -> tuple[KafkaProducer, KafkaConsumer]:
+    """kafka-python's producer and a consumer of ``invoker0`` from its end, as the forwarder has them."""
+    from controller_plugin.bus import Bus
+
+    bus = Bus(kafka)
+    bus.ensure_topics([(wire.invoker_topic(0, prefix), "invoker")])
+    bus.close()     # an idle client left open would cost the forwarder a share of a core
+    producer = KafkaProducer(bootstrap_servers=kafka, acks=1, linger_ms=1)
+    consumer = KafkaConsumer(bootstrap_servers=kafka, group_id="bench-forwarder", enable_auto_commit=False,
+                             auto_offset_reset="latest", fetch_max_wait_ms=FETCH_WAIT_MS, max_poll_records=500)
+    tp = TopicPartition(wire.invoker_topic(0, prefix), 0)
+    consumer.assign([tp])
+    consumer.seek_to_end(tp)
+    consumer.position(tp)
+    return producer, consumer
 
 
 # -- a fast echo agent (its own process) on the real channel ------------------------------------------
@@ -315,12 +377,17 @@ def deploy(standin: OpenWhiskStandIn, max_batch: int) -> None:
 SYSTEMS = {
     "forwarder": "forwarder",
     "forwarder-rdk": "forwarder, librdkafka",
+    "invoker": "forwarder + warm action (no scheduler)",
     "plain-echo": "scheduler + echo agent, plain action",
     "plain-agent": "scheduler + esg agent, warm action",
     "esg-echo": "scheduler + echo agent, ESG function",
 }
-ACTIONS = {"forwarder": "guest/plain", "forwarder-rdk": "guest/plain", "plain-echo": "guest/plain", "plain-agent": "guest/plain",
-           "esg-echo": "guest/noop"}
+ACTIONS = {"forwarder": "guest/plain", "forwarder-rdk": "guest/plain", "invoker": "guest/plain",
+           "plain-echo": "guest/plain", "plain-agent": "guest/plain", "esg-echo": "guest/noop"}
+#: what the ratios are given to: the two forwarders, and the floor of a system that runs the action
+BASES = ("forwarder", "forwarder-rdk", "invoker")
+#: the vCPUs (and threads) of the node that runs the action: the invoker floor's and the agent's
+VCPUS = 8
 
 
 def main() -> None:
@@ -334,7 +401,9 @@ def main() -> None:
     ap.add_argument("--app-rate", type=float, default=20.0, help="calls/s of the two-function app (both systems)")
     ap.add_argument("--app-s", type=float, default=15.0, help="seconds per payload size of the two-function app")
     ap.add_argument("--only", choices=["systems", "data"], help="run only one of the two parts")
-    ap.add_argument("--role", choices=["forwarder", "forwarder-rdk", "agent"], help=argparse.SUPPRESS)
+    ap.add_argument("--systems", default=",".join(SYSTEMS),
+                    help=f"the systems to measure, comma-separated, the forwarder among them (of: {', '.join(SYSTEMS)})")
+    ap.add_argument("--role", choices=["forwarder", "forwarder-rdk", "invoker", "agent"], help=argparse.SUPPRESS)
     ap.add_argument("--kafka", help=argparse.SUPPRESS)
     ap.add_argument("--redis", help=argparse.SUPPRESS)
     ap.add_argument("--prefix", help=argparse.SUPPRESS)
@@ -343,10 +412,16 @@ def main() -> None:
         return forwarder(a.kafka, a.prefix)
     if a.role == "forwarder-rdk":
         return forwarder_rdkafka(a.kafka, a.prefix)
+    if a.role == "invoker":
+        return invoker(a.kafka, a.prefix, VCPUS)
     if a.role == "agent":
         return echo_agent(a.redis, a.prefix)
 
     sizes = [int(s) for s in a.sizes.split(",")]
+    systems = [key for key in a.systems.split(",") if key]
+    unknown = [key for key in systems if key not in SYSTEMS]
+    if unknown or "forwarder" not in systems:
+        ap.error(f"--systems: {', '.join(unknown) or 'forwarder missing'} (of: {', '.join(SYSTEMS)})")
     # the processes' logs and the profiles live here until the run ends (after every process stopped)
     with tempfile.TemporaryDirectory(prefix="esg-bench-") as tmpdir, start_broker() as broker, \
             start_redis() as redis_server, ExitStack() as outer:
@@ -367,8 +442,8 @@ def main() -> None:
                                                           catalog=standin.store.lookup))
             procs = stack.enter_context(Procs(tmp))
             env = {**base_env, "ESG_TOPIC_PREFIX": prefix}
-            if key.startswith("forwarder"):
-                pids[key] = {"forwarder": procs.spawn([__file__, "--role", key, "--kafka", broker.address,
+            if key.startswith("forwarder") or key == "invoker":
+                pids[key] = {key: procs.spawn([__file__, "--role", key, "--kafka", broker.address,
                                                        "--prefix", prefix], key, ready=True).pid}
                 return driver
             sched = procs.spawn(["-m", "esg_cli.main", "scheduler", "--profiles", str(tmp / "profiles"),
@@ -378,16 +453,16 @@ def main() -> None:
                                     f"{prefix}echo", ready=True)
             else:
                 agent = procs.spawn(["-m", "esg_cli.main", "agent", "--name", NODE, "--fake-gpu", "A100-40GB",
-                                     "--vcpus", "8", "--max-batches", "8", "--log-level", "WARNING",
+                                     "--vcpus", str(VCPUS), "--max-batches", str(VCPUS), "--log-level", "WARNING",
                                      *agent_flags], f"{prefix}agent", env)
             pids[key] = {"scheduler": sched.pid, "agent": agent.pid}
             return driver
 
-        rows: dict[str, dict] = {key: {} for key in SYSTEMS}
-        per_round: dict[str, list[list[float]]] = {key: [] for key in SYSTEMS}
+        rows: dict[str, dict] = {key: {} for key in systems}
+        per_round: dict[str, list[list[float]]] = {key: [] for key in systems}
         if a.only in (None, "systems"):
             for r in range(a.rounds):
-                for key in SYSTEMS:
+                for key in systems:
                     with ExitStack() as stack:
                         d = start(stack, key)
                         d.wait_healthy(1, timeout=60)
@@ -401,7 +476,7 @@ def main() -> None:
                         got = alternate([d], ACTIONS[key], a.rate, a.latency_s, lambda k: {"k": k})[0]
                         per_round[key].append(latencies(d, got))
                         rows[key]["duplicates"] = rows[key].get("duplicates", 0) + len(d.duplicates())
-            for key in SYSTEMS:
+            for key in systems:
                 rows[key].update(summary([x for r in per_round[key] for x in r]))
                 rows[key]["rounds"] = [statistics.median(r) for r in per_round[key]]
             report_systems(rows, a)
@@ -417,14 +492,15 @@ def main() -> None:
 
 
 def report_systems(rows: dict[str, dict], a: argparse.Namespace) -> None:
-    for base in ("forwarder", "forwarder-rdk"):
-        report_against(rows, a, base)
+    for base in BASES:
+        if base in rows:
+            report_against(rows, a, base)
 
 
 def report_against(rows: dict[str, dict], a: argparse.Namespace, base: str) -> None:
     fwd = rows[base]
     print(f"\nburst of {a.n} blocking activations per system; latency at {a.rate:.0f}/s, {a.rounds} rounds of "
-          f"{a.latency_s:.0f} s per system, one system at a time; {os.cpu_count()} cores; ratios to: "
+          f"{a.latency_s:.0f} s per system, one system at a time; {len(os.sched_getaffinity(0))} cores; ratios to: "
           f"{SYSTEMS[base]}")
     print(f"{'system':40s} {'act/s':>7s} {'p50 ms':>7s} {'p99 ms':>7s} {'thr.':>6s} {'p50':>6s} {'p99':>6s}  "
           f"p50 per round (x forwarder)")

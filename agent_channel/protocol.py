@@ -260,8 +260,12 @@ class Heartbeat:
 Message = DispatchMessage | PrewarmMessage | BatchResult | Heartbeat
 
 
+#: One encoder for every message (``json.dumps`` with arguments builds an encoder at each call).
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+
+
 def encode(msg: Message) -> bytes:
-    return json.dumps(to_dict(msg), separators=(",", ":")).encode()
+    return _ENCODER.encode(to_dict(msg)).encode()
 
 
 def to_dict(msg: Message) -> dict[str, Any]:

@@ -49,6 +49,8 @@ return #ARGV - 1
 """
 #: The most entries one ``_ADD`` call carries.
 ADD_PER_CALL = 2000
+#: One encoder for every entry (``json.dumps`` with arguments builds an encoder at each call).
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
 def decisions_key(scope: str) -> str:
@@ -97,7 +99,7 @@ class DecisionLog:
             "reconfigured": rm.reconfigured, "run_ms": rm.run_ms,
             "status": max((r.status_code for r in rm.results), default=3 if rm.error else 0),
             "keep_alive_ms": d.keep_alive_ms}
-        self._staged.append(json.dumps(entry, separators=(",", ":")).encode())
+        self._staged.append(_ENCODER.encode(entry).encode())
 
     def prewarm(self, p: Prewarm, sent_ms: int, done_ms: int, gpu_model: str | None, ready: bool,
                 done: protocol.PrewarmDone | None = None) -> None:
@@ -118,7 +120,7 @@ class DecisionLog:
                   "finished_ms": o.finished_ms, "slo_ms": o.slo_ms, "ok": o.ok}
         if o.rejected:
             record["rejected"] = True  # answered at once by admission control, never run
-        self._staged.append(json.dumps(record, separators=(",", ":")).encode())
+        self._staged.append(_ENCODER.encode(record).encode())
 
     def status(self, key: str, queues: dict, waiting: dict, now_ms: int) -> None:
         """Publish the queues (by (app, function)) and why the waiting ones wait, with the next writes."""

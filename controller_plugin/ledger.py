@@ -87,6 +87,8 @@ return #KEYS
 """
 #: The most entries one ``_ACKING`` call writes.
 ACKING_PER_CALL = 1000
+#: One encoder for every activation record (``json.dumps`` with arguments builds an encoder at each call).
+_RECORD_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,7 @@ class Ledger:
                 args += [ack, ""]
             else:
                 args += [ack, record if isinstance(record, bytes) else
-                         json.dumps(record, separators=(",", ":"), allow_nan=False)]
+                         _RECORD_ENCODER.encode(record)]
         # one script call per ACKING_PER_CALL entries, not an HSET each: redis-py packs every command of a
         # pipeline and parses every reply in Python, which cost the loop as much as the write itself
         for i in range(0, len(keys), ACKING_PER_CALL):

@@ -580,9 +580,13 @@ def parse_ping(data: bytes | str) -> tuple[InvokerInstance, bool]:
 # --- encoding and topics ----------------------------------------------------------------------------
 
 
+#: One encoder for every message (``json.dumps`` with arguments builds an encoder at each call).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def encode(value: Any) -> bytes:
     """Compact UTF-8 JSON, as OpenWhisk's producer writes it; never NaN or Infinity (ValueError)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    return _ENCODER.encode(value).encode("utf-8")
 
 
 def invoker_topic(instance: int, prefix: str = "") -> str:

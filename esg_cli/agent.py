@@ -17,7 +17,7 @@ import socket
 import sys
 
 from esg.mig import GEOMETRIES
-from esg_cli import checks
+from esg_cli import checks, service_gc
 from esg_cli.errors import CliError
 
 RUNNERS = ("process", "docker", "twin")
@@ -215,4 +215,5 @@ def run_agent(args: argparse.Namespace) -> int:
     logging.getLogger("esg.agent").info(
         "agent %s up: %d vCPUs, %d MB, GPU %s, runner %s, Redis %s, OpenWhisk %s", args.name, vcpus, memory_mb,
         slices.gpu_model or "none", args.runner, redact_url(args.redis), fetcher)
+    service_gc.settle()
     return service.run()

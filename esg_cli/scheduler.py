@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from esg_cli import checks
+from esg_cli import checks, service_gc
 from esg_cli.errors import CliError
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -160,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:  # e.g. the metrics port taken between the check and the bind
             raise CliError(f"cannot start: {exc}") from None
         print(f"esg scheduler: ready (incarnation {settings.incarnation})", file=sys.stderr, flush=True)
+        service_gc.settle()
         svc.run()
     except ServiceError as exc:
         raise CliError(str(exc)) from None

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from controller_plugin import wire
+from controller_plugin.bus import Bus
 from esg_cli.controller_driver import BUFFER_SIZE, SUCCESS, SYSTEM_ERROR, TIMEOUT, ControllerDriver, Invoker
 from tests.controller.test_service_basic import put
 
@@ -124,12 +125,18 @@ def test_health_test_is_answered_only_while_that_nodes_agent_lives(service_facto
     agent_factory("node-a")
     driver.wait_healthy(1, timeout=10)
     n_before = len(driver.health_acks)
+    # the topic is there, as an invoker's is before a controller tests it; the scheduler reads it only
+    # once an agent stands behind invoker1. (Sent to a topic not yet created, the test waited on the
+    # driver's Kafka client: its metadata back-off took 0.1 s to over 30 s under load.)
+    bus = Bus(kafka_bootstrap)
+    try:
+        bus.ensure_topics([(wire.invoker_topic(1, prefix), "invoker")])
+    finally:
+        bus.close()
     driver._send_health_test(1)                  # invoker1: no agent behind it yet
     time.sleep(1.5)
     assert [a for a in driver.health_acks[n_before:] if a["instance"]["instance"] == 1] == []
     agent_factory("node-b")                      # node-b becomes invoker1: the pending test is answered
-    # (the test went out before topic invoker1 existed: the driver's Kafka client delivers it once the
-    # scheduler creates the topic, after its metadata back-off -- 0.1 to 12 s measured under load)
     deadline = time.monotonic() + 30
     while not any(a["instance"]["instance"] == 1 for a in driver.health_acks[n_before:]):
         assert time.monotonic() < deadline, "the health test of invoker1 was never answered"

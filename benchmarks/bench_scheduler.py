@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -123,19 +124,9 @@ def forwarder_rdkafka(kafka: str, prefix: str) -> None:
 
 def forwarder(kafka: str, prefix: str) -> None:
     producer, consumer = _forwarder_clients(kafka, prefix)
-    health = wire.health_topic(prefix)
     instance = wire.InvokerInstance(0, 4096)
-    last_ping = 0.0
-    print("ready", flush=True)
-    while True:
-        if time.monotonic() - last_ping > 1:
-            producer.send(health, wire.encode(wire.ping_message(instance)))
-            last_ping = time.monotonic()
-        for recs in consumer.poll(timeout_ms=FETCH_WAIT_MS).values():
-            for rec in recs:
-                msg = wire.parse_activation(rec.value)
-                producer.send(wire.completed_topic(msg.root_controller, prefix), _ack(msg, instance))
-        producer.flush()
+    _forward(producer, consumer, prefix, instance,
+             lambda msg: producer.send(wire.completed_topic(msg.root_controller, prefix), _ack(msg, instance)))
 
 
 def invoker(kafka: str, prefix: str, vcpus: int) -> None:
@@ -169,6 +160,19 @@ def invoker(kafka: str, prefix: str, vcpus: int) -> None:
         producer.send(wire.completed_topic(msg.root_controller, prefix), _ack(msg, instance, ran))
 
     threads = ThreadPoolExecutor(vcpus)
+
+    def take(msg: wire.ActivationMessage) -> None:
+        if msg.is_health_test:
+            producer.send(wire.completed_topic(msg.root_controller, prefix), _ack(msg, instance))
+        else:
+            threads.submit(run, msg)
+    _forward(producer, consumer, prefix, instance, take)
+
+
+def _forward(producer: KafkaProducer, consumer: KafkaConsumer, prefix: str, instance: wire.InvokerInstance,
+             take: Callable[[wire.ActivationMessage], object]) -> None:
+    """The forwarders' loop: a ping every second, each activation read handed to ``take``, the
+    producer flushed after each poll."""
     health = wire.health_topic(prefix)
     last_ping = 0.0
     print("ready", flush=True)
@@ -178,11 +182,7 @@ def invoker(kafka: str, prefix: str, vcpus: int) -> None:
             last_ping = time.monotonic()
         for recs in consumer.poll(timeout_ms=FETCH_WAIT_MS).values():
             for rec in recs:
-                msg = wire.parse_activation(rec.value)
-                if msg.is_health_test:
-                    producer.send(wire.completed_topic(msg.root_controller, prefix), _ack(msg, instance))
-                else:
-                    threads.submit(run, msg)
+                take(wire.parse_activation(rec.value))
         producer.flush()
 
 

@@ -3,11 +3,10 @@ can meet is answered at once with an application error that says why, and never 
 
 from __future__ import annotations
 
-import socket
-
 import requests
 
 from esg.timing import DEFAULT_STAGE_OVERHEAD_MS
+from esg_cli.servers import free_port
 from openwhisk_status import STATUS_APPLICATION_ERROR
 from tests.controller.test_service_basic import DAG, handlers, put
 
@@ -36,12 +35,6 @@ def test_an_activation_no_plan_can_meet_gets_an_application_error_at_once(
     assert agent.batches
     text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     assert 'esg_slo_total{result="rejected"} 1.0' in text and 'esg_slo_total{result="hit"} 1.0' in text
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_without_the_flag_the_same_activation_runs(service_factory, agent_factory, driver, standin):

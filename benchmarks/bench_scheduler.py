@@ -87,11 +87,9 @@ def forwarder_rdkafka(kafka: str, prefix: str) -> None:
     from confluent_kafka import Consumer, Producer
     from confluent_kafka import TopicPartition as RdTopicPartition
 
-    from controller_plugin.bus import Bus, producer_settings
+    from controller_plugin.bus import producer_settings
 
-    bus = Bus(kafka)
-    bus.ensure_topics([(wire.invoker_topic(0, prefix), "invoker")])
-    bus.close()
+    _make_invoker_topic(kafka, prefix)
     producer = Producer(producer_settings(kafka, "bench-forwarder", 5000))
     # the scheduler's consumer settings (controller_plugin.bus.activation_consumer_settings), spelt out
     # here so that the benchmark runs against code from before the scheduler had them too
@@ -186,13 +184,20 @@ def _forward(producer: KafkaProducer, consumer: KafkaConsumer, prefix: str, inst
         producer.flush()
 
 
-def _forwarder_clients(kafka: str, prefix: str) -> tuple[KafkaProducer, KafkaConsumer]:
-    """kafka-python's producer and a consumer of ``invoker0`` from its end, as the forwarder has them."""
+def _make_invoker_topic(kafka: str, prefix: str) -> None:
+    """``invoker0``, created as the scheduler creates it (read before it exists, records can be lost)."""
     from controller_plugin.bus import Bus
 
     bus = Bus(kafka)
-    bus.ensure_topics([(wire.invoker_topic(0, prefix), "invoker")])
-    bus.close()     # an idle client left open would cost the forwarder a share of a core
+    try:
+        bus.ensure_topics([(wire.invoker_topic(0, prefix), "invoker")])
+    finally:
+        bus.close()     # an idle client left open would cost the forwarder a share of a core
+
+
+def _forwarder_clients(kafka: str, prefix: str) -> tuple[KafkaProducer, KafkaConsumer]:
+    """kafka-python's producer and a consumer of ``invoker0`` from its end, as the forwarder has them."""
+    _make_invoker_topic(kafka, prefix)
     producer = KafkaProducer(bootstrap_servers=kafka, acks=1, linger_ms=1)
     consumer = KafkaConsumer(bootstrap_servers=kafka, group_id="bench-forwarder", enable_auto_commit=False,
                              auto_offset_reset="latest", fetch_max_wait_ms=FETCH_WAIT_MS, max_poll_records=500)

@@ -30,6 +30,21 @@ class Metrics:
         self.explored = Counter("esg_explored_batches_total", "Batches run in a configuration the table lacked",
                                 registry=r)
         self.agents = Gauge("esg_agents_alive", "Agents heartbeating", registry=r)
+        self.leader = Gauge("esg_leader", "1 while this scheduler holds the leader lease", registry=r)
+        self.epoch = Gauge("esg_leader_epoch", "The leader epoch this scheduler leads with (0: standing by)",
+                           registry=r)
+        self.ready = Gauge("esg_scheduler_ready", "1 for the leader and for a standby synced enough to take over",
+                           registry=r)
+        self.standby_lag = Gauge("esg_standby_lag_seconds", "How far this standby's reading of the agents' "
+                                 "streams is behind (0 for the leader, -1 before its first read)", registry=r)
+        self.standbys_lag = Gauge("esg_standbys_lag_seconds", "Each standby's lag, as the leader sees it",
+                                  ["standby"], registry=r)
+        self.leader_changes = Counter("esg_leader_takeovers_total", "Times this process took the lead", registry=r)
+        self.ledger_losses = Counter("esg_ledger_losses_total", "Ledgers found lost at a takeover (Redis lost "
+                                     "its data)", registry=r)
+        self.agent_stream_recoveries = Gauge("esg_agent_stream_recoveries", "Consumer groups an agent made "
+                                             "again after Redis lost them", ["node"], registry=r)
+        self._standbys: set[str] = set()
         self._queues: set[tuple[str, str]] = set()
 
     def set_queues(self, lengths: dict[tuple[str, str], int]) -> None:
@@ -38,6 +53,12 @@ class Metrics:
         for key, n in lengths.items():
             self.queue_length.labels(*key).set(n)
         self._queues |= set(lengths)
+
+    def show_standbys(self, names: set[str]) -> None:
+        """Keep the standbys' lag only for those still there."""
+        for gone in self._standbys - names:
+            self.standbys_lag.remove(gone)
+        self._standbys = set(names)
 
     def serve(self, port: int) -> None:
         self._server = start_http_server(port, addr="0.0.0.0", registry=self.registry)

@@ -199,7 +199,7 @@ def run_agent(args: argparse.Namespace) -> int:
         slices.change_delay_s = twin.clock.params.mig_reconfig_ms / 1000
     warm = WarmRegistry()
     fetcher = ActionFetcher(args.openwhisk_api, args.openwhisk_auth)
-    data = DataPlane(client, keys, LocalOutputs(int(args.local_data_mb * 1024 * 1024)))
+    data = DataPlane(client, keys, LocalOutputs(int(args.local_data_mb * 1024 * 1024)), args.name)
     runner = BatchRunner(node, fetcher, slices, allocator, warm, data)
     # every answered batch is named in at least two heartbeats (the scheduler forgets its claim then)
     heartbeats = HeartbeatBuilder(args.name, memory_mb, allocator, slices, node.pool, warm,

@@ -8,7 +8,9 @@ import os
 import signal
 import sys
 import threading
+import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from esg_cli import checks, service_gc
@@ -24,7 +26,8 @@ STOP_GRACE_S = 20.0
 ENV = {"kafka": "ESG_KAFKA", "redis": "ESG_REDIS", "openwhisk_api": "ESG_OPENWHISK_API",
        "openwhisk_auth": "ESG_OPENWHISK_AUTH", "topic_prefix": "ESG_TOPIC_PREFIX",
        "controller_id": "ESG_CONTROLLER_ID", "activation_store": "ESG_ACTIVATION_STORE",
-       "aes128": "ESG_PARAMETER_STORAGE_AES128", "aes256": "ESG_PARAMETER_STORAGE_AES256"}
+       "aes128": "ESG_PARAMETER_STORAGE_AES128", "aes256": "ESG_PARAMETER_STORAGE_AES256",
+       "name": "ESG_SCHEDULER_NAME"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,6 +69,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metrics-port", type=checks.port, metavar="PORT", help="serve Prometheus metrics on this port")
     p.add_argument("--agent-timeout-s", type=checks.positive_float, default=5.0, metavar="S",
                    help="an agent silent this long is lost (default 5)")
+    p.add_argument("--lease-s", type=checks.positive_float, default=2.0, metavar="S",
+                   help="the leader lease: a standby takes over this long after the leader stopped renewing it "
+                        "(renewed every quarter of it; default 2). Every scheduler of a deployment competes for it; "
+                        "one leads, the others stand by (docs/deployment.md, 'Failover')")
+    p.add_argument("--name", metavar="NAME", type=checks.node_name,
+                   help="this scheduler's name in esg status and the metrics (env ESG_SCHEDULER_NAME; default: the "
+                        "host name)")
     p.add_argument("--explore-fraction", type=checks.fraction, default=0.05, metavar="F",
                    help="share of a function's calls that may run in configurations its table lacks, to learn "
                         "them (docs/online-profiles.md)")
@@ -115,7 +125,12 @@ def settings_from(args: argparse.Namespace):
                     activation_store=checks.from_env(args.activation_store, ENV["activation_store"],
                                                      checks.activation_store_url),
                     deadline=Deadline(args.timeout_factor, args.timeout_addon_s, args.std_time_limit_s),
-                    parameter_keys=parameter_keys(args))
+                    parameter_keys=parameter_keys(args), lease_s=args.lease_s,
+                    **_name(checks.from_env(args.name, ENV["name"], checks.node_name)))
+
+
+def _name(name: str | None) -> dict:
+    return {"name": name} if name else {}
 
 
 def parameter_keys(args: argparse.Namespace):
@@ -147,25 +162,44 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    try:
-        svc = SchedulerService(settings)
-    except ServiceError as exc:
-        raise CliError(str(exc)) from None
-    on_stop = stop_within(svc.stop, STOP_GRACE_S, _exit_now)
+    stopping = threading.Event()
+    current: list = []
+
+    def stop() -> None:
+        stopping.set()
+        if current:
+            current[-1].stop()
+    on_stop = stop_within(stop, STOP_GRACE_S, _exit_now)
     for sig in (signal.SIGTERM, signal.SIGHUP):  # a hang-up stops it as cleanly as a kill
         signal.signal(sig, lambda *_: on_stop())
-    try:
+    while not stopping.is_set():
+        # one service per term: a leader that lost its lease stepped down and stopped acting; a fresh one
+        # (a new incarnation, nothing kept of the old one's state) stands by in its place
         try:
-            svc.start()
-        except OSError as exc:  # e.g. the metrics port taken between the check and the bind
-            raise CliError(f"cannot start: {exc}") from None
-        print(f"esg scheduler: ready (incarnation {settings.incarnation})", file=sys.stderr, flush=True)
-        service_gc.settle()
-        svc.run()
-    except ServiceError as exc:
-        raise CliError(str(exc)) from None
-    finally:
-        svc.close()
+            svc = SchedulerService(settings)
+        except ServiceError as exc:
+            raise CliError(str(exc)) from None
+        current.append(svc)
+        try:
+            try:
+                svc.start()
+            except OSError as exc:  # e.g. the metrics port taken between the check and the bind
+                raise CliError(f"cannot start: {exc}") from None
+            role = "leading" if svc.leader else "standing by"
+            print(f"esg scheduler: ready, {role} (incarnation {settings.incarnation})", file=sys.stderr, flush=True)
+            service_gc.settle()
+            if stopping.is_set():
+                break
+            svc.run()
+        except ServiceError as exc:
+            raise CliError(str(exc)) from None
+        finally:
+            svc.close()
+            current.clear()
+        if not svc.stepped_down:
+            break
+        settings = replace(settings, incarnation=uuid.uuid4().hex[:12])
+        logging.getLogger("esg.scheduler").warning("rejoining as a standby (incarnation %s)", settings.incarnation)
     return 0
 
 

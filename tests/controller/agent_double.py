@@ -6,7 +6,9 @@ echo the input), so tests need no action code or worker processes. A handler tha
 stands for an action that ran past its time limit: answered as ``esg agent`` answers one (status 2, the
 ``timeout`` flag, OpenWhisk's message). Heartbeats go to the heartbeat
 stream, batches come from the node's dispatch stream, results go to each dispatch's ``reply_to``, and
-non-sink outputs are stored and referenced exactly as ``esg agent`` does it.
+non-sink outputs are stored and referenced exactly as ``esg agent`` does it. A batch it answers it claims
+first, as ``esg agent`` does (``agent_channel/claims.py``): one the scheduler revoked is not run; with
+``answering`` off it reads batches and never starts them (a revocation then takes them back).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class AgentDouble:
         self.redis = redis.Redis.from_url(redis_url)
         keys = Keys(prefix)
         self.channel = AgentChannel(self.redis, keys, node)
-        self.data = DataPlane(self.redis, keys, LocalOutputs(64 << 20 if local_data else 0))
+        self.data = DataPlane(self.redis, keys, LocalOutputs(64 << 20 if local_data else 0), node)
         self._threads = [threading.Thread(target=self._beat, daemon=True),
                          threading.Thread(target=self._serve, daemon=True)]
         for t in self._threads:
@@ -83,12 +85,15 @@ class AgentDouble:
                 assert isinstance(msg, protocol.DispatchMessage)
                 self.batches.append(msg)
                 if self.answering:
+                    if self.channel.claim(msg.batch_id, msg.epoch, msg.data_ttl_s) != "claimed":
+                        self.channel.drop(e.id)
+                        continue
                     out.append((e.id, msg, *self.run(msg)))
             if out and self.run_delay_s:
                 time.sleep(self.run_delay_s)
             for entry_id, msg, result, writes in out:
                 if self.answering:
-                    self.channel.answer(entry_id, msg.reply_to, result, writes)
+                    self.channel.answer(entry_id, msg.reply_to, result, writes, msg.data_ttl_s)
 
     def run(self, msg: protocol.DispatchMessage) -> tuple[protocol.BatchResult, list]:
         handler = self.handlers.get(msg.action.path, lambda v: v)

@@ -281,8 +281,8 @@ class Dispatcher:
         for s, entry_id in zip(sends, entry_ids):
             entry_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
             d = s.dispatch
-            self.inflight[d.batch_id] = InFlight(d, entry_id, Claim(d.batch_id, d.function, d.config, d.fit),
-                                                 s.message.data_ttl_s)
+            ttl = s.message.data_ttl_s if s.message is not None else InFlight.ttl_s
+            self.inflight[d.batch_id] = InFlight(d, entry_id, Claim(d.batch_id, d.function, d.config, d.fit), ttl)
             self.metrics.batch_size.observe(len(s.dispatch.jobs))
         if sends:
             self.metrics.decisions.inc(len(sends))

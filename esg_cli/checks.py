@@ -89,10 +89,19 @@ def _split_url(text: str, message: str) -> SplitResult:
 
 
 def redis_url(text: str) -> str:
-    """``redis://[:PASSWORD@]HOST:PORT[/DB]``, ``rediss://...`` or ``unix:///PATH``. The password is never shown."""
+    """``redis://[USER:PASSWORD@]HOST:PORT[/DB]``, ``rediss://...``, ``unix:///PATH``, or a Sentinel's
+    ``redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]``. The password is never shown."""
     parts = _split_url(text, "not a Redis URL (expected redis://HOST:PORT/DB)")
+    if parts.scheme in ("redis+sentinel", "rediss+sentinel"):
+        from agent_channel.connect import sentinel_parts
+
+        try:
+            sentinel_parts(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
     if parts.scheme not in ("redis", "rediss", "unix"):
-        raise argparse.ArgumentTypeError(f"expected a redis://, rediss:// or unix:// URL, "
+        raise argparse.ArgumentTypeError(f"expected a redis://, rediss://, unix:// or redis+sentinel:// URL, "
                                          f"got scheme {parts.scheme or '(none)'!r}")
     if parts.scheme != "unix" and not parts.hostname:
         raise argparse.ArgumentTypeError("the Redis URL names no host (expected redis://HOST:PORT/DB)")
@@ -182,6 +191,25 @@ def comma_list(known: Iterable[str], what: str) -> Callable[[str], list[str]]:
 
 
 # -- values from the environment ---------------------------------------------------------------------
+
+def from_env_or_file(value: Any, env: str, parse: Callable[[str], Any], default: Any = None) -> Any:
+    """:func:`from_env`, and then the file named by ``{env}_FILE`` (its text, stripped): a secret handed
+    over in a file (a mounted secret) rather than in the environment or on the command line."""
+    got = from_env(value, env, parse)
+    if got is not None:
+        return got
+    path = os.environ.get(f"{env}_FILE")
+    if not path:
+        return default
+    try:
+        raw = Path(path).read_text().strip()
+    except OSError as exc:
+        raise CliError(f"environment variable {env}_FILE: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        return parse(raw)
+    except argparse.ArgumentTypeError as exc:
+        raise CliError(f"environment variable {env}_FILE: {path}: {exc}") from None
+
 
 def from_env(value: Any, env: str, parse: Callable[[str], Any], default: Any = None) -> Any:
     """A flag's parsed value; else the environment variable ``env`` parsed with ``parse`` (an error names

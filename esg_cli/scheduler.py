@@ -39,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kafka", metavar="HOST:PORT", type=checks.kafka_address,
                    help="Kafka bootstrap server (env ESG_KAFKA)")
     p.add_argument("--redis", metavar="URL", type=checks.redis_url,
-                   help="Redis URL, may carry a password (env ESG_REDIS)")
+                   help="Redis URL (redis://USER:PASSWORD@HOST:PORT/DB, or a Sentinel's redis+sentinel://...); prefer "
+                        "env ESG_REDIS or a file named by ESG_REDIS_FILE: a flag shows its password in the process "
+                        "list")
     p.add_argument("--openwhisk-api", metavar="URL", type=checks.http_url,
                    help="OpenWhisk API host (env ESG_OPENWHISK_API)")
     p.add_argument("--openwhisk-auth", metavar="UUID:KEY", type=checks.api_key,
@@ -102,11 +104,11 @@ def settings_from(args: argparse.Namespace):
     from controller_plugin.settings import DEFAULT_STAGE_OVERHEAD_MS, Deadline, Settings, shipped_profiles_dir
 
     kafka = checks.from_env(args.kafka, ENV["kafka"], checks.kafka_address)
-    redis_url = checks.from_env(args.redis, ENV["redis"], checks.redis_url)
+    redis_url = checks.from_env_or_file(args.redis, ENV["redis"], checks.redis_url)
     if not kafka:
         raise CliError("no Kafka given: pass --kafka HOST:PORT or set ESG_KAFKA")
     if not redis_url:
-        raise CliError("no Redis given: pass --redis URL or set ESG_REDIS")
+        raise CliError("no Redis given: set ESG_REDIS or ESG_REDIS_FILE (or pass --redis URL)")
     profiles = args.profiles or shipped_profiles_dir()
     check_profile_tables(profiles, "--profiles")
     if args.metrics_port is not None:

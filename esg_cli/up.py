@@ -8,6 +8,12 @@ action per app), runs ``esg scheduler`` and ``--nodes`` x ``esg agent --fake-gpu
 and plays the controller on Kafka. With ``--requests N`` it calls every app N times (blocking, one call every
 ``--interval-ms``) and prints what came back; with ``--serve`` it keeps running and prints how to call it with ``curl``.
 
+Redis runs with ACL users and passwords generated for this run (``esg redis-users``): the schedulers
+(``--schedulers N``: one leads, the others stand by) and each agent log in as their own user, each handed
+its URL in a file of mode 0600 (``ESG_REDIS_FILE``), never on a command line; the URLs are in the logs
+directory's ``redis/``. A scheduler or agent that exits while the cluster runs is restarted and reported
+(:mod:`esg_cli.supervise`).
+
 On a machine without a GPU the agents carve *fake* MIG slices and run every action on the CPU, so the
 scheduler plans with CPU profile tables by default (``profiles/tables/cpu``), and each app's SLO is
 ``--slo-factor`` x its fastest path under those tables (an SLO a CPU can meet).
@@ -51,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.split("\n\n")[0] + "\n\nEvery process it starts is listed, stopped "
                                    "on exit, Ctrl-C, SIGTERM or SIGHUP, and dies with it even on kill -9.")
     p.add_argument("--nodes", type=checks.positive_int, default=2, help="invoker agents to start")
+    p.add_argument("--schedulers", type=checks.positive_int, default=1,
+                   help="schedulers to start: one leads, the others stand by to take over (default 1)")
     p.add_argument("--vcpus", type=checks.positive_int, default=None,
                    help="vCPUs each agent advertises (default: the CPUs here)")
     p.add_argument("--fake-gpu", type=checks.gpu_model, default=DEFAULT_GPU_MODEL, metavar="MODEL",
@@ -142,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
                     _warm_up(cluster, apps, args.requests, args.timeout_s)
                 ok = _call_apps(cluster, apps, args.requests, args.interval_ms / 1000, args.timeout_s)
             if args.serve:
-                _serve(cluster)
+                ok = _serve(cluster) and ok
         return 0 if ok else 1
     except _Stop as stop:
         print(f"esg up: {stop}: everything it started is stopped", file=sys.stderr)
@@ -189,16 +197,33 @@ class Cluster:
     api: str
     driver: Any
     procs: dict[str, subprocess.Popen]
+    supervisor: Any = None
+
+
+def _redis_users(logs: Path, nodes: list[str], port: int):
+    """This run's Redis users, their URL files under ``logs/redis`` (0700) and the ACL text for the server."""
+    from esg_cli import redis_users
+
+    creds = logs / "redis"
+    users = redis_users.write(creds, "", nodes, f"127.0.0.1:{port}")
+    return creds, users, (creds / "users.acl").read_text()
 
 
 def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], logs: Path) -> Cluster:
     from actions import deploy
+    from agent_channel import acl
     from esg_cli.controller_driver import ControllerDriver
     from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn
-    from esg_cli.servers import start_broker, start_couchdb, start_redis
+    from esg_cli.servers import free_port, start_broker, start_couchdb, start_redis
+    from esg_cli.supervise import Child, Supervisor
 
     broker = stack.enter_context(start_broker())
-    rserver = stack.enter_context(start_redis())
+    nodes = [f"node{i}" for i in range(args.nodes)]
+    port = free_port()
+    creds, users, acl_text = _redis_users(logs, nodes, port)
+    admin = next(u for u in users if u.name == acl.ADMIN)
+    rserver = stack.enter_context(start_redis(port=port, acl=acl_text, admin=(admin.name, admin.password),
+                                              maxmemory_mb=1024))
     couch = stack.enter_context(start_couchdb())
     store = f"{couch.url}/{ACTIVATIONS_DB}"
     try:
@@ -211,10 +236,16 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
         standin.put_action(f"{NAMESPACE}/{r.name}", r.body)
     print(f"deployed {len(requests_)} actions: " + ", ".join(f"{d.app.name} (SLO {d.slo_ms:g} ms)" for d in apps))
 
-    env = dict(os.environ, ESG_KAFKA=broker.address, ESG_REDIS=rserver.url, ESG_OPENWHISK_API=standin.url,
+    env = dict(os.environ, ESG_KAFKA=broker.address, ESG_OPENWHISK_API=standin.url,
                ESG_OPENWHISK_AUTH=GUEST_KEY, ESG_ACTIVATION_STORE=store, PYTHONPATH=str(ROOT))
+    env.pop("ESG_REDIS", None)      # each child logs in as its own Redis user, from its own file
     procs: dict[str, subprocess.Popen] = {}
+    children: dict[str, Child] = {}
     stack.callback(_stop_all, procs)
+
+    def start(name: str, cmd: list[str], child_env: dict[str, str]) -> None:
+        children[name] = Child(cmd, child_env, logs / f"{name}.log", _spawn(cmd, child_env, logs / f"{name}.log"))
+        procs[name] = children[name].proc
     scheduler = ["scheduler", "--profiles", str(args.profiles)]
     if getattr(args, "no_online_profiles", False):
         scheduler.append("--no-online-profiles")
@@ -222,7 +253,9 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
         scheduler.append("--admission-control")
     if getattr(args, "no_prewarm", False):
         scheduler.append("--no-prewarm")
-    procs["scheduler"] = _spawn(scheduler, env, logs / "scheduler.log")
+    for k in range(getattr(args, "schedulers", 1)):
+        name = "scheduler" if k == 0 else f"scheduler-{k}"
+        start(name, scheduler, dict(env, ESG_REDIS_FILE=str(creds / "scheduler.url"), ESG_SCHEDULER_NAME=name))
     for i in range(args.nodes):
         cmd = ["agent", "--name", f"node{i}", "--fake-gpu", args.fake_gpu, "--journal", str(logs / f"node{i}.journal")]
         if args.vcpus:
@@ -232,7 +265,10 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
             # more), so the node's vCPUs and slices bound them, as in the emulator
             cmd += ["--runner", "twin", "--profiles", str(args.profiles), "--seed", str(i),
                     "--max-batches", str(args.vcpus or len(os.sched_getaffinity(0)))]
-        procs[f"node{i}"] = _spawn(cmd, env, logs / f"node{i}.log")
+        start(f"node{i}", cmd, dict(env, ESG_REDIS_FILE=str(creds / f"agent-node{i}.url")))
+    supervisor = Supervisor(children, procs, _spawn)
+    supervisor.start()
+    stack.callback(supervisor.stop)     # before the children are stopped (callbacks run last first)
 
     driver = stack.enter_context(ControllerDriver(broker.address, catalog=standin.store.lookup,
                                                   activation_store=store))
@@ -245,16 +281,17 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
         raise CliError(f"the cluster did not come up: {exc}" + (f"; stopped: {', '.join(dead)}" if dead else "")) from None
     print(f"{args.nodes} invoker agent(s) healthy")
     _print_started(broker, rserver, couch, standin.url, procs, logs)
-    return Cluster(broker.address, standin.url, driver, procs)
+    return Cluster(broker.address, standin.url, driver, procs, supervisor)
 
 
 def _print_started(broker, rserver, couch, api: str, procs: dict[str, subprocess.Popen], logs: Path) -> None:
     """What this command started, so a user knows what runs (and can check that nothing outlives it)."""
     rows = [("Kafka-protocol broker (Tansu)", broker.process.pid, broker.address),
-            ("redis-server", rserver.process.pid, rserver.url),
+            ("redis-server", rserver.process.pid, f"redis://{rserver.host}:{rserver.port}/0 (ACL users; their URLs "
+                                                  f"in {logs / 'redis'})"),
             ("pouchdb-server (activations)", couch.process.pid, f"http://{couch.address}/{ACTIVATIONS_DB}"),
             ("OpenWhisk REST stand-in", os.getpid(), f"{api} (a thread of this process)")]
-    rows += [(f"esg {'scheduler' if n == 'scheduler' else 'agent ' + n}", p.pid, str(logs / f"{n}.log"))
+    rows += [(f"esg {n if n.startswith('scheduler') else 'agent ' + n}", p.pid, str(logs / f"{n}.log"))
              for n, p in procs.items()]
     print("started (stopped on exit, Ctrl-C, SIGTERM or SIGHUP; each dies with this process, even on kill -9; "
           "action workers die with their agent):")
@@ -354,7 +391,7 @@ def brief(value: Any, text: int = 48, items: int = 5) -> Any:
     return value
 
 
-def _serve(cluster: Cluster) -> None:
+def _serve(cluster: Cluster) -> bool:
     from esg_cli.openwhisk_standin import GUEST_KEY
 
     print(f"\nserving; call an app with:\n  curl -u {GUEST_KEY} -X POST "
@@ -362,10 +399,10 @@ def _serve(cluster: Cluster) -> None:
           "-H 'Content-Type: application/json' -d '{\"seed\": 1}'\n(OpenWhisk's public guest key; "
           "Ctrl-C stops everything)")
     try:
-        while all(p.poll() is None for p in cluster.procs.values()):
+        while cluster.supervisor is None or cluster.supervisor.failed is None:
             time.sleep(0.5)
-        dead = [n for n, p in cluster.procs.items() if p.poll() is not None]
-        print(f"stopped: {', '.join(dead)} exited", file=sys.stderr)
+        print(f"stopped: {cluster.supervisor.failed}", file=sys.stderr)
+        return False
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the caller stops everything on the way out
         print("\nstopping")
         raise

@@ -131,9 +131,15 @@ class SchedulerSide:
     def __init__(self, redis_url: str, prefix: str) -> None:
         self.keys = Keys(prefix, f"test{uuid.uuid4().hex[:6]}")
         self.r = redis.Redis.from_url(redis_url)
-        self._from = {self.keys.results: "0-0", self.keys.heartbeats: "0-0"}
+        self._from: dict[str, str] = {}
         self.results: list[BatchResult] = []
         self.heartbeats: list[Heartbeat] = []
+
+    def follow(self, node: str) -> str:
+        """Read ``node``'s results (to this side's controller id) and heartbeats; its results stream."""
+        for stream in (self.keys.results(node), self.keys.heartbeats(node)):
+            self._from.setdefault(stream, "0-0")
+        return self.keys.results(node)
 
     def dispatch(self, node: str, function: str, values: list[dict], *, batch_id: str | None = None,
                  config: Config | None = None, slice_: SliceRef | None = None,
@@ -149,7 +155,7 @@ class SchedulerSide:
                               tuple(RunRequest(f"{batch_id}-a{i}", f"tx{i}", v, now + 60000, namespace,
                                                tuple(inputs[i]) if inputs else (), api_key=api_key)
                                     for i, v in enumerate(values)),
-                              self.keys.results, return_output, 60)
+                              self.follow(node), return_output, 60)
         self.send(node, raw if raw is not None else encode(msg))
         return msg
 
@@ -158,7 +164,7 @@ class SchedulerSide:
                 prewarm_id: str | None = None, api_key: str | None = None) -> PrewarmMessage:
         msg = PrewarmMessage(prewarm_id or f"p-{uuid.uuid4().hex[:10]}", node, "app", function,
                              ActionRef(namespace, function), config, slice_, destroy, keep_alive_ms,
-                             self.keys.results, api_key=api_key)
+                             self.follow(node), api_key=api_key)
         self.send(node, encode(msg))
         return msg
 
@@ -166,6 +172,9 @@ class SchedulerSide:
         self.r.xadd(self.keys.dispatch(node), fields(raw))
 
     def poll(self) -> None:
+        if not self._from:
+            time.sleep(0.1)
+            return
         for e in entries(self.r.xread(self._from, count=1000, block=100)):
             self._from[e.stream] = e.id
             m = decode(e.raw)
@@ -186,6 +195,7 @@ class SchedulerSide:
 
     def heartbeat(self, node: str, pred: Callable[[Heartbeat], bool] = lambda h: True,
                   timeout: float = 20.0, after: int = 0) -> Heartbeat:
+        self.follow(node)
         return self.wait_for(lambda: next((h for h in self.heartbeats[after:] if h.node == node and pred(h)),
                                           None), timeout, f"a matching heartbeat from {node}")
 

@@ -202,7 +202,7 @@ def test_malformed_dispatches_are_answered_or_skipped(agent):
     sched, node, _ = agent
     sched.send(node, b"{not json")
     sched.send(node, b'{"type":"dispatch","batch_id":"bad-0","requests":[{"activation_id":"x0"}]}')  # nowhere to answer
-    sched.send(node, json.dumps({"type": "dispatch", "batch_id": "bad-1", "reply_to": sched.keys.results,
+    sched.send(node, json.dumps({"type": "dispatch", "batch_id": "bad-1", "reply_to": sched.follow(node),
                                  "requests": [{"activation_id": "x1"}]}).encode())
     res = sched.result("bad-1")
     assert res.error and "malformed dispatch" in res.error

@@ -349,4 +349,5 @@ class Dispatcher:
                                      e.stream, e.id)
                 else:
                     dead_letters.put(e.raw, f"unexpected {type(m).__name__} on {e.stream}", e.stream, e.id)
-            deliver(Delivered(tuple(messages), read.started_s, read.caught_up, dict(self._read_results)))
+            if messages or not stop.is_set():
+                deliver(Delivered(tuple(messages), read.started_s, read.caught_up, dict(self._read_results)))

@@ -17,6 +17,7 @@ from controller_plugin import wire
 from controller_plugin.activations import Accepted, ActivationReader, Ledgered, Polled
 from controller_plugin.bus import Bus, Topics
 from controller_plugin.deadletters import DeadLetters
+from controller_plugin.lease import Lease
 from controller_plugin.ledger import Ledger
 from controller_plugin.metrics import Metrics
 
@@ -30,6 +31,13 @@ class PlainReader(ActivationReader):
 
     def accepted(self, msg, entry, known_new=False) -> Accepted:
         return Accepted(msg, entry, known_new=known_new)
+
+
+def leased(redis_client, prefix: str) -> Lease:
+    """The lease a leader holds: the ledger's writes are fenced by it."""
+    lease = Lease(redis_client, prefix + "0", "reader-test")
+    assert lease.try_acquire()
+    return lease
 
 
 class RefusingLedger:
@@ -104,7 +112,7 @@ def test_offsets_are_committed_only_for_what_the_ledger_took_and_the_next_reader
             time.sleep(0.7)          # past a commit time: nothing may be committed all the same
         assert committed(kafka_bootstrap, topic) < 0
 
-        ledger = Ledger(redis_client, prefix + "0", prefix)
+        ledger = Ledger(redis_client, prefix + "0", prefix, fence=leased(redis_client, prefix))
         with Running(bus, prefix, ledger) as r:
             accepted, new = r.ledgered(3)
             assert accepted == first and sorted(new) == sorted(first)
@@ -131,7 +139,7 @@ def test_a_reader_that_widens_to_a_new_invoker_topic_keeps_its_place_on_the_firs
     read again from its committed offset (what was fetched and handed on is not handed on twice)."""
     bus = Bus(kafka_bootstrap)
     bus.ensure_topics([(wire.invoker_topic(0, prefix), "invoker")])
-    ledger = Ledger(redis_client, prefix + "0", prefix)
+    ledger = Ledger(redis_client, prefix + "0", prefix, fence=leased(redis_client, prefix))
     try:
         with Running(bus, prefix, ledger) as r:
             a = [driver.publish("guest/hello", {"i": i}, invoker=0) for i in range(3)]

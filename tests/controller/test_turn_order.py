@@ -28,7 +28,7 @@ def test_a_turn_sends_its_dispatches_before_it_produces_its_acks(service_factory
         write(sends, *a, **kw)
 
     def traced_produce():
-        if svc.acks._pending:
+        if svc.acks._ready:
             events.append("ack")
         produce()
 
@@ -80,6 +80,7 @@ def test_answers_a_stopped_turn_had_not_handed_on_are_sent_at_close():
     import threading
     from types import SimpleNamespace
 
+    from agent_channel.keys import Keys
     from controller_plugin.service import SchedulerService
 
     events: list[str] = []
@@ -89,9 +90,12 @@ def test_answers_a_stopped_turn_had_not_handed_on_are_sent_at_close():
     svc.acks = SimpleNamespace(answer=lambda a, instance: events.append(f"answer {a.entry.activation_id}"),
                                finish=lambda: events.append("finish"), stored=lambda ids: None)
     svc.registry = SimpleNamespace(instance=lambda topic: None)
-    svc.plans = svc.bus = svc.redis = svc.metrics = closed
+    svc.plans = svc.bus = svc.metrics = svc.checkpoints = closed
+    svc.redis = SimpleNamespace(close=lambda: None, hdel=lambda *a: None)
+    svc.role, svc.holder, svc.keys = "leader", "h", Keys()
+    svc.lease = SimpleNamespace(held=lambda: True, release=lambda: events.append("released"))
     svc.records = None
     svc._answers = [SimpleNamespace(entry=SimpleNamespace(activation_id=aid, topic="invoker0")) for aid in "ab"]
     svc.close()
-    assert events == ["answer a", "answer b", "finish"]
+    assert events == ["answer a", "answer b", "finish", "released"]
     assert svc._answers == []

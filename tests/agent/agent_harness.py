@@ -131,7 +131,7 @@ class SchedulerSide:
     def __init__(self, redis_url: str, prefix: str) -> None:
         self.keys = Keys(prefix, f"test{uuid.uuid4().hex[:6]}")
         self.r = redis.Redis.from_url(redis_url)
-        self._from: dict[str, str] = {}
+        self._from: dict[str, str] = {self.keys.hello: "0-0"}      # agents announce themselves there
         self.results: list[BatchResult] = []
         self.heartbeats: list[Heartbeat] = []
 
@@ -171,14 +171,17 @@ class SchedulerSide:
     def send(self, node: str, raw: bytes) -> None:
         self.r.xadd(self.keys.dispatch(node), fields(raw))
 
-    def poll(self) -> None:
-        if not self._from:
-            time.sleep(0.1)
-            return
-        for e in entries(self.r.xread(self._from, count=1000, block=100)):
+    def poll(self, block_ms: int | None = 100) -> None:
+        followed = len(self._from)
+        for e in entries(self.r.xread(self._from, count=1000, block=block_ms)):
             self._from[e.stream] = e.id
+            if e.stream == self.keys.hello:
+                self.follow(e.raw.decode())
+                continue
             m = decode(e.raw)
             (self.results if isinstance(m, BatchResult) else self.heartbeats).append(m)
+        if len(self._from) > followed:
+            self.poll(None)             # what the nodes just announced have sent so far (no wait)
 
     def wait_for(self, what: Callable[[], object], timeout: float, describe: str) -> object:
         deadline = time.monotonic() + timeout

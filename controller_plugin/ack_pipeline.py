@@ -3,9 +3,7 @@
 It owns the ledger's later states (``controller_plugin/ledger.py``) and the acks on their way out:
 
 1. :meth:`AckPipeline.answer` turns an :class:`Answer` into the WhiskActivation record and the ack's
-   bytes (Combined for a blocking call, Completion otherwise: ``controller_plugin/acks.py``). An
-   activation the ledger has not yet confirmed as new (:meth:`awaiting`) is held until it has
-   (:meth:`ledgered`): a redelivered one is never answered twice;
+   bytes (Combined for a blocking call, Completion otherwise: ``controller_plugin/acks.py``);
 2. :meth:`AckPipeline.stage` adds to the loop's Redis pipeline their ``acking`` entries (with the bytes
    and the activation record, and the deletion of the answered requests' intermediate data: one fenced
    script, so only the leader's pass) and the ``done`` marks; once that pipeline ran,
@@ -94,8 +92,6 @@ class AckPipeline:
         self.topics = topics
         self.metrics = metrics
         self.count = 0
-        self._awaiting: set[str] = set()
-        self._held: dict[str, _Pending] = {}
         self._pending: list[_Pending] = []
         """Answered, their ``acking`` entries not yet written."""
         self._ready: list[_Pending] = []
@@ -106,45 +102,13 @@ class AckPipeline:
         self._staged = (0, 0)
         self._ack_topics: set[str] = {topics.completed}
 
-    def awaiting(self, activation_id: str) -> None:
-        """``activation_id`` is not known to be new yet: hold its ack until :meth:`ledgered` says so."""
-        self._awaiting.add(activation_id)
-
-    def holding(self) -> bool:
-        """Whether any answer waits for the ledger's verdict."""
-        return bool(self._awaiting or self._held)
-
-    def holds(self, activation_id: str) -> bool:
-        """Whether an answer of ``activation_id`` would be held (the ledger's verdict not in yet)."""
-        return activation_id in self._awaiting
-
-    def ledgered(self, new: Iterable[str], known: Iterable[str]) -> list[str]:
-        """The ledger's verdict: release the held acks of the new ones, drop those of the known ones;
-        the known ids that were awaiting it (their runs are redeliveries, to drop too)."""
-        for a in new:
-            self._awaiting.discard(a)
-            held = self._held.pop(a, None)
-            if held is not None:
-                self._pending.append(held)
-        dropped = []
-        for a in known:
-            if a in self._awaiting:
-                self._awaiting.discard(a)
-                self._held.pop(a, None)
-                dropped.append(a)
-        return dropped
-
     def answer(self, a: Answer, instance: wire.InvokerInstance) -> None:
         record = acks.activation_record(a.msg, a.action, a.outcome)
         record_json = wire.encode(record)
         data = acks.ack_bytes(a.msg, record, instance, record_json)
         topic = wire.completed_topic(a.msg.root_controller, self.topics.prefix)
         kind = "combined" if a.msg.blocking else "completion"
-        p = _Pending(a.entry, data, record, record_json, topic, kind, a.data_keys)
-        if a.entry.activation_id in self._awaiting:
-            self._held[a.entry.activation_id] = p
-        else:
-            self._pending.append(p)
+        self._pending.append(_Pending(a.entry, data, record, record_json, topic, kind, a.data_keys))
 
     def health(self, msg: wire.ActivationMessage, instance: wire.InvokerInstance) -> None:
         """Answer a health test action: identical transid, ``isSystemError: false``."""
@@ -202,8 +166,8 @@ class AckPipeline:
     def drop_unwritten(self) -> int:
         """Forget the answers whose ``acking`` entries were not written (this scheduler lost the lease: the
         next leader answers them); how many."""
-        n = len(self._pending) + len(self._held)
-        self._pending, self._held, self._staged = [], {}, (0, 0)
+        n = len(self._pending)
+        self._pending, self._staged = [], (0, 0)
         return n
 
     def confirm(self, wait: bool = False) -> None:

@@ -11,8 +11,10 @@ the ledger drops it), so a steady trickle of activations does not cost a commit 
 commit a ledger checkpoint goes to Kafka (:mod:`controller_plugin.checkpoint`), so a ledger Redis loses
 is noticed; and only the leader commits (:class:`~controller_plugin.lease.Lease`: a reader whose lease
 is gone stops, and a ledger write it still tries is fenced). Each new
-activation gets its plan (:class:`~controller_plugin.plans.PlanCache`) here, off the main loop, and
-goes to the main loop's inbox as :class:`Accepted`, the poll's together in one :class:`Polled`. The main loop widens the set of topics read
+activation gets its plan (:class:`~controller_plugin.plans.PlanCache`) here, off the main loop, and goes
+to the main loop's inbox as :class:`Accepted` -- the poll's together in one :class:`Polled`, and only once
+the ledger said it is new: a redelivery never reaches the main loop, so it is never dispatched a second
+time (at most once; the ledger's round trip is the price). The main loop widens the set of topics read
 (:meth:`ActivationReader.want`) as agents join as new virtual invokers.
 """
 
@@ -59,21 +61,10 @@ class Accepted:
     entry: LedgerEntry
     plan: AppPlan | None = None
     error: ActivationError | None = None
-    known_new: bool = False
-    """True when the ledger already knows it as this scheduler's (recovery); otherwise a
-    :class:`Ledgered` verdict follows."""
     args: Any = None
     """The run arguments: ``content`` with locked arguments unlocked and init arguments taken out."""
     init_env: dict[str, Any] = field(default_factory=dict)
     """The init arguments: the environment of a worker started for it."""
-
-
-@dataclass(frozen=True)
-class Ledgered:
-    """The ledger's verdict on activations handed on before it: new ones, and redeliveries to drop."""
-
-    new: tuple[str, ...]
-    known: tuple[str, ...]
 
 
 @dataclass
@@ -140,16 +131,16 @@ class ActivationReader:
     def wanted(self) -> int:
         return self._wanted
 
-    def accepted(self, msg: wire.ActivationMessage, entry: LedgerEntry, known_new: bool = False) -> Accepted:
+    def accepted(self, msg: wire.ActivationMessage, entry: LedgerEntry) -> Accepted:
         """``msg`` with its plan and arguments, or with the error that answers it."""
         plan = self.plans.plan(msg)
         if isinstance(plan, ActivationError):
-            return Accepted(msg, entry, error=plan, known_new=known_new)
+            return Accepted(msg, entry, error=plan)
         try:
             args, env = prepare(msg, self.keys)
         except ActivationError as exc:
-            return Accepted(msg, entry, plan=plan, error=exc, known_new=known_new)
-        return Accepted(msg, entry, plan=plan, known_new=known_new, args=args, init_env=env)
+            return Accepted(msg, entry, plan=plan, error=exc)
+        return Accepted(msg, entry, plan=plan, args=args, init_env=env)
 
     def _checkpoint(self, ledgered: dict[tuple[str, int], int]) -> bool:
         """Write the ledger checkpoint for committing ``ledgered`` (True: it is in Kafka, commit now).
@@ -216,9 +207,11 @@ class ActivationReader:
                 records = self._poll(consumer)
                 if not records:
                     continue
-                fresh = self._take(records)
-                if fresh and not self._ledger(fresh, stop):
+                fresh, polled = self._take(records)
+                new = self._ledger(fresh, stop) if fresh else set()
+                if new is None:
                     return  # stopping before the ledger answered: nothing of this poll is committed
+                self._hand_on(polled, new)
                 for rec in records:  # in the ledger now (or dead-lettered): committed at the next commit time
                     ledgered[(rec.topic(), rec.partition())] = rec.offset() + 1
                 uncommitted = True
@@ -252,8 +245,9 @@ class ActivationReader:
                 self._last_error = err.str()
         return records
 
-    def _take(self, records: list[Message]) -> list[LedgerEntry]:
-        """Parse, dead-letter the malformed, hand on the rest in order; the ledger entries to insert."""
+    def _take(self, records: list[Message]) -> tuple[list[LedgerEntry], list[Accepted | HealthTest]]:
+        """Parse and dead-letter the malformed: the ledger entries to insert, and what to hand on (in order)
+        once the ledger took them."""
         t = now_ms()
         fresh: list[LedgerEntry] = []
         polled: list[Accepted | HealthTest] = []
@@ -275,15 +269,23 @@ class ActivationReader:
                                 completed_from=completed)
             fresh.append(entry)
             polled.append(self.accepted(msg, entry))
-        if polled:
-            self.inbox.put(Polled(tuple(polled)))
         if dead:
             self.dead_letters.flush()
-        return fresh
+        return fresh, polled
 
-    def _ledger(self, fresh: list[LedgerEntry], stop: threading.Event) -> bool:
-        """Insert the entries (retrying while Redis fails) and tell the main loop which were new. False:
-        stopping, or fenced (another scheduler leads: nothing of this poll is committed)."""
+    def _hand_on(self, polled: list[Accepted | HealthTest], new: set[str]) -> None:
+        """The poll's activations the ledger took as new, and its health tests, to the main loop in one item.
+        A redelivery (an activation the ledger already had: taken before a restart or by a former leader)
+        is dropped here, before it could run a second time."""
+        kept = [p for p in polled if not isinstance(p, Accepted) or p.msg.activation_id in new]
+        if len(kept) < len(polled):
+            log.info("%d activation(s) delivered again, known to the ledger: dropped", len(polled) - len(kept))
+        if kept:
+            self.inbox.put(Polled(tuple(kept)))
+
+    def _ledger(self, fresh: list[LedgerEntry], stop: threading.Event) -> set[str] | None:
+        """Insert the entries (retrying while Redis fails); the ids that were new. None: stopping, or fenced
+        (another scheduler leads: nothing of this poll is handed on or committed)."""
         while True:
             try:
                 new = self.ledger.accept([(e.activation_id, e.topic, e.accepted_ms, e.raw or "", e.offset,
@@ -295,17 +297,14 @@ class ActivationReader:
                     self.fenced = True
                     if self.leading is not None:
                         self.leading.lease.lose("the ledger refused a write with this scheduler's token")
-                    self.inbox.put(Ledgered((), tuple(e.activation_id for e in fresh)))
-                    return False
+                    return None
                 if not isinstance(exc, redis.RedisError):
                     raise
                 log.error("cannot record activations in the ledger (%s); retrying", type(exc).__name__)
                 if stop.wait(0.5):
-                    return False
+                    return None
         if self.leading is not None:
             for e, ok in zip(fresh, new):
                 if ok:
                     self.leading.open.add(e.activation_id, self.topics.invoker(e.topic), e.offset, e.completed_from)
-        self.inbox.put(Ledgered(tuple(e.activation_id for e, ok in zip(fresh, new) if ok),
-                                tuple(e.activation_id for e, ok in zip(fresh, new) if not ok)))
-        return True
+        return {e.activation_id for e, ok in zip(fresh, new) if ok}

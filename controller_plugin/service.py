@@ -65,7 +65,7 @@ from agent_channel.keys import Keys
 from controller_plugin import wire
 from controller_plugin.ack_pipeline import AckPipeline, Answer, acked_ids
 from controller_plugin.activation_store import ActivationStore, StoreError
-from controller_plugin.activations import Accepted, ActivationReader, HealthTest, Leading, Ledgered
+from controller_plugin.activations import Accepted, ActivationReader, HealthTest, Leading
 from controller_plugin.bus import Bus, BusError, Topics
 from controller_plugin.channel import SchedulerChannel
 from controller_plugin.checkpoint import Checkpoint, Checkpoints, OpenRange, checkpoint_topic, loss
@@ -524,9 +524,8 @@ class SchedulerService:
 
     def _due_trims(self) -> dict[str, str]:
         """The results streams to trim this turn, to the last result the loop folded in: everything before
-        it is recorded in the ledger once this turn's writes are in (held answers wait: their entries may
-        not be in the ledger yet). Once a second at most, per stream."""
-        if self.acks.holding() or self.workflows.progress:
+        it is recorded in the ledger once this turn's writes are in."""
+        if self.workflows.progress:
             return {}
         return {n: i for n, i in self._results_at.items() if self._trimmed.get(n) != i}
 
@@ -553,15 +552,9 @@ class SchedulerService:
         elif isinstance(item, ReadMark):
             self._mark(item)
         elif isinstance(item, Accepted):
-            if not item.known_new and item.msg.activation_id not in self.workflows.runs:
-                self.acks.awaiting(item.msg.activation_id)
             answer = self.workflows.accept(item, t)
             if answer is not None:
                 self._answer([answer])
-        elif isinstance(item, Ledgered):
-            for aid in self.acks.ledgered(item.new, item.known):
-                log.info("activation %s was delivered again; already answered", aid)
-                self.workflows.drop(aid)
         elif isinstance(item, protocol.BatchResult):
             d = self.dispatcher.complete(item)
             if d is not None:
@@ -583,14 +576,8 @@ class SchedulerService:
             self.acks.answer(a, self.registry.instance(a.entry.topic))
 
     def _answer(self, answers: Iterable[Answer]) -> None:
-        """Answer at the end of the turn, after its dispatches went out (:meth:`tick`); an answer the
-        ledger's verdict may still drop (a redelivery) is held at once, so that a verdict taken later in
-        the same turn finds it."""
-        for a in answers:
-            if self.acks.holds(a.entry.activation_id):
-                self.acks.answer(a, self.registry.instance(a.entry.topic))
-            else:
-                self._answers.append(a)
+        """Answer at the end of the turn, after its dispatches went out (:meth:`tick`)."""
+        self._answers.extend(answers)
 
     # -- posing as the invokers -----------------------------------------------------------------------
     def _heartbeat(self, hb: protocol.Heartbeat) -> None:
@@ -679,7 +666,7 @@ class SchedulerService:
             except wire.WireError:
                 broken.append(e.activation_id)
                 continue
-            items[e.activation_id] = self.reader.accepted(msg, e, known_new=True)
+            items[e.activation_id] = self.reader.accepted(msg, e)
             self.open_range.add(e.activation_id, self.topics.invoker(e.topic), e.offset, e.completed_from)
         if broken:
             self.ledger.mark_done(broken)
@@ -733,7 +720,7 @@ class SchedulerService:
         for (m, e), new in zip(todo, fresh):
             if new:
                 self.open_range.add(e.activation_id, self.topics.invoker(e.topic), e.offset, e.completed_from)
-                answer = self.workflows.accept(Accepted(m, e, error=error, known_new=True), now_ms())
+                answer = self.workflows.accept(Accepted(m, e, error=error), now_ms())
                 if answer is not None:
                     self._answer([answer])
         log.error("ledger loss: %d activations of the lost ledger's range checked: %d answered already, %d "

@@ -170,11 +170,6 @@ class Workflows:
                                    tuple((f, r.node) for f, r in results.items()), tuple(running)))
         return None
 
-    def drop(self, activation_id: str) -> None:
-        """Forget an activation without answering it (a redelivery of one already answered)."""
-        if self.runs.pop(activation_id, None) is not None:
-            self._events.append(Cancel(activation_id))
-
     def record(self, d: Dispatch, rm: protocol.BatchResult, now_ms: int) -> list[Answer]:
         """Fold in a batch's result; the activations it ends (a function failed: the app fails)."""
         by_id = {r.activation_id: r for r in rm.results}

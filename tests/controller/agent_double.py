@@ -46,6 +46,8 @@ class AgentDouble:
         self.overlapped = overlapped
         """Whether a batch reports that another worker's start overlapped it (default never)."""
         self.batches: list[protocol.DispatchMessage] = []
+        self.ran: list[str] = []
+        """Every activation it ran, one id per run (a fault test counts runs of the same id)."""
         self.prewarms: list[protocol.PrewarmMessage] = []
         """Pre-warms received (retired at once and otherwise ignored: the double has no workers)."""
         self.answering = True
@@ -88,6 +90,7 @@ class AgentDouble:
                     if self.channel.claim(msg.batch_id, msg.epoch, msg.data_ttl_s) != "claimed":
                         self.channel.drop(e.id)
                         continue
+                    self.ran += [r.activation_id for r in msg.requests]
                     out.append((e.id, msg, *self.run(msg)))
             if out and self.run_delay_s:
                 time.sleep(self.run_delay_s)

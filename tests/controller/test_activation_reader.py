@@ -14,7 +14,7 @@ import redis
 from confluent_kafka import Consumer, TopicPartition
 
 from controller_plugin import wire
-from controller_plugin.activations import Accepted, ActivationReader, Ledgered, Polled
+from controller_plugin.activations import Accepted, ActivationReader, Polled
 from controller_plugin.bus import Bus, Topics
 from controller_plugin.deadletters import DeadLetters
 from controller_plugin.lease import Lease
@@ -29,8 +29,8 @@ GROUP = "esg-scheduler"
 class PlainReader(ActivationReader):
     """The reader without plans: what it hands on is under test here, not the plans."""
 
-    def accepted(self, msg, entry, known_new=False) -> Accepted:
-        return Accepted(msg, entry, known_new=known_new)
+    def accepted(self, msg, entry) -> Accepted:
+        return Accepted(msg, entry)
 
 
 def leased(redis_client, prefix: str) -> Lease:
@@ -81,20 +81,17 @@ class Running:
         assert not self.thread.is_alive()
 
     def ledgered(self, count: int, timeout: float = 15.0) -> tuple[list[str], list[str]]:
-        """The ids handed on as accepted, and those the ledger said were new, once ``count`` are new."""
+        """The ids handed on as accepted (only once the ledger took them as new), once ``count`` are; twice."""
         accepted: list[str] = []
-        new: list[str] = []
         deadline = time.monotonic() + timeout
-        while len(new) < count and time.monotonic() < deadline:
+        while len(accepted) < count and time.monotonic() < deadline:
             try:
                 item = self.inbox.get(timeout=0.1)
             except queue.Empty:
                 continue
             if isinstance(item, Polled):
                 accepted += [a.msg.activation_id for a in item.items if isinstance(a, Accepted)]
-            elif isinstance(item, Ledgered):
-                new += item.new
-        return accepted, new
+        return accepted, list(accepted)
 
 
 def test_offsets_are_committed_only_for_what_the_ledger_took_and_the_next_reader_starts_after_them(

@@ -49,29 +49,6 @@ def test_a_turn_sends_its_dispatches_before_it_produces_its_acks(service_factory
     assert all(t.index("dispatch") < t.index("ack") for t in both), both
 
 
-def test_an_answer_the_ledger_may_still_drop_is_held_at_once_not_at_the_end_of_the_turn():
-    """Answers wait for the turn's dispatches, except one whose activation the ledger has not yet said is
-    new: it is held at once, as before, so that a verdict taken later in the same turn (a redelivery of
-    an activation already answered) finds it and drops it rather than letting a second ack through."""
-    from types import SimpleNamespace
-
-    from controller_plugin.service import SchedulerService
-
-    held: list[str] = []
-    svc = SchedulerService.__new__(SchedulerService)
-    svc.acks = SimpleNamespace(holds=lambda aid: aid == "redelivered",
-                               answer=lambda a, instance: held.append(a.entry.activation_id))
-    svc.registry = SimpleNamespace(instance=lambda topic: None)
-    svc._answers = []
-
-    def answer(aid: str) -> SimpleNamespace:
-        return SimpleNamespace(entry=SimpleNamespace(activation_id=aid, topic="invoker0"))
-
-    svc._answer([answer("redelivered"), answer("fresh")])
-    assert held == ["redelivered"]
-    assert [a.entry.activation_id for a in svc._answers] == ["fresh"]
-
-
 def test_answers_a_stopped_turn_had_not_handed_on_are_sent_at_close():
     """A turn stopped while Redis refused its dispatches (the retry gives up when the service stops) has
     answers it had not handed to the ack pipeline yet: closing hands them on before the last acks go, as

@@ -121,6 +121,9 @@ def _claim_port(host: str, port: int | None) -> int:
     if port is None:
         return free_port(host)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # as servers bind (SO_REUSEADDR): a port whose last server just stopped, its connections still in
+        # TIME_WAIT, is free again; one something listens on is not
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as exc:

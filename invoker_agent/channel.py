@@ -59,7 +59,9 @@ HELLO_EVERY = 10
 
 
 def is_nogroup(exc: BaseException) -> bool:
-    return isinstance(exc, redis.ResponseError) and str(exc).startswith("NOGROUP")
+    """Whether a read failed because the stream or its group is gone (``NOGROUP``; ``UNBLOCKED``: deleted
+    while a read was blocked on it)."""
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith(("NOGROUP", "UNBLOCKED"))
 
 
 class AgentChannel:

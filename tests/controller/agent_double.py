@@ -71,32 +71,42 @@ class AgentDouble:
     def _beat(self) -> None:
         while not self._stop.is_set():
             if self.heartbeating:
-                self.channel.heartbeat(self.heartbeat())
+                try:
+                    self.channel.heartbeat(self.heartbeat())
+                except redis.RedisError:    # Redis restarting: as esg agent does, beat again next time
+                    pass
             self._stop.wait(self.heartbeat_s)
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            got = self.channel.take(100, 50)
-            out = []
-            for e in got:
-                msg = protocol.decode(e.raw)
-                if isinstance(msg, protocol.PrewarmMessage):
-                    self.prewarms.append(msg)
+            try:
+                self._serve_once()
+            except redis.RedisError:        # Redis restarting: as esg agent does, read again
+                self._stop.wait(0.2)
+
+    def _serve_once(self) -> None:
+        """One read of the node's stream, its batches run and answered."""
+        got = self.channel.take(100, 50)
+        out = []
+        for e in got:
+            msg = protocol.decode(e.raw)
+            if isinstance(msg, protocol.PrewarmMessage):
+                self.prewarms.append(msg)
+                self.channel.drop(e.id)
+                continue
+            assert isinstance(msg, protocol.DispatchMessage)
+            self.batches.append(msg)
+            if self.answering:
+                if self.channel.claim(msg.batch_id, msg.epoch, msg.data_ttl_s) != "claimed":
                     self.channel.drop(e.id)
                     continue
-                assert isinstance(msg, protocol.DispatchMessage)
-                self.batches.append(msg)
-                if self.answering:
-                    if self.channel.claim(msg.batch_id, msg.epoch, msg.data_ttl_s) != "claimed":
-                        self.channel.drop(e.id)
-                        continue
-                    self.ran += [r.activation_id for r in msg.requests]
-                    out.append((e.id, msg, *self.run(msg)))
-            if out and self.run_delay_s:
-                time.sleep(self.run_delay_s)
-            for entry_id, msg, result, writes in out:
-                if self.answering:
-                    self.channel.answer(entry_id, msg.reply_to, result, writes, msg.data_ttl_s)
+                self.ran += [r.activation_id for r in msg.requests]
+                out.append((e.id, msg, *self.run(msg)))
+        if out and self.run_delay_s:
+            time.sleep(self.run_delay_s)
+        for entry_id, msg, result, writes in out:
+            if self.answering:
+                self.channel.answer(entry_id, msg.reply_to, result, writes, msg.data_ttl_s)
 
     def run(self, msg: protocol.DispatchMessage) -> tuple[protocol.BatchResult, list]:
         handler = self.handlers.get(msg.action.path, lambda v: v)

@@ -19,6 +19,7 @@ from pathlib import Path
 from kafka import KafkaConsumer, TopicPartition
 
 from controller_plugin import wire
+from esg_cli.controller_driver import DriverError
 from tests.controller.conftest import SCHEDULER_KEY
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -206,7 +207,9 @@ class PingWatch:
 
 
 class Load:
-    """Calls of ``action`` at ``rate`` per second from a thread, alternating blocking and not, until stopped."""
+    """Calls of ``action`` at ``rate`` per second from a thread, alternating blocking and not, until stopped.
+    A call the controller refuses (503: no healthy invoker) is counted in ``refused``: its caller got an
+    error at once, nothing was accepted."""
 
     def __init__(self, driver, action: str, rate: float) -> None:
         self.driver = driver
@@ -214,6 +217,7 @@ class Load:
         self.rate = rate
         self.ids: list[str] = []
         self.params: dict[str, dict] = {}
+        self.refused = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -222,7 +226,12 @@ class Load:
         i = 0
         while not self._stop.wait(1 / self.rate):
             p = {"i": i}
-            aid = self.driver.publish(self.action, p, blocking=i % 2 == 0)
+            try:
+                aid = self.driver.publish(self.action, p, blocking=i % 2 == 0)
+            except DriverError:
+                self.refused += 1
+                i += 1
+                continue
             self.driver.flush()
             self.params[aid] = p
             self.ids.append(aid)

@@ -91,6 +91,7 @@ def test_kill_9_of_the_leader_under_load(settings_factory, agent_factory, driver
         time.sleep(3)
         ids = load.stop()
         assert faults(driver, ids, [x for ag in agents for x in ag.ran]) == NONE
+        assert load.refused == 0                        # the controller never answered a call with 503
         check_results(driver, load)
         times = sorted(t for x in ids if (t := driver.acks[x].first_ack_s) is not None)
         gap = max(t2 - t1 for t1, t2 in zip(times, times[1:]))
@@ -120,6 +121,7 @@ def test_a_leader_stopped_past_its_lease_does_not_act_and_rejoins_as_a_standby(
     time.sleep(1.5)
     ids = load.stop()
     assert faults(driver, ids, agent.ran) == NONE
+    assert load.refused == 0
     check_results(driver, load)
     text = a.text()
     assert "stepping down" in text and text.count("leading as epoch") == 1     # it did not lead again
@@ -148,6 +150,7 @@ def test_a_leader_cut_off_from_redis_is_replaced_and_steps_down(settings_factory
         time.sleep(1.0)
         ids = load.stop()
         assert faults(driver, ids, agent.ran) == NONE
+        assert load.refused == 0
         check_results(driver, load)
     finally:
         proxy.close()
@@ -165,6 +168,7 @@ def test_two_schedulers_started_at_once_elect_one_leader(settings_factory, agent
     time.sleep(2.0)
     ids = load.stop()
     assert faults(driver, ids, agent.ran) == NONE
+    assert load.refused == 0
     assert sorted(leading(s) for s in pair) == [False, True]
     assert sum(s.text().count("ready, standing by") for s in pair) == 1
 
@@ -245,6 +249,8 @@ def test_a_redis_restart_without_persistence_loses_nothing_silently_and_the_clus
         wait_for(lambda: agent.channel.recoveries >= 1, 30, "the agent to make its consumer group again")
         time.sleep(3.0)
         ids = load.stop()
+        # what the lost ledger held is answered as a system error, which the controller counts against the
+        # invoker's health: a few calls may be refused (503) until its health test passes again
         assert faults(driver, ids, agent.ran, timeout=60) == NONE
         answered_late = [x for x in ids if driver.acks[x].record and driver.acks[x].record["response"]["statusCode"] == 3]
         after = [driver.invoke("guest/work", {"after": i}, timeout=30) for i in range(3)]   # the cluster serves again

@@ -192,23 +192,24 @@ def comma_list(known: Iterable[str], what: str) -> Callable[[str], list[str]]:
 
 # -- values from the environment ---------------------------------------------------------------------
 
-def from_env_or_file(value: Any, env: str, parse: Callable[[str], Any], default: Any = None) -> Any:
-    """:func:`from_env`, and then the file named by ``{env}_FILE`` (its text, stripped): a secret handed
-    over in a file (a mounted secret) rather than in the environment or on the command line."""
+def from_env_or_file(value: Any, env: str, env_file: str, parse: Callable[[str], Any], default: Any = None) -> Any:
+    """:func:`from_env`, and then the file named by ``env_file`` (conventionally ``{env}_FILE``; its text,
+    stripped): a secret handed over in a file (a mounted secret) rather than in the environment or on the
+    command line."""
     got = from_env(value, env, parse)
     if got is not None:
         return got
-    path = os.environ.get(f"{env}_FILE")
+    path = os.environ.get(env_file)
     if not path:
         return default
     try:
         raw = Path(path).read_text().strip()
     except OSError as exc:
-        raise CliError(f"environment variable {env}_FILE: cannot read {path}: {exc.strerror or exc}") from None
+        raise CliError(f"environment variable {env_file}: cannot read {path}: {exc.strerror or exc}") from None
     try:
         return parse(raw)
     except argparse.ArgumentTypeError as exc:
-        raise CliError(f"environment variable {env}_FILE: {path}: {exc}") from None
+        raise CliError(f"environment variable {env_file}: {path}: {exc}") from None
 
 
 def from_env(value: Any, env: str, parse: Callable[[str], Any], default: Any = None) -> Any:

@@ -1,13 +1,14 @@
 """``esg redis-users``: the Redis ACL users of a deployment, with generated passwords (``agent_channel/acl.py``).
 
-Writes into ``--out DIR`` (made with mode 0700):
+Writes into ``--out DIR`` (made with mode 0700), one directory per role, so that a deployment mounts each
+process's own and nothing else (a compose volume's ``subpath``, a Kubernetes Secret or a node's host path):
 
-* ``users.acl`` -- for Redis's ``aclfile`` setting: the default user off, then ``esg-admin``,
+* ``acl/users.acl`` -- for Redis's ``aclfile`` setting: the default user off, then ``esg-admin``,
   ``esg-scheduler``, ``esg-observer`` and one ``esg-agent-NODE`` per ``--nodes`` name, each with only its
   rights; passwords hashed (SHA-256), so the file reveals none;
-* one URL file per user (mode 0600), ``redis://USER:PASSWORD@HOST/DB`` for ``--redis-host`` -- what each
-  process is given through ``ESG_REDIS_FILE`` (a mounted secret) or ``ESG_REDIS``: ``scheduler.url``,
-  ``observer.url``, ``admin.url``, ``agent-NODE.url``.
+* ``ROLE/redis.url`` per user (mode 0600), ``redis://USER:PASSWORD@HOST/DB`` for ``--redis-host`` -- what
+  each process is given through ``ESG_REDIS_FILE`` (or ``ESG_REDIS``): ``scheduler/``, ``observer/``,
+  ``admin/``, ``agent-NODE/``.
 
 Run again with more nodes, it keeps every password it wrote before (read back from the URL files) and
 adds the new users: load the new ``users.acl`` with ``ACL LOAD`` (or a restart). Nothing is sent to Redis.
@@ -51,11 +52,20 @@ def _names(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def url_file(user: str) -> str:
-    """The URL file of ``user``."""
+ACL_FILE = Path("acl") / "users.acl"
+URL_FILE = "redis.url"
+
+
+def role_dir(user: str) -> str:
+    """The directory (under ``--out``) of ``user``'s URL file."""
     if user.startswith(acl.AGENT_PREFIX):
-        return f"agent-{user[len(acl.AGENT_PREFIX):]}.url"
-    return {acl.SCHEDULER: "scheduler.url", acl.OBSERVER: "observer.url", acl.ADMIN: "admin.url"}[user]
+        return f"agent-{user[len(acl.AGENT_PREFIX):]}"
+    return {acl.SCHEDULER: "scheduler", acl.OBSERVER: "observer", acl.ADMIN: "admin"}[user]
+
+
+def url_file(user: str) -> Path:
+    """The URL file of ``user``, relative to ``--out``."""
+    return Path(role_dir(user)) / URL_FILE
 
 
 def url_of(user: acl.User, host: str, db: int) -> str:
@@ -80,9 +90,13 @@ def write(out: Path, prefix: str, nodes: list[str], host: str, db: int = 0,
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
     names = [acl.ADMIN, acl.SCHEDULER, acl.OBSERVER, *(acl.agent_user(n) for n in nodes)]
     users = acl.users(prefix, nodes, known_passwords(out, names), controllers)
-    (out / "users.acl").write_text(acl.acl_file(users))
+    acl_path = out / ACL_FILE
+    acl_path.parent.mkdir(exist_ok=True)
+    acl_path.write_text(acl.acl_file(users))
+    acl_path.chmod(0o644)           # Redis runs as its own user; the passwords in it are hashed
     for u in users:
         path = out / url_file(u.name)
+        path.parent.mkdir(exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(url_of(u, host, db) + "\n")
@@ -101,5 +115,5 @@ def run(args: argparse.Namespace) -> int:
         users = write(args.out, prefix, args.nodes, host, args.db, tuple(args.controllers))
     except OSError as exc:
         raise CliError(f"--out {args.out}: {exc.strerror or exc}") from None
-    print(f"wrote {args.out / 'users.acl'} and {len(users)} URL files (one per user; mode 0600)")
+    print(f"wrote {args.out / ACL_FILE} and {len(users)} URL files (DIR/ROLE/{URL_FILE}, one per user; mode 0600)")
     return 0

@@ -104,7 +104,7 @@ def settings_from(args: argparse.Namespace):
     from controller_plugin.settings import DEFAULT_STAGE_OVERHEAD_MS, Deadline, Settings, shipped_profiles_dir
 
     kafka = checks.from_env(args.kafka, ENV["kafka"], checks.kafka_address)
-    redis_url = checks.from_env_or_file(args.redis, ENV["redis"], checks.redis_url)
+    redis_url = checks.from_env_or_file(args.redis, ENV["redis"], "ESG_REDIS_FILE", checks.redis_url)
     if not kafka:
         raise CliError("no Kafka given: pass --kafka HOST:PORT or set ESG_KAFKA")
     if not redis_url:

@@ -206,7 +206,7 @@ def _redis_users(logs: Path, nodes: list[str], port: int):
 
     creds = logs / "redis"
     users = redis_users.write(creds, "", nodes, f"127.0.0.1:{port}")
-    return creds, users, (creds / "users.acl").read_text()
+    return creds, users, (creds / redis_users.ACL_FILE).read_text()
 
 
 def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], logs: Path) -> Cluster:
@@ -255,7 +255,8 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
         scheduler.append("--no-prewarm")
     for k in range(getattr(args, "schedulers", 1)):
         name = "scheduler" if k == 0 else f"scheduler-{k}"
-        start(name, scheduler, dict(env, ESG_REDIS_FILE=str(creds / "scheduler.url"), ESG_SCHEDULER_NAME=name))
+        start(name, scheduler, dict(env, ESG_REDIS_FILE=str(creds / "scheduler" / "redis.url"),
+                                    ESG_SCHEDULER_NAME=name))
     for i in range(args.nodes):
         cmd = ["agent", "--name", f"node{i}", "--fake-gpu", args.fake_gpu, "--journal", str(logs / f"node{i}.journal")]
         if args.vcpus:
@@ -265,7 +266,7 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
             # more), so the node's vCPUs and slices bound them, as in the emulator
             cmd += ["--runner", "twin", "--profiles", str(args.profiles), "--seed", str(i),
                     "--max-batches", str(args.vcpus or len(os.sched_getaffinity(0)))]
-        start(f"node{i}", cmd, dict(env, ESG_REDIS_FILE=str(creds / f"agent-node{i}.url")))
+        start(f"node{i}", cmd, dict(env, ESG_REDIS_FILE=str(creds / f"agent-node{i}" / "redis.url")))
     supervisor = Supervisor(children, procs, _spawn)
     supervisor.start()
     stack.callback(supervisor.stop)     # before the children are stopped (callbacks run last first)

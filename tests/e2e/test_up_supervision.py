@@ -33,7 +33,7 @@ def started(out: Path, what: str) -> int:
 
 def leader(logs: Path) -> tuple[str, int]:
     """The leading scheduler's name and epoch, from ``esg status`` as the observer user."""
-    env = {**os.environ, "ESG_REDIS_FILE": str(logs / "redis" / "observer.url"), "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "ESG_REDIS_FILE": str(logs / "redis" / "observer" / "redis.url"), "PYTHONPATH": str(ROOT)}
     env.pop("ESG_REDIS", None)
     out = subprocess.run([sys.executable, "-m", "esg_cli.main", "status", "--json"], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=60, check=True)

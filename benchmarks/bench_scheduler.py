@@ -210,7 +210,7 @@ def _forwarder_clients(kafka: str, prefix: str) -> tuple[KafkaProducer, KafkaCon
 
 # -- a fast echo agent (its own process) on the real channel ------------------------------------------
 def echo_agent(redis_url: str, prefix: str) -> None:
-    from agent_channel import protocol
+    from agent_channel import claims, protocol
     from agent_channel.connect import connect
     from agent_channel.keys import Keys
     from invoker_agent.channel import AgentChannel
@@ -219,7 +219,7 @@ def echo_agent(redis_url: str, prefix: str) -> None:
     client = connect(redis_url)
     keys = Keys(prefix)
     channel = AgentChannel(client, keys, NODE)
-    data = DataPlane(client, keys, LocalOutputs(64 << 20))
+    data = DataPlane(client, keys, LocalOutputs(64 << 20), NODE)
     seq, last = 0, 0.0
     earlier: list[str] = []    # batches answered before the last heartbeat, and since: each is named in two
     done: list[str] = []       # heartbeats, as a real agent names them (the scheduler's view forgets them then)
@@ -231,15 +231,18 @@ def echo_agent(redis_url: str, prefix: str) -> None:
             earlier, done = done, []
             last = time.monotonic()
         got = channel.take(1000, 100)
+        msgs = [protocol.decode(e.raw) for e in got]
+        # each batch claimed before it runs, as esg agent does (at most once): one script call for the read
+        claims.claim(client, keys, NODE, [(m.batch_id, m.epoch, m.data_ttl_s) for m in msgs])
         pipe = client.pipeline(transaction=True)
-        for e in got:
-            msg = protocol.decode(e.raw)
+        for e, msg in zip(got, msgs):
             now = int(time.time() * 1000)
             results = [protocol.RunResult(r.activation_id, 0, v, now, now)
                        for r, v in zip(msg.requests, data.inputs(msg))]
             results, writes = data.outputs(msg, results)
             channel.stage_answer(pipe, e.id, msg.reply_to, protocol.BatchResult(
-                msg.batch_id, NODE, tuple(results), None, msg.function, msg.config, 0.0), writes)
+                msg.batch_id, NODE, tuple(results), None, msg.function, msg.config, 0.0), writes,
+                claim_ttl_s=msg.data_ttl_s)
             done.append(msg.batch_id)
         if got:
             pipe.execute()  # every answer of this read in one round trip

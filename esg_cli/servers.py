@@ -230,6 +230,21 @@ def start_redis(port: int | None = None, password: str | None = None, host: str 
     return server
 
 
+def start_sentinel(master: Server, name: str = "esg", host: str = "127.0.0.1", timeout_s: float = START_TIMEOUT_S
+                   ) -> Server:
+    """Start a Redis Sentinel (``redis-server --sentinel``) monitoring ``master`` as ``name`` (quorum 1);
+    ``url`` is the ``redis+sentinel://`` URL of that master through it. The master must accept the
+    default user (Sentinel's own connections carry no password here)."""
+    binary = redis_binary()
+    port = _claim_port(host, None)
+    config = [f"port {port}", f"bind {host}", f"sentinel monitor {name} {master.host} {master.port} 1",
+              f"sentinel down-after-milliseconds {name} 2000"]
+    server = _spawn("redis-sentinel", [binary, "sentinel.conf", "--sentinel"], host, port,
+                    f"redis+sentinel://{host}:{port}/{name}/0", {"sentinel.conf": "\n".join(config) + "\n"})
+    _wait_ready(server, _port_open, timeout_s)
+    return server
+
+
 def _spawn(name: str, cmd: list[str], host: str, port: int, url: str, files: dict[str, str] | None = None,
            workdir: Path | None = None) -> Server:
     owns = workdir is None

@@ -145,6 +145,12 @@ Invoker = Callable[[str, Any, bool, float], "dict[str, Any] | str"]
 controller (the embedded cluster plugs its controller driver in here)."""
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024
+    """The listen backlog: ``esg replay`` opens up to 128 connections at once, and Python's default of 5
+    overflowed, the kernel resetting the connections it could not queue (tests/test_standin_concurrency.py)."""
+
+
 class OpenWhiskStandIn:
     """The HTTP server in a daemon thread; ``url`` is its API host. Use as a context manager."""
 
@@ -157,7 +163,7 @@ class OpenWhiskStandIn:
         self.invoker = invoker
         self.requests: list[tuple[str, str, int]] = []
         handler = type("Handler", (_Handler,), {"standin": self})
-        self.server = ThreadingHTTPServer((host, port), handler)
+        self.server = _Server((host, port), handler)
         self.server.daemon_threads = True
         self.url = f"http://{host}:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},

@@ -61,8 +61,9 @@ def mig_svg(node: dict[str, Any]) -> str:
         state = "busy" if s["busy"] else "idle"
         x, w = 1 + start * unit, max(1.0, width * unit - 2)
         parts.append(f'<g class="instance {state}" data-slice="{_esc(s["slice"])}" data-state="{state}">'
+                     f'<title>{_esc(s["slice"])} {state}</title>'
                      f'<rect x="{x + 1:.1f}" y="3" width="{w:.1f}" height="{ROW - 4}" rx="3"/>'
-                     f'<text x="{x + w / 2 + 1:.1f}" y="{ROW / 2 + 5:.0f}">{_esc(profile)} {state}</text></g>')
+                     f'<text x="{x + w / 2 + 1:.1f}" y="{ROW / 2 + 5:.0f}">{_esc(profile)}</text></g>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -72,16 +73,16 @@ def _node(name: str, n: dict[str, Any]) -> str:
     head = (f'<h2>{_esc(name)} <small>{_esc(n["gpu"] or "CPU only")} · vCPUs {n["vcpus_free"]}/{n["vcpus_total"]} '
             f'free · {n["running"]} batch(es) running{" · draining" if n["draining"] else ""}{silent}</small></h2>')
     drawing = mig_svg(n) if n["gpu"] else "<p>no GPU</p>"
-    warm = "".join(f'<li class="worker">{_esc(w["function"])} <code>{_esc(w["config"])}</code> ×{w["count"]}</li>'
-                   for w in n.get("warm_workers", ())) or "<li>none</li>"
-    idle = "".join(f'<li class="worker idle">{_esc(w["function"])} ×{w["count"]} ({w["vcpus"]}c, '
-                   f'{_esc(w["slice"] or "CPU")})</li>' for w in n["idle_workers"]) or "<li>none</li>"
+    warm = n.get("warm_workers", ())
+    items = "".join(f'<li class="worker">{_esc(w["function"])} <code>{_esc(w["config"])}</code></li>'
+                    for w in warm) or "<li>none</li>"
+    idle = sum(w["count"] for w in n["idle_workers"])
     last = n.get("last_batch")
     last_html = (f'<p class="last">last batch: {_esc(last["function"])} b{last["batch"]}/{last["vcpus"]}c/'
                  f'{_esc(last["slice"] or "CPU")}: {_esc(last["why"])}</p>') if last else ""
     return (f'<section class="node" data-node="{_esc(name)}">{head}{drawing}'
-            f'<div class="cols"><div><h3>warm workers</h3><ul>{warm}</ul></div>'
-            f'<div><h3>idle now</h3><ul>{idle}</ul></div></div>{last_html}</section>')
+            f'<h3>warm workers: {len(warm)} kinds (function, configuration), {idle} worker(s) idle now</h3>'
+            f'<ul class="workers">{items}</ul>{last_html}</section>')
 
 
 def _queues(state: dict[str, Any]) -> str:
@@ -115,7 +116,7 @@ STYLE = """
 body{font-family:sans-serif;margin:1.2em;color:#222}h1{font-size:1.3em}h2{font-size:1.05em;margin:.2em 0}
 h2 small{font-weight:normal;color:#555}h3{font-size:.9em;margin:.4em 0 .1em}
 section.node{border:1px solid #ccc;border-radius:6px;padding:.6em;margin:.6em 0}
-.cols{display:flex;gap:3em}ul{margin:.2em 0;padding-left:1.2em;font-size:.9em}
+ul{margin:.2em 0;padding-left:1.2em;font-size:.85em}ul.workers{columns:3}
 svg.gpu .free{fill:#f4f4f4;stroke:#888}svg.gpu .grid{stroke:#ddd}
 svg.gpu .instance rect{stroke:#333}svg.gpu .busy rect{fill:#e4572e}svg.gpu .idle rect{fill:#7fb3d5}
 svg.gpu text{font-size:12px;text-anchor:middle;fill:#111}

@@ -80,7 +80,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the slo column of the CSVs: an SLO level, checked against the cluster's SLOs (each app's "
                         "esg-slo-ms must be its --apps file's slo_ms x the level, as esg up --slo sets them), or "
                         "live (the cluster's SLOs, whatever they are)")
-    p.add_argument("--apps", default=str(ROOT / "apps"), metavar="DIR",
+    p.add_argument("--apps", type=Path, default=ROOT / "apps", metavar="DIR",
                    help="the app files an SLO level is checked against (default apps/)")
     p.add_argument("--no-plots", action="store_true", help="write no plots")
     p.set_defaults(func=run)

@@ -102,13 +102,9 @@ def gather(client, keys, now_ms: float) -> dict[str, Any]:
             "slo": slo_by_minute(client, decisions_key(keys.scope), now_ms)}
 
 
-def _warm(warm) -> list[dict[str, Any]]:
-    """A heartbeat's warm workers counted by (function, configuration)."""
-    counts: dict[tuple[str, str], int] = {}
-    for function, config in warm:
-        key = (function, config.label())
-        counts[key] = counts.get(key, 0) + 1
-    return [{"function": f, "config": c, "count": n} for (f, c), n in sorted(counts.items())]
+def _warm(warm) -> list[dict[str, str]]:
+    """A heartbeat's warm workers as the (function, configuration) kinds it holds (it does not count them)."""
+    return [{"function": f, "config": c.label()} for f, c in warm]
 
 
 def slo_by_minute(client, key: str, now_ms: float, minutes: int = SLO_MINUTES) -> dict[str, Any]:

@@ -388,11 +388,11 @@ def brief(value: Any, text: int = 48, items: int = 5) -> Any:
 def _serve(cluster: Cluster) -> None:
     from esg_cli.openwhisk_standin import GUEST_KEY
 
-    print(f"\nserving; live cluster page: {cluster.page}\ncall an app with:\n  curl -u {GUEST_KEY} -X POST "
+    print(f"\nserving; call an app with:\n  curl -u {GUEST_KEY} -X POST "
           f"'{cluster.api}/api/v1/namespaces/{NAMESPACE}/actions/image-classification?blocking=true&result=true' "
           "-H 'Content-Type: application/json' -d '{\"seed\": 1}'\nor: wsk action invoke image-classification "
           "-p seed 1 --blocking --result  (after the wsk property set line above)\n(OpenWhisk's public guest key; "
-          "Ctrl-C stops everything)")
+          f"Ctrl-C stops everything)\nwatch it: {cluster.page} (the live cluster page)")
     try:
         while all(p.poll() is None for p in cluster.procs.values()):
             time.sleep(0.5)

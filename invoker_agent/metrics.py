@@ -53,8 +53,9 @@ class AgentMetrics:
         self._lock = threading.Lock()
         self._endpoint: Endpoint | None = None
 
-    def heartbeat(self, hb: Heartbeat) -> None:
-        """The node as its heartbeat reports it: MIG instances, vCPUs, warm workers."""
+    def heartbeat(self, hb: Heartbeat, warm_workers: int) -> None:
+        """The node as its heartbeat reports it (MIG instances, vCPUs, idle workers), with the warm
+        workers its pool holds (the heartbeat names their kinds, not how many)."""
         counts: dict[tuple[str, str], int] = dict.fromkeys(self._instances, 0)
         for s in hb.slices:
             key = (s.ref.profile, "busy" if s.busy else "idle")
@@ -67,7 +68,7 @@ class AgentMetrics:
             self.vcpus_free.labels(self.node).set(hb.vcpus_free)
             self.vcpus_total.labels(self.node).set(hb.vcpus_total)
             self.warm_workers.labels(self.node, "idle").set(idle)
-            self.warm_workers.labels(self.node, "busy").set(max(0, len(hb.warm) - idle))
+            self.warm_workers.labels(self.node, "busy").set(max(0, warm_workers - idle))
 
     def batch(self, function: str, result: BatchResult) -> None:
         self._batches.get(self.node, "ok" if result.succeeded else "failed").inc()

@@ -389,7 +389,7 @@ class AgentService:
             log.error("heartbeat failed: %s", e)
             return
         if self.metrics is not None:
-            self.metrics.heartbeat(hb)
+            self.metrics.heartbeat(hb, self.node.pool.warm_count())
 
 
 def salvage(raw: bytes | None) -> tuple[str | None, list[str], str | None]:

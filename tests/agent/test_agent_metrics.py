@@ -29,7 +29,7 @@ def test_mig_instances_by_profile_and_state_and_mig_changes_follow_the_node():
         b = slices.ensure(SliceRef("3g.20gb", 4))
         slices.release(b)
         held = vcpus.acquire(3)
-        m.heartbeat(beats.build())
+        m.heartbeat(beats.build(), node.pool.warm_count())
         gpu = "A100-40GB"
         assert value(m, "esg_mig_instances", node="n0", gpu=gpu, profile="1g.5gb", state="busy") == 1
         assert value(m, "esg_mig_instances", node="n0", gpu=gpu, profile="3g.20gb", state="idle") == 1
@@ -41,7 +41,7 @@ def test_mig_instances_by_profile_and_state_and_mig_changes_follow_the_node():
         slices.release(a)
         vcpus.release(held)
         c = slices.ensure(SliceRef("4g.20gb", 0), destroy=(SliceRef("3g.20gb", 4), SliceRef("1g.5gb", 0)))
-        m.heartbeat(beats.build())
+        m.heartbeat(beats.build(), node.pool.warm_count())
         assert value(m, "esg_mig_changes_total", node="n0", gpu=gpu, profile="3g.20gb", op="destroy") == 1
         assert value(m, "esg_mig_changes_total", node="n0", gpu=gpu, profile="1g.5gb", op="destroy") == 1
         assert value(m, "esg_mig_instances", node="n0", gpu=gpu, profile="3g.20gb", state="idle") == 0

@@ -126,8 +126,8 @@ def test_a_real_prometheus_scrapes_esg_up_and_answers_a_recording_rule(cluster, 
             counted = _sample(requests.get(scheduler_url, timeout=5).text, "esg_requests_total", app)
             assert counted >= wave
             # what Prometheus holds is what the scheduler counts
-            stored = wait_for(lambda: [r for r in query(base, f'esg_requests_total{{app="{app}"}}')
-                                       if float(r["value"][1]) == counted], 30)
+            stored = wait_for(lambda n=counted: [r for r in query(base, f'esg_requests_total{{app="{app}"}}')
+                                                 if float(r["value"][1]) == n], 30)
             assert stored, (counted, query(base, f'esg_requests_total{{app="{app}"}}'))
         # every endpoint esg up listed is scraped and up
         up = [r for r in query(base, "up") if r["value"][1] == "1"]

@@ -4,16 +4,19 @@ Each service has its own registry, so several services in one process (tests, ``
 clash over metric names. Labels are bounded (:mod:`agent_channel.metrics`): ``app`` and ``function``
 take the first :data:`MAX_APPS` apps and :data:`MAX_FUNCTIONS` (app, function) pairs seen, later ones
 count under ``_other``; ``node`` is bounded by the cluster. The hot path (a step's outcomes, a turn's
-dispatches and results) folds its counts per label first and touches each cached child once.
+dispatches and results) folds its counts per label first and touches each cached child once; its series
+are written by the main loop alone, without locks (:class:`~agent_channel.metrics.FastHistogram`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from agent_channel.metrics import DEFAULT_HOST, OTHER, Bounded, Children, Endpoint
+from agent_channel.metrics import DEFAULT_HOST, OTHER, Bounded, Children, Endpoint, FastCounter, FastHistogram
 from esg.events import Dispatch, RequestOutcome
 from esg.queues import AfwQueue
 
@@ -36,6 +39,24 @@ WAIT_REASONS = {"no configuration": "no_configuration", "none of": "no_fit", "no
                 "waiting for": "worker_starting", "no free vCPUs": "no_vcpus", "policy holds": "policy_holds"}
 
 
+@dataclass(frozen=True)
+class _AppSeries:
+    label: str
+    requests: Any
+    slo: dict[str, Any]
+    latency: Any
+
+
+@dataclass(frozen=True)
+class _FunctionSeries:
+    decisions: dict[str, Any]
+    jobs: Any
+    batch: Any
+    stages: tuple[Any, ...]
+    """In :data:`STAGES`' order."""
+    cold: Any
+
+
 def placement(d: Dispatch) -> str:
     """``warm`` (an idle warm worker), ``reconfigure`` (a MIG change planned) or ``cold`` (a new worker)."""
     if d.fit.reconfigures:
@@ -56,28 +77,28 @@ class Metrics:
         self.app_label = Bounded(max_apps)
         self.function_label = Bounded(max_functions)
         # -- per app and function
-        self.requests = Counter("esg_requests_total", "App activations accepted", ["app"], registry=r)
-        self.slo = Counter("esg_slo_total", "Finished app activations by SLO result (hit, miss, rejected)",
-                           ["app", "result"], registry=r)
-        self.request_latency = Histogram("esg_request_seconds", "App activations from the scheduler's accept to "
-                                         "its answer", ["app"], buckets=LATENCY_BUCKETS, registry=r)
+        self.requests = FastCounter("esg_requests", "App activations accepted", ["app"], r)
+        self.slo = FastCounter("esg_slo", "Finished app activations by SLO result (hit, miss, rejected)",
+                               ["app", "result"], r)
+        self.request_latency = FastHistogram("esg_request_seconds", "App activations from the scheduler's accept "
+                                             "to its answer", ["app"], r, LATENCY_BUCKETS)
         self.slo_seconds = Gauge("esg_slo_seconds", "Each app's SLO", ["app"], registry=r)
-        self.stage_latency = Histogram("esg_stage_seconds", "Per batch, the time of each stage: queue, dispatch, "
-                                       "run, return", ["app", "function", "stage"], buckets=LATENCY_BUCKETS,
-                                       registry=r)
+        self.stage_latency = FastHistogram("esg_stage_seconds", "Per batch, the time of each stage: queue, "
+                                           "dispatch, run, return", ["app", "function", "stage"], r,
+                                           LATENCY_BUCKETS)
         self.queue_length = Gauge("esg_afw_queue_length", "Jobs waiting per AFW queue",
                                   ["app", "function"], registry=r)
         self.queue_head_age = Gauge("esg_afw_queue_head_age_seconds", "Age of the oldest job waiting per AFW "
                                     "queue (0: empty)", ["app", "function"], registry=r)
         self.waiting = Gauge("esg_afw_queues_waiting", "AFW queues whose head the last step left waiting, by "
                              "reason", ["reason"], registry=r)
-        self.decisions = Counter("esg_decisions_total", "Batches dispatched, by how they were placed",
-                                 ["app", "function", "placement"], registry=r)
-        self.jobs = Counter("esg_jobs_total", "Function invocations dispatched", ["app", "function"], registry=r)
-        self.batch_size = Histogram("esg_batch_size", "Jobs per dispatched batch", ["app", "function"],
-                                    buckets=BATCH_BUCKETS, registry=r)
-        self.cold_starts = Counter("esg_cold_starts_total", "Batches whose agent started a worker for them",
-                                   ["app", "function"], registry=r)
+        self.decisions = FastCounter("esg_decisions", "Batches dispatched, by how they were placed",
+                                     ["app", "function", "placement"], r)
+        self.jobs = FastCounter("esg_jobs", "Function invocations dispatched", ["app", "function"], r)
+        self.batch_size = FastHistogram("esg_batch_size", "Jobs per dispatched batch", ["app", "function"], r,
+                                        BATCH_BUCKETS)
+        self.cold_starts = FastCounter("esg_cold_starts", "Batches whose agent started a worker for them",
+                                       ["app", "function"], r)
         self.prewarms = Counter("esg_prewarms_total", "Pre-warms sent to agents (workers started ahead of a batch)",
                                 registry=r)
         self.explored = Counter("esg_explored_batches_total", "Batches run in a configuration the table lacked",
@@ -88,23 +109,22 @@ class Metrics:
         self.agents = Gauge("esg_agents_alive", "Agents heartbeating", registry=r)
         self.node_up = Gauge("esg_node_up", "1 while the node's agent heartbeats, 0 once it is lost", ["node"],
                              registry=r)
-        self.mig_changes = Counter("esg_mig_changes_planned_total", "MIG instances the scheduler's placements "
-                                   "create or destroy", ["node", "op"], registry=r)
+        self.mig_changes = FastCounter("esg_mig_changes_planned", "MIG instances the scheduler's placements "
+                                       "create or destroy", ["node", "op"], r)
         # -- the scheduler itself
-        self.step_time = Histogram("esg_scheduler_step_seconds", "One scheduling step (the core's step and "
-                                   "the messages it makes)", buckets=FAST_BUCKETS, registry=r)
-        self.redis_round_trip = Histogram("esg_redis_round_trip_seconds", "The main loop's Redis round trips",
-                                          ["what"], buckets=FAST_BUCKETS, registry=r)
+        self.step_time = FastHistogram("esg_scheduler_step_seconds", "One scheduling step (the core's step and "
+                                       "the messages it makes)", [], r, FAST_BUCKETS)
+        self.redis_round_trip = FastHistogram("esg_redis_round_trip_seconds", "The main loop's Redis round trips",
+                                              ["what"], r, FAST_BUCKETS)
         self.ack_latency = Histogram("esg_ack_latency_seconds", "From acceptance to ack", registry=r,
                                      buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
         self.acks = Counter("esg_acks_total", "Acks produced by kind", ["kind"], registry=r)
         self.dead_letters = Counter("esg_dead_letters_total", "Malformed messages set aside", ["topic"],
                                     registry=r)
-        self._c = {name: Children(m) for name, m in (
-            ("requests", self.requests), ("slo", self.slo), ("latency", self.request_latency),
-            ("stage", self.stage_latency), ("decisions", self.decisions), ("jobs", self.jobs),
-            ("batch", self.batch_size), ("cold", self.cold_starts), ("mig", self.mig_changes),
-            ("redis", self.redis_round_trip))}
+        self._apps: dict[str, _AppSeries] = {}
+        self._functions: dict[tuple[str, str], _FunctionSeries] = {}
+        self._mig = Children(self.mig_changes)
+        self._redis = Children(self.redis_round_trip)
         self._queues: set[tuple[str, str]] = set()
         self._nodes: set[str] = set()
         self._slos: dict[str, float] = {}
@@ -117,59 +137,79 @@ class Metrics:
             return self.app_label(app), OTHER
         return self.app_label(app), function
 
+    def _app(self, app: str) -> _AppSeries:
+        """An app's series, resolved once (its label bounded)."""
+        got = self._apps.get(app)
+        if got is None:
+            label = self.app_label(app)
+            got = self._apps[app] = _AppSeries(label, self.requests.labels(label), {
+                r: self.slo.labels(label, r) for r in ("hit", "miss", "rejected")}, self.request_latency.labels(label))
+        return got
+
+    def _function(self, app: str, function: str) -> _FunctionSeries:
+        """An (app, function)'s series, resolved once (its labels bounded)."""
+        got = self._functions.get((app, function))
+        if got is None:
+            labels = self._fn(app, function)
+            got = self._functions[(app, function)] = _FunctionSeries(
+                {p: self.decisions.labels(*labels, p) for p in PLACEMENTS}, self.jobs.labels(*labels),
+                self.batch_size.labels(*labels), tuple(self.stage_latency.labels(*labels, st) for st in STAGES),
+                self.cold_starts.labels(*labels))
+        return got
+
     # -- what happened ------------------------------------------------------------------------------
     def accepted(self, app: str, slo_ms: float) -> None:
-        label = self.app_label(app)
-        self._c["requests"].get(label).inc()
-        if label != OTHER and self._slos.get(label) != slo_ms:
-            self._slos[label] = slo_ms
-            self.slo_seconds.labels(label).set(slo_ms / 1000)
+        series = self._app(app)
+        series.requests.inc()
+        if series.label != OTHER and self._slos.get(series.label) != slo_ms:
+            self._slos[series.label] = slo_ms
+            self.slo_seconds.labels(series.label).set(slo_ms / 1000)
 
     def outcomes(self, outcomes: Iterable[RequestOutcome]) -> None:
-        """A step's finished activations: SLO results and latencies (each label touched once a step)."""
-        counts: dict[tuple[str, str], int] = {}
-        latency = self._c["latency"]
+        """A step's finished activations: SLO results and latencies."""
         for o in outcomes:
-            app = self.app_label(o.app)
-            result = "rejected" if o.rejected else "hit" if o.slo_hit else "miss"
-            counts[(app, result)] = counts.get((app, result), 0) + 1
-            if not o.rejected:
-                latency.get(app).observe(max(0.0, o.finished_ms - o.arrival_ms) / 1000)
-        slo = self._c["slo"]
-        for key, n in counts.items():
-            slo.get(*key).inc(n)
+            series = self._app(o.app)
+            if o.rejected:
+                series.slo["rejected"].inc()
+                continue
+            latency_ms = o.finished_ms - o.arrival_ms
+            series.slo["hit" if o.ok and latency_ms <= o.slo_ms else "miss"].inc()
+            series.latency.observe(max(0.0, latency_ms) / 1000)
 
     def sent(self, dispatches: Sequence[Dispatch]) -> None:
         """A turn's batches, dispatched: decisions by placement, jobs and batch sizes."""
-        decisions, jobs, batch, mig = self._c["decisions"], self._c["jobs"], self._c["batch"], self._c["mig"]
         for d in dispatches:
-            app, fn = self._fn(d.app, d.function)
+            series = self._function(d.app, d.function)
             n = len(d.jobs)
-            decisions.get(app, fn, placement(d)).inc()
-            jobs.get(app, fn).inc(n)
-            batch.get(app, fn).observe(n)
-            if d.fit.reconfigures:
-                if d.fit.create:
-                    mig.get(d.fit.node, "create").inc()
-                if d.fit.destroy:
-                    mig.get(d.fit.node, "destroy").inc(len(d.fit.destroy))
+            fit = d.fit
+            series.decisions["reconfigure" if fit.create or fit.destroy else
+                             "warm" if fit.warm_worker is not None else "cold"].inc()
+            series.jobs.inc(n)
+            series.batch.observe(n)
+            if fit.create:
+                self._mig.get(fit.node, "create").inc()
+            if fit.destroy:
+                self._mig.get(fit.node, "destroy").inc(len(fit.destroy))
 
     def batch_done(self, d: Dispatch, decided_ms: float, sent_ms: float, done_ms: float,
                    run_ms: float | None, cold: bool) -> None:
         """An answered batch's stages (:data:`STAGES`) and whether its agent started a worker for it."""
-        app, fn = self._fn(d.app, d.function)
-        stage = self._c["stage"]
-        enqueued = min((j.enqueued_ms for j in d.jobs), default=decided_ms)
-        stage.get(app, fn, "queue").observe(max(0.0, decided_ms - enqueued) / 1000)
-        stage.get(app, fn, "dispatch").observe(max(0.0, sent_ms - decided_ms) / 1000)
+        series = self._function(d.app, d.function)
+        queue, dispatch, run, back = series.stages
+        enqueued = d.jobs[0].enqueued_ms if d.jobs else decided_ms    # the head: the longest wait
+        for j in d.jobs:
+            if j.enqueued_ms < enqueued:
+                enqueued = j.enqueued_ms
+        queue.observe(max(0.0, decided_ms - enqueued) / 1000)
+        dispatch.observe(max(0.0, sent_ms - decided_ms) / 1000)
         if run_ms is not None:
-            stage.get(app, fn, "run").observe(run_ms / 1000)
-            stage.get(app, fn, "return").observe(max(0.0, done_ms - sent_ms - run_ms) / 1000)
+            run.observe(run_ms / 1000)
+            back.observe(max(0.0, done_ms - sent_ms - run_ms) / 1000)
         if cold:
-            self._c["cold"].get(app, fn).inc()
+            series.cold.inc()
 
     def round_trip(self, what: str, seconds: float) -> None:
-        self._c["redis"].get(what).observe(seconds)
+        self._redis.get(what).observe(seconds)
 
     def set_queues(self, queues: Iterable[AfwQueue], now_ms: float) -> None:
         """Each AFW queue's length and head age; queues gone empty read 0 (queues past the label bound

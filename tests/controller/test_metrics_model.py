@@ -141,3 +141,27 @@ def test_metrics_are_served_on_loopback_by_default():
         assert "esg_agents_alive" in requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     finally:
         m.close()
+
+
+def test_fast_series_expose_as_prometheus_counters_and_histograms():
+    """What the lock-free series expose is what prometheus_client's own would: the text a scraper parses."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+    from agent_channel.metrics import FastCounter, FastHistogram
+
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    fc = FastCounter("esg_x", "x", ["app"], ours)
+    fh = FastHistogram("esg_y_seconds", "y", ["app"], ours, (0.1, 0.5, 1))
+    pc = Counter("esg_x", "x", ["app"], registry=theirs)
+    ph = Histogram("esg_y_seconds", "y", ["app"], buckets=(0.1, 0.5, 1), registry=theirs)
+    for v in (0.05, 0.1, 0.3, 0.5, 0.7, 2.0, 0.1):
+        fc.labels("a").inc(2)
+        pc.labels("a").inc(2)
+        fh.labels("a").observe(v)
+        ph.labels("a").observe(v)
+
+    def samples(registry):
+        return sorted(line for line in generate_latest(registry).decode().splitlines()
+                      if line and not line.startswith("#") and "_created" not in line)
+
+    assert samples(ours) == samples(theirs)

@@ -26,11 +26,15 @@ def exported() -> dict[str, set[str]]:
     (a histogram's ``_bucket`` series carry ``le``)."""
     from prometheus_client.metrics import MetricWrapperBase
 
+    from agent_channel.metrics import FastCounter, FastHistogram
+
     out: dict[str, set[str]] = dict(BUILTIN)
     for owner in (Metrics(), AgentMetrics("n", "A100-40GB")):
         for metric in vars(owner).values():
             if isinstance(metric, MetricWrapperBase) and metric._labelnames:
                 metric.labels(*("x" for _ in metric._labelnames))
+            elif isinstance(metric, FastCounter | FastHistogram) and metric.labelnames:
+                metric.labels(*("x" for _ in metric.labelnames))
         for family in owner.registry.collect():
             for sample in family.samples:
                 out.setdefault(sample.name, set()).update(sample.labels)

@@ -259,14 +259,16 @@ class NvmlBackend:
         return uuid
 
 
-def open_backend(fake_gpu: str | None = None, fake_gpu_count: int = 1, root: bool = True) -> NvmlBackend:
-    """The backend for ``esg agent``: ``--fake-gpu MODEL`` gives the fake, otherwise real NVML.
+def open_backend(fake_gpu: str | None = None, fake_gpu_count: int = 1, root: bool = True,
+                 fake_mig: bool = True) -> NvmlBackend:
+    """The backend for ``esg agent``: ``--fake-gpu MODEL`` gives the fake (its MIG mode off with
+    ``fake_mig=False``: ``--no-mig``), otherwise real NVML.
 
     A node without the NVIDIA driver gets a clear :class:`MigOperationError`, not a ctypes trace.
     """
     if fake_gpu:
         from invoker_agent.fake_nvml import FakeHost, FakeNvml
-        return NvmlBackend(FakeNvml(FakeHost.with_gpus(fake_gpu, fake_gpu_count), root=root))
+        return NvmlBackend(FakeNvml(FakeHost.with_gpus(fake_gpu, fake_gpu_count, mig_enabled=fake_mig), root=root))
     try:
         import pynvml
     except ImportError as e:  # pragma: no cover - nvidia-ml-py is a dependency

@@ -85,6 +85,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seed of the twin's execution-time noise (with the node name)")
     p.add_argument("--journal", metavar="PATH",
                    help="MIG crash journal file (env ESG_AGENT_JOURNAL; default: in memory)")
+    p.add_argument("--alive-file", metavar="PATH",
+                   help="a file the heartbeat thread touches every turn, for a liveness probe that asks no other "
+                        "service (deploy/healthcheck.py alive; env ESG_AGENT_ALIVE_FILE)")
     p.add_argument("--max-batches", type=checks.positive_int, default=4, metavar="N",
                    help="batches run at once")
     p.add_argument("--idle-ttl-s", type=checks.positive_float, default=600.0, metavar="S",
@@ -125,6 +128,9 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
         raise CliError(f"--gpu-share must be 1 to {MAX_GPU_SHARE}, got {args.gpu_share}")
     args.runner = env(args.runner, "ESG_RUNNER", _choice(RUNNERS), "process")
     args.journal = env(args.journal, "ESG_AGENT_JOURNAL", str)
+    args.alive_file = env(args.alive_file, "ESG_AGENT_ALIVE_FILE", str)
+    if args.alive_file:
+        checks.check_writable_file(args.alive_file, "--alive-file")
     if not args.redis:
         raise CliError("no Redis given: pass --redis URL or set ESG_REDIS")
     if not args.openwhisk_api:
@@ -244,7 +250,8 @@ def run_agent(args: argparse.Namespace) -> int:
     # every answered batch is named in at least two heartbeats (the scheduler forgets its claim then)
     heartbeats = HeartbeatBuilder(args.name, memory_mb, allocator, slices, node.pool, warm,
                                   BatchTrack(keep_s=max(3.0, 2.5 * args.heartbeat_s)))
-    service = AgentService(ServiceSettings(args.name, args.heartbeat_s, args.max_batches), node, runner,
+    service = AgentService(ServiceSettings(args.name, args.heartbeat_s, args.max_batches,
+                                           alive_file=args.alive_file), node, runner,
                            heartbeats, channel)
 
     def on_signal(signum, _frame):

@@ -307,7 +307,7 @@ def mapping_for(launch: Launch, kafka: str, redis: str, controller: str, metrics
     """The files' addresses (as the ESG processes see them) to the servers of this test; the activation
     store's credentials are the files' defaults, which the test's pouchdb-server's admin has."""
     kafka_host = launch.scheduler_env["ESG_KAFKA"]
-    store_host = launch.scheduler_env["ESG_ACTIVATION_STORE"].removeprefix("http://").split("@")[1].split("/")[0]
+    store_host = launch.scheduler_env["ESG_ACTIVATION_STORE"].removeprefix("http://").split("@")[-1].split("/")[0]
     redis_host = launch.scheduler_env["ESG_REDIS"].removeprefix("redis://").split("/")[0]
     api_host = launch.scheduler_env["ESG_OPENWHISK_API"].removeprefix("http://").rstrip("/")
     assert launch.agent_env["ESG_KAFKA"] == kafka_host and launch.agent_env["ESG_REDIS"].startswith(

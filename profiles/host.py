@@ -62,7 +62,7 @@ def detect_gpu() -> tuple[GpuHost | None, str | None]:
             for ci in backend.compute_instances(info.index):
                 slices.setdefault(profile_of.get(ci.gi_id, "?"), []).append(ci.mig_uuid)
         return GpuHost(info.name, info.model, info.mig_enabled,
-                       {k: tuple(v) for k, v in slices.items()}, _driver(backend.inner)), None
+                       {k: tuple(v) for k, v in slices.items()}, driver_version(backend.inner)), None
     except MigOperationError as e:
         return None, str(e)
     finally:
@@ -72,7 +72,7 @@ def detect_gpu() -> tuple[GpuHost | None, str | None]:
             pass
 
 
-def _driver(backend) -> str | None:
+def driver_version(backend) -> str | None:
     """The driver's version through NVML (read-only), None where the backend cannot say."""
     nvml = getattr(backend, "nvml", None)
     try:

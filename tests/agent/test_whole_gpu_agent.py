@@ -16,36 +16,16 @@ from invoker_agent.cuda_check import missing_cuda_package
 from invoker_agent.fake_nvml import FakeHost, FakeNvml
 from invoker_agent.mig_backend import NVML_ERROR_NOT_SUPPORTED, MigOperationError
 from invoker_agent.node import NodeAgent
-from invoker_agent.nvml_backend import NvmlBackend
+from invoker_agent.nvml_backend import MUTATING_CALLS, NvmlBackend, ReadOnlyNvml
 from invoker_agent.reconcile import Reconciler
 from invoker_agent.runner import WorkerSpec, worker_env
 from invoker_agent.slices import SliceError, SliceManager
 from invoker_agent.whole_gpu import WholeGpuBackend, cuda_device, model_for, slot_uuid
 
-#: pynvml functions that change a GPU: none may be called on a whole GPU (scripts/device-check relies on it).
-MUTATING = ("nvmlDeviceSetMigMode", "nvmlDeviceCreateGpuInstance", "nvmlDeviceCreateGpuInstanceWithPlacement",
-            "nvmlGpuInstanceCreateComputeInstance", "nvmlGpuInstanceCreateComputeInstanceWithPlacement",
-            "nvmlGpuInstanceDestroy", "nvmlComputeInstanceDestroy", "nvmlDeviceResetGpuLockedClocks",
-            "nvmlDeviceSetPersistenceMode", "nvmlDeviceSetComputeMode", "nvmlDeviceClearEccErrorCounts")
-
-
-class ReadOnly:
-    """The pynvml module surface with every mutating call refused (a test failure, not an NVML call)."""
-
-    def __init__(self, nvml) -> None:
-        self._nvml = nvml
-        self.NVMLError = nvml.NVMLError
-
-    def __getattr__(self, name: str):
-        if name in MUTATING:
-            raise AssertionError(f"{name} called on a GPU that must not change")
-        return getattr(self._nvml, name)
-
-
 def _real_whole_gpu():
     try:
         import pynvml
-        backend = NvmlBackend(ReadOnly(pynvml))
+        backend = NvmlBackend(ReadOnlyNvml(pynvml))
         if not any(not g.mig_enabled for g in backend.gpus()):
             return None
         return backend
@@ -58,7 +38,7 @@ def whole(request):
     """A MIG backend whose GPU 0 (or the first real GPU with MIG off) runs without MIG, read-only."""
     if request.param == "fake":
         nvml = FakeNvml(FakeHost.with_gpus("H100-80GB", mig_enabled=False))
-        return NvmlBackend(ReadOnly(nvml)), nvml
+        return NvmlBackend(ReadOnlyNvml(nvml)), nvml
     backend = _real_whole_gpu()
     if backend is None:
         pytest.skip("no NVIDIA GPU with MIG mode off on this machine")
@@ -102,7 +82,7 @@ def test_nothing_is_created_or_destroyed_on_a_whole_gpu(whole):
     report = Reconciler(b).reconcile_gpu(g.index, [g.model])           # the fixed layout: nothing to do
     assert report.status == "success" and not report.created and not report.destroyed
     if nvml is not None:
-        assert not any(nvml.calls[name] for name in MUTATING)
+        assert not any(nvml.calls[name] for name in MUTATING_CALLS)
 
 
 def test_a_gpu_in_mig_mode_passes_through_unchanged(make_fake_env):
@@ -189,3 +169,27 @@ def test_the_missing_package_is_named(providers, wheels, library, needle):
     got = missing_cuda_package(lambda: providers, lambda name: name in wheels,
                                lambda name: f"lib{name}.so" if name in library else None)
     assert got == needle if needle is None else needle in got
+
+
+def test_the_read_only_guard_refuses_every_change_before_nvml_sees_it():
+    nvml = FakeNvml(FakeHost.with_gpus("A100-40GB"))
+    guarded = ReadOnlyNvml(nvml)
+    backend = NvmlBackend(guarded)
+    with pytest.raises(MigOperationError) as err:
+        backend.create_gpu_instance(0, "3g.20gb", 0)
+    assert err.value.code_name == "NO_PERMISSION" and guarded.refused == ["nvmlDeviceCreateGpuInstanceWithPlacement"]
+    assert not any(nvml.calls[name] for name in MUTATING_CALLS)
+    assert backend.gpus()[0].mig_enabled                            # reads go through
+
+
+def test_esg_nvml_read_only_guards_the_real_backend(monkeypatch):
+    import pynvml
+
+    from invoker_agent import nvml_backend
+
+    made = []
+    monkeypatch.setattr(nvml_backend, "NvmlBackend", lambda module: made.append(module) or module)
+    monkeypatch.setenv("ESG_NVML_READ_ONLY", "1")
+    assert isinstance(nvml_backend.open_backend(), ReadOnlyNvml) and made[0]._nvml is pynvml
+    monkeypatch.delenv("ESG_NVML_READ_ONLY")
+    assert nvml_backend.open_backend() is pynvml

@@ -33,19 +33,16 @@ COPY apps ./apps
 COPY actions ./actions
 COPY deploy/healthcheck.py ./deploy/healthcheck.py
 COPY deploy/couchdb ./deploy/couchdb
+ENTRYPOINT ["esg"]
 
 FROM base AS cpu
 COPY deploy/requirements/cpu.txt /tmp/requirements.txt
 RUN pip install --no-cache-dir --no-deps -r /tmp/requirements.txt \
-    && pip install --no-cache-dir --no-deps --no-build-isolation . \
-    && pip check && rm /tmp/requirements.txt
+    && pip install --no-cache-dir --no-deps --no-build-isolation . && pip check && rm /tmp/requirements.txt
 USER esg
-ENTRYPOINT ["esg"]
 
 FROM base AS gpu
 COPY deploy/requirements/gpu.txt /tmp/requirements.txt
 RUN pip install --no-cache-dir --no-deps -r /tmp/requirements.txt \
-    && pip install --no-cache-dir --no-deps --no-build-isolation . \
-    && pip check && rm /tmp/requirements.txt
+    && pip install --no-cache-dir --no-deps --no-build-isolation . && pip check && rm /tmp/requirements.txt
 USER esg
-ENTRYPOINT ["esg"]

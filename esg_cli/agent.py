@@ -16,8 +16,8 @@ import signal
 import socket
 import sys
 
-from esg.mig import GEOMETRIES, MAX_GPU_SHARE
 from esg import mig
+from esg.mig import GEOMETRIES, MAX_GPU_SHARE
 from esg_cli import checks, service_gc
 from esg_cli.errors import CliError
 

@@ -22,6 +22,7 @@ from invoker_agent.runner import WorkerSpec, worker_env
 from invoker_agent.slices import SliceError, SliceManager
 from invoker_agent.whole_gpu import WholeGpuBackend, cuda_device, model_for, slot_uuid
 
+
 def _real_whole_gpu():
     try:
         import pynvml

@@ -132,7 +132,8 @@ def test_each_image_installs_its_exact_lock_which_satisfies_the_project(target, 
     body = stage(target)
     assert f"COPY deploy/requirements/{target}.txt" in body
     assert "--no-deps -r /tmp/requirements.txt" in body and "--no-build-isolation ." in body
-    assert re.search(r"^USER esg$", body, re.M) and re.search(r'^ENTRYPOINT \["esg"\]$', body, re.M)
+    assert re.search(r"^USER esg$", body, re.M)             # installed as root, run as esg
+    assert re.search(r'^ENTRYPOINT \["esg"\]$', DOCKERFILE, re.M) and "ENTRYPOINT" not in body
     pins = lock(target)
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = project["dependencies"] + project["optional-dependencies"][extra]

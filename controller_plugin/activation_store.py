@@ -158,15 +158,6 @@ class ActivationStore:
             raise StoreError(f"activation store {self.url.shown}: HTTP {r.status_code}")
         return r.json()
 
-    def in_namespace(self, namespace: str, limit: int = 10_000) -> list[dict[str, Any]]:
-        """Every stored document of ``namespace`` (by id prefix)."""
-        r = self._call("GET", "/_all_docs", params={"startkey": json.dumps(f"{namespace}/"),
-                                                    "endkey": json.dumps(f"{namespace}/\ufff0"),
-                                                    "include_docs": "true", "limit": str(limit)})
-        if not r.ok:
-            raise StoreError(f"activation store {self.url.shown}: HTTP {r.status_code}")
-        return [row["doc"] for row in r.json().get("rows", []) if isinstance(row.get("doc"), dict)]
-
     def view(self, design: str, view: str, **params: Any) -> dict[str, Any]:
         """A view's answer (``_design/{design}/_view/{view}``) with CouchDB's query parameters (keys as
         JSON, as CouchDB reads them); a view or design document that is missing is a StoreError."""

@@ -433,10 +433,11 @@ class EntityStore:
 
     def listed(self, collection: str, namespace: str, with_root: bool = True) -> list[dict[str, Any]]:
         """The collection's documents under ``namespace`` (``ns`` or ``ns/pkg``), newest first, as the
-        entity views emit them: an entity in a package is also listed under its root namespace (actions,
-        triggers, rules), a package only under its own."""
+        entity views emit them (key ``[namespace, updated]``, read descending: equal times by document id,
+        descending): an entity in a package is also listed under its root namespace (actions, triggers,
+        rules), a package only under its own."""
         with self.lock:
-            docs = [dict(d) for c, d in self.docs.values() if c == collection and (
+            docs = [(d["updated"], docid, dict(d)) for docid, (c, d) in self.docs.items() if c == collection and (
                 d["namespace"] == namespace
                 or with_root and collection != PACKAGES and d["namespace"].split("/")[0] == namespace)]
-        return sorted(docs, key=lambda d: d["updated"], reverse=True)
+        return [d for _, _, d in sorted(docs, key=lambda t: (t[0], t[1]), reverse=True)]

@@ -12,11 +12,15 @@
   (Unhealthy: once the test action it sends after the Success succeeds too). Unhealthy and Unresponsive
   invokers get the test action on entering the state and every ``retest_s``.
 * :meth:`ControllerDriver.invoke` publishes an ActivationMessage (the exact JSON of ``docs/openwhisk-protocol.md`` §2: action with
-  version, revision, user identity, content = the action's parameters merged with the call's) to a
+  version, revision, the caller's identity -- the driver's own ``user`` unless the call names one --,
+  content = the action's parameters merged with the call's) to a
   Healthy invoker (home invoker by OpenWhisk's hash, then the next ones), and for a blocking call waits
   for the result on ``completed{C}``; when the ack carries only the id (shrunk past Kafka's limit) or no
   result, the record is polled from the activation store (CouchDB), as ``PrimitiveActions.pollActivation``
   does.
+* :meth:`ControllerDriver.invocation` is the REST stand-in's invoker: each call as its caller, with the
+  action's document resolved through package and binding; a blocking call not answered within its wait
+  is answered with its id (the controller's 202).
 * Counts every ack per activation id, so a test can assert that each one was answered exactly once.
 
 It is the controller the embedded cluster (``esg up``) and the integration tests use where a JVM

@@ -1,12 +1,15 @@
 """``esg up``: the embedded local cluster -- everything real except OpenWhisk's JVM.
 
 It starts a Kafka-protocol broker (Tansu), ``redis-server`` and ``pouchdb-server`` (CouchDB's API: the
-activation store) on free loopback ports, the OpenWhisk REST stand-in (actions, activation records read
-from the store, and invokes routed to the controller driver), deploys the apps in
+activation store, with OpenWhisk's databases and views as its ``initdb`` makes them) on free loopback
+ports, the OpenWhisk REST stand-in (OpenWhisk's REST API; invokes routed to the controller driver as
+their callers), deploys the apps in
 ``apps/`` with ``actions/deploy.py``'s requests (function actions with ``esg-`` annotations, one app
 action per app), runs ``esg scheduler`` and ``--nodes`` x ``esg agent --fake-gpu MODEL`` as processes,
 and plays the controller on Kafka. With ``--requests N`` it calls every app N times (blocking, one call every
 ``--interval-ms``) and prints what came back; with ``--serve`` it keeps running and prints how to call it with ``curl``.
+If a process or server it started exits (the activation store included), it says which and stops
+everything, never serving without it.
 
 On a machine without a GPU the agents carve *fake* MIG slices and run every action on the CPU, so the
 scheduler plans with CPU profile tables by default (``profiles/tables/cpu``), and each app's SLO is

@@ -209,7 +209,7 @@ class Cluster:
 
 def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], logs: Path) -> Cluster:
     from actions import deploy
-    from esg_cli import openwhisk_db
+    from esg_cli import openwhisk_catalog, openwhisk_db
     from esg_cli.controller_driver import ControllerDriver
     from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn
     from esg_cli.servers import start_broker, start_couchdb, start_redis
@@ -226,6 +226,7 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
                             zip_dir=logs)
     for r in requests_:
         standin.put_action(f"{NAMESPACE}/{r.name}", r.body)
+    openwhisk_catalog.install(standin)               # whisk.system/utils, as a deployment's catalog has it
     print(f"deployed {len(requests_)} actions: " + ", ".join(f"{d.app.name} (SLO {d.slo_ms:g} ms)" for d in apps))
 
     env = dict(os.environ, ESG_KAFKA=broker.address, ESG_REDIS=rserver.url, ESG_OPENWHISK_API=standin.url,

@@ -228,7 +228,7 @@ async function packages() {
   assert.equal(shared.namespace, 'guest');
   assert.equal(shared.subject, 'guest');
   assert.equal(annotation(shared, 'path'), 'whisk.system/shared/tool');
-  assert.deepEqual((await guest.packages.list({namespace: 'whisk.system'})).map(p => p.name), ['shared']);
+  assert.deepEqual((await guest.packages.list({namespace: 'whisk.system'})).map(p => p.name), ['shared', 'utils']);
   assert.equal((await guest.actions.get('/whisk.system/shared/tool')).namespace, 'whisk.system/shared');
   await refused(guest.actions.list({namespace: 'whisk.system'}), 403,
     'The supplied authentication is not authorized to access \'whisk.system\'.');
@@ -258,6 +258,24 @@ async function sequences() {
   assert.equal(run.duration, a.duration + b.duration);
   await refused(guest.actions.create({name: 'broken', sequence: ['/guest/nosuch']}), 400,
     'Sequence component does not exist.');
+}
+
+async function catalog() {
+  begin('whisk.system/utils, as a deployment\'s catalog has it: invoked by its full name, in a sequence, by a rule');
+  const sorted = await guest.actions.invoke({name: '/whisk.system/utils/sort', blocking: true,
+    params: {lines: ['b', 'c', 'a']}});
+  assert.equal(sorted.response.success, true);
+  assert.deepEqual(sorted.response.result, {lines: ['a', 'b', 'c'], length: 3});
+  const seq = await guest.actions.create({name: 'my_sequence', sequence: ['/whisk.system/utils/echo']});
+  assert.deepEqual(seq.exec.components, ['/whisk.system/utils/echo']);
+  const echoed = await guest.actions.invoke({name: 'my_sequence', blocking: true, params: {hi: 1}});
+  assert.deepEqual(echoed.response.result, {hi: 1});
+  await guest.triggers.create({name: 'random_fire_test'});
+  await guest.rules.create({name: 'echo_rule', action: '/whisk.system/utils/echo', trigger: '/guest/random_fire_test'});
+  assert.ok((await guest.triggers.invoke({name: 'random_fire_test'})).activationId);
+  await guest.triggers.delete('random_fire_test');
+  await guest.rules.delete('echo_rule');
+  await guest.actions.delete('my_sequence');
 }
 
 async function triggersAndRules() {
@@ -337,6 +355,7 @@ async function cleanUp() {
   await activations(invoked);
   await packages();
   await sequences();
+  await catalog();
   await triggersAndRules();
   await cleanUp();
   console.log('all calls answered as OpenWhisk answers them');

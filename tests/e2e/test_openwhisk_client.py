@@ -25,7 +25,7 @@ CHECK = Path(__file__).with_name("openwhisk_client.js")
 @contextmanager
 def embedded_openwhisk(logs: Path) -> Iterator[str]:
     """What ``esg up`` starts, with one agent and no apps: yields the API host."""
-    from esg_cli import openwhisk_db
+    from esg_cli import openwhisk_catalog, openwhisk_db
     from esg_cli.controller_driver import ControllerDriver
     from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn
     from esg_cli.servers import start_broker, start_couchdb, start_redis
@@ -37,6 +37,7 @@ def embedded_openwhisk(logs: Path) -> Iterator[str]:
         couch = stack.enter_context(start_couchdb())
         records = openwhisk_db.initialise(couch.url)
         standin = stack.enter_context(OpenWhiskStandIn(activation_store=records))
+        openwhisk_catalog.install(standin)
         env = dict(os.environ, ESG_KAFKA=broker.address, ESG_REDIS=rserver.url, ESG_OPENWHISK_API=standin.url,
                    ESG_OPENWHISK_AUTH=GUEST_KEY, ESG_ACTIVATION_STORE=records, PYTHONPATH=str(ROOT))
         procs: dict = {}

@@ -59,6 +59,7 @@ from invoker_agent.runtime_client import (
     crash_result,
     timeout_result,
 )
+from invoker_agent.whole_gpu import cuda_device
 from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 WORKER_SCRIPT = Path(__file__).with_name("action_worker.py")
@@ -91,7 +92,7 @@ class WorkerSpec:
 def worker_env(spec: WorkerSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
     """A worker's whole environment: a few inherited basics, GPU visibility and thread counts."""
     env = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
-    env["CUDA_VISIBLE_DEVICES"] = spec.mig_uuid or ""
+    env["CUDA_VISIBLE_DEVICES"] = cuda_device(spec.mig_uuid)
     env["PYTHONUNBUFFERED"] = "1"
     n = str(max(1, len(spec.vcpus)))
     env.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import requests
 
@@ -23,11 +24,13 @@ CONCURRENCY = 128      # esg replay's default --concurrency
 def test_a_burst_of_concurrent_blocking_calls_on_fresh_connections_is_all_answered():
     start = threading.Barrier(CONCURRENCY)
 
-    def invoker(fqn, params, blocking, timeout):
+    def invoker(inv):
         time.sleep(0.2)          # the activation runs a while: the server's threads stay busy
-        return {"activationId": "0" * 32, "namespace": "guest", "name": "hello", "response":
-                {"statusCode": 0, "result": {"ok": True}}, "start": 0, "end": 1, "duration": 1,
-                "annotations": [], "logs": []}
+        start = int(time.time() * 1000)
+        return {"namespace": "guest", "name": "hello", "subject": "guest", "activationId": uuid.uuid4().hex,
+                "start": start, "end": start + 1, "duration": 1, "response": {"statusCode": 0, "result": {}},
+                "logs": [], "version": "0.0.1", "publish": False,
+                "annotations": [{"key": "path", "value": "guest/hello"}, {"key": "kind", "value": "python:3"}]}
 
     calls = [Call("hello", 0.0) for _ in range(CALLS)]
     with OpenWhiskStandIn(invoker=invoker) as api:

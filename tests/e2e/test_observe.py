@@ -182,13 +182,20 @@ def test_the_cluster_page_renders_in_headless_chromium(cluster, tmp_path):
     from agent_channel.keys import Keys
     from esg_cli import status
 
+    def nodes(state: dict) -> dict:
+        return {name: (n["slices"], n["warm_workers"]) for name, n in state["nodes"].items()}
+
     client = connect(cluster.redis)
     try:
-        state = status.gather(client, Keys("", "0"), time.time() * 1000)
+        for attempt in range(5):    # the state read before the page and after it the same: a settled view
+            state = status.gather(client, Keys("", "0"), time.time() * 1000)
+            dom = chromium("--dump-dom", cluster.page, profile=tmp_path / f"profile-dom{attempt}")
+            assert dom.returncode == 0, dom.stderr[-2000:]
+            if nodes(status.gather(client, Keys("", "0"), time.time() * 1000)) == nodes(state):
+                break
+            time.sleep(1)
     finally:
         client.close()
-    dom = chromium("--dump-dom", cluster.page, profile=tmp_path / "profile-dom")
-    assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
     # a drawing per node, with the MIG instances esg status reports on it
     for node, n in state["nodes"].items():

@@ -321,9 +321,10 @@ def warmup_warnings(args: argparse.Namespace, loads: list[str]) -> list[str]:
 
     base = {a.name: a for a in (load_app(p) for p in sorted(Path(args.apps).glob("*.json")))}
     profiles = load_profiles(args.profiles, sorted({f for a in base.values() for f in a.functions}))
-    gpu = None if args.gpu.lower() == "none" else geometry(args.gpu).model
+    gpu = emulated_gpu(args)
+    carved = gpu is not None and not is_whole(gpu)      # a whole GPU is never carved: no MIG ramp
     start = StartUp(max((p.cold_start_ms for p in profiles.values()), default=0.0) * args.cold_start_scale / 1000,
-                    geometry(gpu).compute_slices if gpu else 0, args.mig_reconfig_ms / 1000)
+                    geometry(gpu).compute_slices if carved else 0, args.mig_reconfig_ms / 1000)
     out = []
     for level in loads:
         if level in LOAD_LEVELS:

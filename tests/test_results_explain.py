@@ -178,3 +178,12 @@ def test_hints_name_only_options_their_command_has():
             flags = {o for a in parser._actions for o in a.option_strings}
             assert flag in flags, f"{path.name} names esg {command} {word} {flag}, which does not exist"
     assert named > 10
+
+
+def test_a_whole_gpu_settles_without_a_mig_ramp(tmp_path, capsys):
+    rc = main(["emulate", "--policies", "esg", "--slo", "moderate", "--load", "light", "--duration-s", "6",
+               "--warmup-s", "1", "--nodes", "1", "--no-mig", "--profiles", str(ROOT / "profiles/tables/a100-whole"),
+               "--out", str(tmp_path), "--no-plots"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "warning: --warmup-s 1 is shorter" in err and "MIG instances" not in err, err

@@ -166,6 +166,16 @@ def node_name(text: str) -> str:
     return text
 
 
+def ip_address(text: str) -> str:
+    """An IPv4 or IPv6 address to bind (``127.0.0.1``, ``0.0.0.0``, ``::1``...), not a host name."""
+    import ipaddress
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an IP address to bind, such as 127.0.0.1 or 0.0.0.0, "
+                                         f"got {text!r}") from None
+
+
 def comma_list(known: Iterable[str], what: str) -> Callable[[str], list[str]]:
     """A comma-separated list whose every item is one of ``known``."""
     known = list(known)

@@ -64,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "shows in the process list)")
     p.add_argument("--profiles", metavar="DIR", type=Path, help="profile tables (default: the shipped ones)")
     p.add_argument("--metrics-port", type=checks.port, metavar="PORT", help="serve Prometheus metrics on this port")
+    p.add_argument("--metrics-host", type=checks.ip_address, metavar="ADDR",
+                   help="address the metrics are served on (env ESG_METRICS_HOST; default 127.0.0.1: loopback "
+                        "only; 0.0.0.0 for a Prometheus on another host)")
     p.add_argument("--agent-timeout-s", type=checks.positive_float, default=5.0, metavar="S",
                    help="an agent silent this long is lost (default 5)")
     p.add_argument("--explore-fraction", type=checks.fraction, default=0.05, metavar="F",
@@ -99,15 +102,17 @@ def settings_from(args: argparse.Namespace):
         raise CliError("no Redis given: pass --redis URL or set ESG_REDIS")
     profiles = args.profiles or shipped_profiles_dir()
     check_profile_tables(profiles, "--profiles")
+    metrics_host = checks.from_env(args.metrics_host, "ESG_METRICS_HOST", checks.ip_address, "127.0.0.1")
     if args.metrics_port is not None:
-        checks.check_port_free(args.metrics_port, "--metrics-port", host="0.0.0.0")
+        checks.check_port_free(args.metrics_port, "--metrics-port", host=metrics_host)
     return Settings(kafka=kafka, redis_url=redis_url,
                     openwhisk_api=checks.from_env(args.openwhisk_api, ENV["openwhisk_api"], checks.http_url),
                     openwhisk_auth=checks.from_env(args.openwhisk_auth, ENV["openwhisk_auth"], checks.api_key),
                     topic_prefix=checks.from_env(args.topic_prefix, ENV["topic_prefix"], checks.topic_prefix, ""),
                     controller_id=checks.from_env(args.controller_id, ENV["controller_id"], checks.controller_id,
                                                   "0"),
-                    profiles_dir=profiles, metrics_port=args.metrics_port, agent_timeout_s=args.agent_timeout_s,
+                    profiles_dir=profiles, metrics_port=args.metrics_port, metrics_host=metrics_host,
+                    agent_timeout_s=args.agent_timeout_s,
                     policy=args.policy, online_profiles=not args.no_online_profiles, prewarm=not args.no_prewarm,
                     explore_fraction=args.explore_fraction, admission_control=args.admission_control,
                     stage_overhead_ms=(DEFAULT_STAGE_OVERHEAD_MS if args.stage_overhead_ms is None

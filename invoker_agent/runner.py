@@ -116,7 +116,8 @@ class ProcessWorker:
                  extra_env: dict[str, str] | None = None) -> None:
         if action is not None and action.kind and not action.kind.startswith("python"):
             raise WorkerStartError(f"--runner process runs Python actions only, not {action.kind!r} "
-                                   f"({action.fqn}); use --runner docker")
+                                   f"({action.fqn}); an agent started as 'esg agent --runner docker' runs the "
+                                   "other kinds in OpenWhisk's runtime images")
         self.spec = spec
         self.start_timeout_s = start_timeout_s
         self.extra_env = dict(extra_env or {})   # e.g. ESG_ACTION_THREADS, set before the worker starts

@@ -283,9 +283,8 @@ class Dispatcher:
             d = s.dispatch
             ttl = s.message.data_ttl_s if s.message is not None else InFlight.ttl_s
             self.inflight[d.batch_id] = InFlight(d, entry_id, Claim(d.batch_id, d.function, d.config, d.fit), ttl)
-            self.metrics.batch_size.observe(len(s.dispatch.jobs))
         if sends:
-            self.metrics.decisions.inc(len(sends))
+            self.metrics.sent([s.dispatch for s in sends])
         self.count += len(sends)
 
     def take_warmed(self) -> list[Warmed]:

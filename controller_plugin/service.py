@@ -216,6 +216,7 @@ class SchedulerService:
         self._checked_turn = -1
         self._turn = 0
         self._warmed: set[tuple[str, str | None]] = set()
+        self._taking_over = False
         self.takeover_ms: float | None = None
         """How long the last takeover took (the lease taken to the reader started)."""
 
@@ -241,7 +242,7 @@ class SchedulerService:
         except (KafkaError, OSError) as exc:
             raise ServiceError(f"Kafka at {self.s.kafka} refused topic creation: {exc}") from None
         if self.s.metrics_port is not None:
-            self.metrics.serve(self.s.metrics_port)
+            self.metrics.serve(self.s.metrics_port, self.s.metrics_host)
         self._warn_default_user()
         try:
             latest = self.checkpoints.latest(lambda: self.bus.consumer(None))
@@ -346,7 +347,10 @@ class SchedulerService:
     # -- the loop -------------------------------------------------------------------------------------
     def tick(self, wait_s: float = 0.02) -> None:
         """One turn: as a standby, follow the agents and take over when the lease is won; as the leader,
-        :meth:`_lead`; a fenced write (the lease is gone) steps down."""
+        :meth:`_lead`; a fenced write (the lease is gone) steps down. Redis failing in a leader's turn
+        (outside the retried round trips: a lease check, a revocation, an invoker id) skips the rest of
+        the turn -- every write is fenced, every read asked again next turn -- and one that cuts a takeover
+        short steps down, so that a fresh standby starts it over."""
         self._turn += 1
         try:
             if self.leader:
@@ -356,9 +360,15 @@ class SchedulerService:
             else:
                 self._stand_by(wait_s)
         except Exception as exc:
-            if not is_fenced(exc):
+            if is_fenced(exc):
+                self._step_down(str(exc))
+            elif isinstance(exc, redis.RedisError) and self._taking_over:
+                self._step_down(f"Redis failed while taking over ({type(exc).__name__})")
+            elif isinstance(exc, redis.RedisError):
+                log.error("Redis failed during a turn (%s); going on", exc)
+                self.stop_event.wait(0.2)
+            else:
                 raise
-            self._step_down(str(exc))
 
     def _stand_by(self, wait_s: float) -> None:
         for item in self.inbox.take(max(wait_s, 0.05), MAX_ITEMS_PER_TURN):
@@ -410,11 +420,15 @@ class SchedulerService:
             self._answer(self.workflows.overdue(t))
             self.decisions.status(self.status_key, self.workflows.scheduler.queue_lengths(),
                                   self.workflows.last_waiting, t)
+            self.metrics.set_queues(self.workflows.scheduler.queues, t)    # also once the queues are idle
+            self.metrics.set_waiting(self.workflows.last_waiting)
         if mono - self._last_publish >= PUBLISH_EVERY_S:
             self._last_publish = mono
             self._publish(mono)
         if self.workflows.busy(t):
+            began = time.perf_counter()
             sends, prewarms, answers = self.workflows.step(t, self.dispatcher.snapshot())
+            self.metrics.step_time.observe(time.perf_counter() - began)
             if self.workflows.unsent_prewarms:
                 self.dispatcher.forget_view()   # their reservations are on the kept snapshot
             for o in self.workflows.last_outcomes:
@@ -425,7 +439,8 @@ class SchedulerService:
         results, self._results = self._results, []
         for d, rm in results:
             agent = self.registry.agents.get(d.node)
-            self.decisions.done(d, rm, agent.heartbeat.gpu_model if agent else None, t)
+            sent, decided = self.decisions.done(d, rm, agent.heartbeat.gpu_model if agent else None, t)
+            self.metrics.batch_done(d, decided, sent, t, rm.run_ms, rm.cold)
         self._write_ledger()
         self.acks.produce()
         self.acks.confirm()
@@ -496,7 +511,7 @@ class SchedulerService:
             staged = self.dispatcher.stage(pipe, sends, prewarms)
             return staged.commands
 
-        replies = self._round_trip(stage, "the dispatches")
+        replies = self._round_trip(stage, "the dispatches", "dispatches")
         if replies is None or staged is None:
             return
         self.dispatcher.sent(sends, staged.entry_ids(replies)[:len(sends)])
@@ -517,7 +532,7 @@ class SchedulerService:
                 n += self.channel.stage_trim(pipe, node, keep)
             return n
 
-        if self._round_trip(stage, "the ledger writes") is not None:
+        if self._round_trip(stage, "the ledger writes", "ledger") is not None:
             self.decisions.written()
             self.acks.written()
             self._trimmed.update(trims)
@@ -529,17 +544,22 @@ class SchedulerService:
             return {}
         return {n: i for n, i in self._results_at.items() if self._trimmed.get(n) != i}
 
-    def _round_trip(self, stage: Callable[[redis.client.Pipeline], int], what: str) -> list | None:
+    def _round_trip(self, stage: Callable[[redis.client.Pipeline], int], what: str, label: str) -> list | None:
         """One pipeline of what ``stage`` puts in it (the number of commands it staged), executed and
         retried whole, staged afresh, while Redis fails; None when it staged nothing. A fenced write is
-        not retried: :class:`Fenced`. Stopping while Redis fails raises the last error."""
+        not retried: :class:`Fenced`. Stopping while Redis fails raises the last error. Each try is timed
+        (``esg_redis_round_trip_seconds{what=label}``)."""
         while True:
             pipe = self.redis.pipeline(transaction=False)
             if stage(pipe) == 0:
                 return None
+            began = time.perf_counter()
             try:
-                return pipe.execute()
+                replies = pipe.execute()
+                self.metrics.round_trip(label, time.perf_counter() - began)
+                return replies
             except redis.RedisError as exc:
+                self.metrics.round_trip(label, time.perf_counter() - began)
                 if is_fenced(exc):
                     raise Fenced(str(exc)) from None
                 log.error("Redis refused %s (%s); retrying", what, exc)
@@ -602,7 +622,7 @@ class SchedulerService:
             self._fence_kafka()
         for ping in pings:
             self.bus.send(self.topics.health, ping)
-        self.metrics.agents.set(len(self.registry.live()))
+        self.metrics.set_nodes([a.node for a in self.registry.live()], self.registry.agents)
 
     def _answer_health_tests(self) -> None:
         for key, ht in list(self.health_waiting.items()):
@@ -618,6 +638,7 @@ class SchedulerService:
         started = time.monotonic()
         epoch = self.lease.epoch
         log.info("taking over as leader: epoch %d", epoch)
+        self._taking_over = True
         self.registry.leading = True
         self.workflows.epoch = self.channel.epoch = epoch
         ckpt = self.checkpoints.latest(lambda: self.bus.consumer(None))
@@ -650,6 +671,7 @@ class SchedulerService:
         self.reader.open()
         self._spawn(lambda: self.reader.run(self.stop_event), "esg-activations")
         self.takeover_ms = (time.monotonic() - started) * 1000
+        self._taking_over = False
         log.info("leading as epoch %d (took over in %.0f ms)", epoch, self.takeover_ms)
 
     def bus_timeout_s(self) -> float:

@@ -51,6 +51,8 @@ class Settings:
     controller_id: str = "0"
     profiles_dir: Path = field(default_factory=shipped_profiles_dir)
     metrics_port: int | None = None
+    #: Where ``/metrics`` is served: loopback unless a deployment scrapes from elsewhere.
+    metrics_host: str = "127.0.0.1"
     agent_timeout_s: float = DEFAULT_AGENT_TIMEOUT_S
     policy: str = "esg"
     group_id: str = DEFAULT_GROUP

@@ -175,6 +175,16 @@ def node_name(text: str) -> str:
     return text
 
 
+def ip_address(text: str) -> str:
+    """An IPv4 or IPv6 address to bind (``127.0.0.1``, ``0.0.0.0``, ``::1``...), not a host name."""
+    import ipaddress
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an IP address to bind, such as 127.0.0.1 or 0.0.0.0, "
+                                         f"got {text!r}") from None
+
+
 def comma_list(known: Iterable[str], what: str) -> Callable[[str], list[str]]:
     """A comma-separated list whose every item is one of ``known``."""
     known = list(known)
@@ -210,6 +220,14 @@ def from_env_or_file(value: Any, env: str, env_file: str, parse: Callable[[str],
         return parse(raw)
     except argparse.ArgumentTypeError as exc:
         raise CliError(f"environment variable {env_file}: {path}: {exc}") from None
+def flag(text: str) -> bool:
+    """An on/off setting from the environment: 1/true/yes/on or 0/false/no/off."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected 1 or 0 (true/false), got {text!r}")
 
 
 def from_env(value: Any, env: str, parse: Callable[[str], Any], default: Any = None) -> Any:

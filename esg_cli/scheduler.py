@@ -69,6 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "shows in the process list)")
     p.add_argument("--profiles", metavar="DIR", type=Path, help="profile tables (default: the shipped ones)")
     p.add_argument("--metrics-port", type=checks.port, metavar="PORT", help="serve Prometheus metrics on this port")
+    p.add_argument("--metrics-host", type=checks.ip_address, metavar="ADDR",
+                   help="address the metrics are served on (env ESG_METRICS_HOST; default 127.0.0.1: loopback "
+                        "only; 0.0.0.0 for a Prometheus on another host)")
     p.add_argument("--agent-timeout-s", type=checks.positive_float, default=5.0, metavar="S",
                    help="an agent silent this long is lost (default 5)")
     p.add_argument("--lease-s", type=checks.positive_float, default=2.0, metavar="S",
@@ -111,21 +114,22 @@ def settings_from(args: argparse.Namespace):
         raise CliError("no Redis given: set ESG_REDIS or ESG_REDIS_FILE (or pass --redis URL)")
     profiles = args.profiles or shipped_profiles_dir()
     check_profile_tables(profiles, "--profiles")
+    metrics_host = checks.from_env(args.metrics_host, "ESG_METRICS_HOST", checks.ip_address, "127.0.0.1")
     if args.metrics_port is not None:
-        checks.check_port_free(args.metrics_port, "--metrics-port", host="0.0.0.0")
+        checks.check_port_free(args.metrics_port, "--metrics-port", host=metrics_host)
     return Settings(kafka=kafka, redis_url=redis_url,
                     openwhisk_api=checks.from_env(args.openwhisk_api, ENV["openwhisk_api"], checks.http_url),
                     openwhisk_auth=checks.from_env(args.openwhisk_auth, ENV["openwhisk_auth"], checks.api_key),
                     topic_prefix=checks.from_env(args.topic_prefix, ENV["topic_prefix"], checks.topic_prefix, ""),
                     controller_id=checks.from_env(args.controller_id, ENV["controller_id"], checks.controller_id,
                                                   "0"),
-                    profiles_dir=profiles, metrics_port=args.metrics_port, agent_timeout_s=args.agent_timeout_s,
+                    profiles_dir=profiles, metrics_port=args.metrics_port, metrics_host=metrics_host,
+                    agent_timeout_s=args.agent_timeout_s,
                     policy=args.policy, online_profiles=not args.no_online_profiles, prewarm=not args.no_prewarm,
                     explore_fraction=args.explore_fraction, admission_control=args.admission_control,
                     stage_overhead_ms=(DEFAULT_STAGE_OVERHEAD_MS if args.stage_overhead_ms is None
                                        else args.stage_overhead_ms),
-                    activation_store=checks.from_env(args.activation_store, ENV["activation_store"],
-                                                     checks.activation_store_url),
+                    activation_store=activation_store(args),
                     deadline=Deadline(args.timeout_factor, args.timeout_addon_s, args.std_time_limit_s),
                     parameter_keys=parameter_keys(args), lease_s=args.lease_s,
                     **_name(checks.from_env(args.name, ENV["name"], checks.node_name)))
@@ -133,6 +137,40 @@ def settings_from(args: argparse.Namespace):
 
 def _name(name: str | None) -> dict:
     return {"name": name} if name else {}
+
+
+def activation_store(args: argparse.Namespace) -> str | None:
+    """The activation store's URL from --activation-store / ESG_ACTIVATION_STORE, with the credentials of
+    ESG_ACTIVATION_STORE_USER and ESG_ACTIVATION_STORE_PASSWORD (or ESG_ACTIVATION_STORE_PASSWORD_FILE)
+    put into it percent-encoded: a deployment passes them as they are (a password with ``@``, ``:`` or
+    ``/`` in it would break a URL it was spliced into)."""
+    from urllib.parse import quote, urlsplit
+
+    url = checks.from_env(args.activation_store, ENV["activation_store"], checks.activation_store_url)
+    user = os.environ.get("ESG_ACTIVATION_STORE_USER") or None
+    password = os.environ.get("ESG_ACTIVATION_STORE_PASSWORD")
+    password_file = os.environ.get("ESG_ACTIVATION_STORE_PASSWORD_FILE")
+    if password_file:
+        if password is not None:
+            raise CliError("ESG_ACTIVATION_STORE_PASSWORD and ESG_ACTIVATION_STORE_PASSWORD_FILE both give the "
+                           "activation store's password: set one of them")
+        try:
+            password = Path(password_file).read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise CliError(f"ESG_ACTIVATION_STORE_PASSWORD_FILE {password_file}: {exc.strerror or exc}") from None
+    if user is None:
+        if password is not None:
+            raise CliError("the activation store's password is set but ESG_ACTIVATION_STORE_USER is not")
+        return url
+    if url is None:
+        raise CliError("ESG_ACTIVATION_STORE_USER is set but no activation store: pass --activation-store URL "
+                       "or set ESG_ACTIVATION_STORE")
+    parts = urlsplit(url)
+    if parts.username is not None:
+        raise CliError("the activation store's URL carries credentials and ESG_ACTIVATION_STORE_USER gives them "
+                       "again: keep one of them")
+    auth = quote(user, safe="") + (":" + quote(password, safe="") if password is not None else "")
+    return checks.activation_store_url(parts._replace(netloc=f"{auth}@{parts.netloc}").geturl())
 
 
 def parameter_keys(args: argparse.Namespace):

@@ -1,12 +1,15 @@
 """``esg up``: the embedded local cluster -- everything real except OpenWhisk's JVM.
 
 It starts a Kafka-protocol broker (Tansu), ``redis-server`` and ``pouchdb-server`` (CouchDB's API: the
-activation store) on free loopback ports, the OpenWhisk REST stand-in (actions, activation records read
-from the store, and invokes routed to the controller driver), deploys the apps in
+activation store, with OpenWhisk's databases and views as its ``initdb`` makes them) on free loopback
+ports, the OpenWhisk REST stand-in (OpenWhisk's REST API; invokes routed to the controller driver as
+their callers), deploys the apps in
 ``apps/`` with ``actions/deploy.py``'s requests (function actions with ``esg-`` annotations, one app
 action per app), runs ``esg scheduler`` and ``--nodes`` x ``esg agent --fake-gpu MODEL`` as processes,
 and plays the controller on Kafka. With ``--requests N`` it calls every app N times (blocking, one call every
 ``--interval-ms``) and prints what came back; with ``--serve`` it keeps running and prints how to call it with ``curl``.
+If a server it started exits (the broker, Redis, the activation store), or a scheduler or agent keeps
+exiting after restarts, it says which and stops everything, never serving without it.
 
 Redis runs with ACL users and passwords generated for this run (``esg redis-users``): the schedulers
 (``--schedulers N``: one leads, the others stand by) and each agent log in as their own user, each handed
@@ -31,12 +34,12 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from esg.emulator.levels import SLO_LEVELS
-from esg.mig import DEFAULT_GPU_MODEL
+from esg.mig import DEFAULT_GPU_MODEL, MAX_GPU_SHARE, unshared, whole_model
 from esg.model import App
 from esg.planner import Planner
 from esg_cli import checks
@@ -63,6 +66,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="vCPUs each agent advertises (default: the CPUs here)")
     p.add_argument("--fake-gpu", type=checks.gpu_model, default=DEFAULT_GPU_MODEL, metavar="MODEL",
                    help="GPU model of the agents' fake NVML backend")
+    p.add_argument("--no-mig", action="store_true",
+                   help="the agents offer their GPU whole, as one slice kind '<MODEL>:whole' (the fake GPU's MIG "
+                        "mode off; with --real-gpu, a GPU with MIG mode on is refused, never changed)")
+    p.add_argument("--gpu-share", type=checks.positive_int, default=1, metavar="N",
+                   help="batches a whole GPU runs at once, time-sliced without isolation (default 1; needs --no-mig)")
+    p.add_argument("--real-gpu", action="store_true",
+                   help="the agent uses this machine's GPU through real NVML instead of the fake (one node: "
+                        "--nodes 1); its actions run on the GPU when onnxruntime-gpu is installed")
     p.add_argument("--apps", type=Path, default=ROOT / "apps", help="directory of app files (default apps/)")
     p.add_argument("--profiles", type=Path, default=None,
                    help="profile tables the scheduler plans with (default profiles/tables/cpu, the measured CPU "
@@ -93,6 +104,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--serve", action="store_true", help="keep running after the calls until Ctrl-C")
     p.add_argument("--port", type=checks.port_or_zero, default=0,
                    help="port of the OpenWhisk REST stand-in (0: a free one)")
+    p.add_argument("--page-port", type=checks.port_or_zero, default=0,
+                   help="port of the live cluster page, on 127.0.0.1 (0: a free one)")
     p.add_argument("--timeout-s", type=checks.positive_float, default=120.0, help="how long to wait for each call")
     p.add_argument("--logs", type=Path, default=None,
                    help="directory for the processes' logs, kept (default: a temporary one, removed at exit "
@@ -115,9 +128,21 @@ def check_args(args: argparse.Namespace) -> list[Deployed]:
     if args.slo is not None and args.slo_factor is not None:
         raise CliError("--slo and --slo-factor both set each app's SLO: pass one of them")
     apps = _apps(args.apps, args.profiles, args.slo_factor or 3.0, args.slo)
+    if args.gpu_share != 1 and not args.no_mig:
+        raise CliError("--gpu-share shares a whole GPU: it needs --no-mig")
+    if args.gpu_share > MAX_GPU_SHARE:
+        raise CliError(f"--gpu-share must be 1 to {MAX_GPU_SHARE}, got {args.gpu_share}")
+    if args.real_gpu and args.nodes != 1:
+        raise CliError("--real-gpu gives this machine's GPU to one agent: pass --nodes 1")
+    if args.real_gpu and args.runner == "twin":
+        raise CliError("--real-gpu runs the actions on the GPU; a twin runs nothing: drop one of them")
     if args.runner == "twin":
-        _check_twin_profiles(args.apps, args.profiles, args.fake_gpu)
+        gpu = whole_model(args.fake_gpu, args.gpu_share) if args.no_mig else args.fake_gpu
+        _check_twin_profiles(args.apps, args.profiles, gpu)
     checks.check_port_free(args.port, "--port")
+    checks.check_port_free(args.page_port, "--page-port")
+    if args.port and args.port == args.page_port:
+        raise CliError(f"--port and --page-port are both {args.port}: give them different ports")
     if args.logs is not None:
         checks.check_writable_dir(args.logs, "--logs")
     return apps
@@ -149,8 +174,10 @@ def run(args: argparse.Namespace) -> int:
                 if not args.no_warmup:
                     _warm_up(cluster, apps, args.requests, args.timeout_s)
                 ok = _call_apps(cluster, apps, args.requests, args.interval_ms / 1000, args.timeout_s)
-            if args.serve:
+            if args.serve and not cluster.stopped():
                 ok = _serve(cluster) and ok
+            else:
+                ok = _still_running(cluster) and ok
         return 0 if ok else 1
     except _Stop as stop:
         print(f"esg up: {stop}: everything it started is stopped", file=sys.stderr)
@@ -186,9 +213,9 @@ def _check_twin_profiles(apps_dir: Path, profiles_dir: Path, gpu: str) -> None:
     """A twin times batches by the profiles of the GPU it pretends to have: they must be that GPU's."""
     for f in sorted(apps_dir.glob("*.json")):
         for prof in load_profiles(profiles_dir, load_app(f).functions).values():
-            if prof.gpu_model != gpu:
+            if prof.gpu_model != unshared(gpu):
                 raise CliError(f"--profiles {profiles_dir}: profile {prof.function!r} is for {prof.gpu_model}, "
-                               f"but the twin agents pretend to be {gpu} (--fake-gpu)")
+                               f"but the twin agents pretend to be {unshared(gpu)} (--fake-gpu, --no-mig)")
 
 
 @dataclass
@@ -197,7 +224,29 @@ class Cluster:
     api: str
     driver: Any
     procs: dict[str, subprocess.Popen]
+    servers: dict[str, Any] = field(default_factory=dict)
+    """The servers it started (``esg_cli.servers.Server``), by what they are."""
+    redis: str = ""
+    """The scheduler's Redis (its decision log says where each batch ran)."""
+    metrics: dict[str, str] = field(default_factory=dict)
+    """Per process started (``scheduler``, ``node0``...), its Prometheus endpoint."""
+    page: str = ""
+    """The live cluster page's address."""
     supervisor: Any = None
+    """Restarts a scheduler or agent that exits (``esg_cli.supervise``)."""
+
+    def stopped(self) -> list[str]:
+        """What has exited for good, each with its status (and a server's last log lines): a server, or a
+        scheduler or agent its supervisor gave up restarting."""
+        if self.supervisor is not None:
+            out = [self.supervisor.failed] if self.supervisor.failed else []
+        else:
+            out = [f"{name} exited with status {p.poll()}" for name, p in self.procs.items() if p.poll() is not None]
+        for what, server in self.servers.items():
+            if not server.running():
+                tail = server.log_tail(5)
+                out.append(f"{what} exited with status {server.process.returncode}" + (f":\n{tail}" if tail else ""))
+        return out
 
 
 def _redis_users(logs: Path, nodes: list[str], port: int):
@@ -212,6 +261,10 @@ def _redis_users(logs: Path, nodes: list[str], port: int):
 def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], logs: Path) -> Cluster:
     from actions import deploy
     from agent_channel import acl
+    from agent_channel.connect import connect
+    from agent_channel.keys import Keys
+    from esg_cli import openwhisk_catalog, openwhisk_db
+    from esg_cli.cluster_page import ClusterPage
     from esg_cli.controller_driver import ControllerDriver
     from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn
     from esg_cli.servers import free_port, start_broker, start_couchdb, start_redis
@@ -225,7 +278,7 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
     rserver = stack.enter_context(start_redis(port=port, acl=acl_text, admin=(admin.name, admin.password),
                                               maxmemory_mb=1024))
     couch = stack.enter_context(start_couchdb())
-    store = f"{couch.url}/{ACTIVATIONS_DB}"
+    store = openwhisk_db.initialise(couch.url)      # OpenWhisk's databases and views, as initdb makes them
     try:
         standin = stack.enter_context(OpenWhiskStandIn(activation_store=store, port=args.port))
     except OSError as exc:  # the port was taken after the check
@@ -234,6 +287,7 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
                             zip_dir=logs)
     for r in requests_:
         standin.put_action(f"{NAMESPACE}/{r.name}", r.body)
+    openwhisk_catalog.install(standin)               # whisk.system/utils, as a deployment's catalog has it
     print(f"deployed {len(requests_)} actions: " + ", ".join(f"{d.app.name} (SLO {d.slo_ms:g} ms)" for d in apps))
 
     env = dict(os.environ, ESG_KAFKA=broker.address, ESG_OPENWHISK_API=standin.url,
@@ -246,19 +300,28 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
     def start(name: str, cmd: list[str], child_env: dict[str, str]) -> None:
         children[name] = Child(cmd, child_env, logs / f"{name}.log", _spawn(cmd, child_env, logs / f"{name}.log"))
         procs[name] = children[name].proc
+    schedulers = ["scheduler" if k == 0 else f"scheduler-{k}" for k in range(getattr(args, "schedulers", 1))]
+    metrics = {name: free_port() for name in schedulers + [f"node{i}" for i in range(args.nodes)]}
     scheduler = ["scheduler", "--profiles", str(args.profiles)]
     if getattr(args, "no_online_profiles", False):
         scheduler.append("--no-online-profiles")
+    elif args.runner == "twin":
+        # a twin times only the configurations its tables hold: one explored beyond them fails its call
+        # ("twin: profile ... has no configuration ..."), so the scheduler learns but does not explore
+        scheduler += ["--explore-fraction", "0"]
     if getattr(args, "admission_control", False):
         scheduler.append("--admission-control")
     if getattr(args, "no_prewarm", False):
         scheduler.append("--no-prewarm")
-    for k in range(getattr(args, "schedulers", 1)):
-        name = "scheduler" if k == 0 else f"scheduler-{k}"
-        start(name, scheduler, dict(env, ESG_REDIS_FILE=str(creds / "scheduler" / "redis.url"),
-                                    ESG_SCHEDULER_NAME=name))
+    for name in schedulers:
+        start(name, [*scheduler, "--metrics-port", str(metrics[name])],
+              dict(env, ESG_REDIS_FILE=str(creds / "scheduler" / "redis.url"), ESG_SCHEDULER_NAME=name))
     for i in range(args.nodes):
-        cmd = ["agent", "--name", f"node{i}", "--fake-gpu", args.fake_gpu, "--journal", str(logs / f"node{i}.journal")]
+        cmd = ["agent", "--name", f"node{i}", "--journal", str(logs / f"node{i}.journal"),
+               "--metrics-port", str(metrics[f"node{i}"])]
+        cmd += [] if getattr(args, "real_gpu", False) else ["--fake-gpu", args.fake_gpu]
+        if getattr(args, "no_mig", False):
+            cmd += ["--no-mig", "--gpu-share", str(args.gpu_share)]
         if args.vcpus:
             cmd += ["--vcpus", str(args.vcpus)]
         if args.runner == "twin":
@@ -273,31 +336,46 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
 
     driver = stack.enter_context(ControllerDriver(broker.address, catalog=standin.store.lookup,
                                                   activation_store=store))
-    standin.invoker = lambda fqn, params, blocking, timeout: driver.invoke(
-        fqn, params, blocking=blocking, timeout=timeout)
+    standin.invoker = driver.invocation
     try:
         driver.wait_healthy(args.nodes, timeout=90)
     except Exception as exc:
         dead = [f"{n} (exit {p.poll()}, see {logs / (n + '.log')})" for n, p in procs.items() if p.poll() is not None]
         raise CliError(f"the cluster did not come up: {exc}" + (f"; stopped: {', '.join(dead)}" if dead else "")) from None
     print(f"{args.nodes} invoker agent(s) healthy")
-    _print_started(broker, rserver, couch, standin.url, procs, logs)
-    return Cluster(broker.address, standin.url, driver, procs, supervisor)
+    observer = (creds / "observer" / "redis.url").read_text().strip()      # read only: what the page shows
+    client = connect(observer)
+    stack.callback(client.close)
+    try:
+        page = stack.enter_context(ClusterPage(client, Keys("", "0"), port=args.page_port))
+    except OSError as exc:  # the port was taken after the check
+        raise CliError(f"--page-port {args.page_port}: {exc.strerror or exc}") from None
+    endpoints = {n: f"http://127.0.0.1:{port}/metrics" for n, port in metrics.items()}
+    _print_started(broker, rserver, couch, standin.url, procs, logs, endpoints, page.url)
+    return Cluster(broker.address, standin.url, driver, procs,
+                   {"Kafka-protocol broker (Tansu)": broker, "redis-server": rserver,
+                    "pouchdb-server (the activation store)": couch}, observer, endpoints, page.url, supervisor)
 
 
-def _print_started(broker, rserver, couch, api: str, procs: dict[str, subprocess.Popen], logs: Path) -> None:
-    """What this command started, so a user knows what runs (and can check that nothing outlives it)."""
+def _print_started(broker, rserver, couch, api: str, procs: dict[str, subprocess.Popen], logs: Path,
+                   metrics: dict[str, str], page: str) -> None:
+    """What this command started, so a user knows what runs (and can check that nothing outlives it),
+    where each process serves its metrics, and how to point OpenWhisk's CLI at it."""
+    from esg_cli.openwhisk_standin import GUEST_KEY
+
     rows = [("Kafka-protocol broker (Tansu)", broker.process.pid, broker.address),
             ("redis-server", rserver.process.pid, f"redis://{rserver.host}:{rserver.port}/0 (ACL users; their URLs "
                                                   f"in {logs / 'redis'})"),
             ("pouchdb-server (activations)", couch.process.pid, f"http://{couch.address}/{ACTIVATIONS_DB}"),
-            ("OpenWhisk REST stand-in", os.getpid(), f"{api} (a thread of this process)")]
-    rows += [(f"esg {n if n.startswith('scheduler') else 'agent ' + n}", p.pid, str(logs / f"{n}.log"))
-             for n, p in procs.items()]
+            ("OpenWhisk REST stand-in", os.getpid(), f"{api} (a thread of this process)"),
+            ("cluster page", os.getpid(), f"{page} (a thread of this process)")]
+    rows += [(f"esg {n if n.startswith('scheduler') else 'agent ' + n}", p.pid,
+              f"{logs / (n + '.log')}  metrics {metrics[n]}") for n, p in procs.items()]
     print("started (stopped on exit, Ctrl-C, SIGTERM or SIGHUP; each dies with this process, even on kill -9; "
           "action workers die with their agent):")
     for what, pid, where in rows:
         print(f"  {what:<30} pid {pid:<8} {where}")
+    print(f"OpenWhisk CLI: wsk property set --apihost {api} --auth {GUEST_KEY}  (OpenWhisk's public guest key)")
 
 
 def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -348,6 +426,7 @@ def _call_apps(cluster: Cluster, apps: list[Deployed], n: int, interval_s: float
     """Call every app ``n`` times, one call every ``interval_s`` (apps in turn), then print one line per
     app and one example result. A call not answered within ``timeout`` counts as failed."""
     ids: dict[str, list[str]] = {d.app.name: [] for d in apps}
+    since_ms = int(time.time() * 1000)
     for i in range(n):
         for d in apps:
             ids[d.app.name].append(cluster.driver.publish(f"{NAMESPACE}/{d.app.name}", {"seed": i}))
@@ -355,7 +434,7 @@ def _call_apps(cluster: Cluster, apps: list[Deployed], n: int, interval_s: float
             time.sleep(interval_s)
     all_ok = True
     example = None
-    print(f"\n{'app':<32} {'ok':>5} {'SLO ms':>8} {'hit':>5} {'p50 ms':>8} {'max ms':>8}")
+    print(f"\n{'app':<32} {'ok':>5} {'SLO ms':>8} {'hit':>5} {'p50 ms':>8} {'max ms':>8} {'p99 ms':>8}")
     for d in apps:
         waited = [(aid, _wait(cluster, aid, timeout)) for aid in ids[d.app.name]]
         records = [r for _, r in waited if r is not None]
@@ -365,7 +444,8 @@ def _call_apps(cluster: Cluster, apps: list[Deployed], n: int, interval_s: float
         all_ok &= len(ok) == len(waited)
         p50 = f"{statistics.median(lat):>8.0f}" if lat else f"{'-':>8}"
         top = f"{max(lat):>8.0f}" if lat else f"{'-':>8}"
-        print(f"{d.app.name:<32} {len(ok):>2}/{len(waited):<2} {d.slo_ms:>8g} {hits:>5} {p50} {top}")
+        p99 = f"{percentile(lat, 99):>8.0f}" if lat else f"{'-':>8}"
+        print(f"{d.app.name:<32} {len(ok):>2}/{len(waited):<2} {d.slo_ms:>8g} {hits:>5} {p50} {top} {p99}")
         for aid, r in waited:
             if r is None:
                 print(f"    {aid}: no answer within --timeout-s {timeout:g}")
@@ -376,7 +456,47 @@ def _call_apps(cluster: Cluster, apps: list[Deployed], n: int, interval_s: float
             example = (d.app.name, ok[0]["response"].get("result"))
     if example is not None:
         print(f"\nexample result ({example[0]}): {json.dumps(brief(example[1]))}")
+    if cluster.redis:
+        _print_placements(cluster.redis, since_ms)
     return all_ok
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile of ``values``, linearly interpolated (numpy's default)."""
+    import numpy as np
+
+    return float(np.percentile(values, q))
+
+
+def ran_on(decisions: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per function, its answered batches by where they ran: the GPU slice kind, or ``CPU``."""
+    out: dict[str, dict[str, int]] = {}
+    for d in decisions:
+        if d.get("type") == "batch":
+            where = d.get("gpu") or "CPU"
+            counts = out.setdefault(d["function"], {})
+            counts[where] = counts.get(where, 0) + 1
+    return out
+
+
+def _print_placements(redis_url: str, since_ms: int) -> None:
+    """Where each function's measured batches ran, from the scheduler's decision log."""
+    import redis
+
+    from controller_plugin.decisions import decisions_key, read_decisions
+
+    time.sleep(0.5)                 # the log is written in the scheduler's turn after the acks
+    client = redis.Redis.from_url(redis_url)
+    try:
+        placed = ran_on(read_decisions(client, decisions_key("0"), since_ms))
+    except redis.RedisError as exc:
+        print(f"\nwhere each function ran: cannot read the decision log ({exc})")
+        return
+    finally:
+        client.close()
+    print("\nwhere each function ran (the measured calls' batches, from the scheduler's decision log):")
+    for function, counts in sorted(placed.items()):
+        print(f"  {function:<30} " + ", ".join(f"{where} {n}" for where, n in sorted(counts.items())))
 
 
 def brief(value: Any, text: int = 48, items: int = 5) -> Any:
@@ -392,17 +512,29 @@ def brief(value: Any, text: int = 48, items: int = 5) -> Any:
     return value
 
 
+def _still_running(cluster: Cluster) -> bool:
+    """Whether everything started still runs; if not, say what stopped (and stop serving)."""
+    stopped = cluster.stopped()
+    for line in stopped:
+        print(f"esg up: {line}", file=sys.stderr)
+    if stopped:
+        print("esg up: stopping everything: the cluster cannot serve without it", file=sys.stderr)
+    return not stopped
+
+
 def _serve(cluster: Cluster) -> bool:
+    """Serve until Ctrl-C (the caller stops everything on the way out); False when a process or server
+    it started exited for good meanwhile: it says which and stops, rather than serving without it."""
     from esg_cli.openwhisk_standin import GUEST_KEY
 
     print(f"\nserving; call an app with:\n  curl -u {GUEST_KEY} -X POST "
           f"'{cluster.api}/api/v1/namespaces/{NAMESPACE}/actions/image-classification?blocking=true&result=true' "
-          "-H 'Content-Type: application/json' -d '{\"seed\": 1}'\n(OpenWhisk's public guest key; "
-          "Ctrl-C stops everything)")
+          "-H 'Content-Type: application/json' -d '{\"seed\": 1}'\nor: wsk action invoke image-classification "
+          "-p seed 1 --blocking --result  (after the wsk property set line above)\n(OpenWhisk's public guest key; "
+          f"Ctrl-C stops everything)\nwatch it: {cluster.page} (the live cluster page)")
     try:
-        while cluster.supervisor is None or cluster.supervisor.failed is None:
+        while _still_running(cluster):
             time.sleep(0.5)
-        print(f"stopped: {cluster.supervisor.failed}", file=sys.stderr)
         return False
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the caller stops everything on the way out
         print("\nstopping")

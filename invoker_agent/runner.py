@@ -26,6 +26,7 @@ and ``/init``-s a worker without running anything, leaving it idle under its kee
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -42,6 +43,7 @@ from typing import Any
 from agent_channel.protocol import RunRequest
 from esg.model import Config
 from invoker_agent import scratch
+from invoker_agent.action_worker import log_line
 from invoker_agent.actions import ActionCode
 from invoker_agent.lifetime import die_with_parent
 from invoker_agent.runtime_client import (
@@ -57,6 +59,7 @@ from invoker_agent.runtime_client import (
     crash_result,
     timeout_result,
 )
+from invoker_agent.whole_gpu import cuda_device
 from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 WORKER_SCRIPT = Path(__file__).with_name("action_worker.py")
@@ -89,7 +92,7 @@ class WorkerSpec:
 def worker_env(spec: WorkerSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
     """A worker's whole environment: a few inherited basics, GPU visibility and thread counts."""
     env = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
-    env["CUDA_VISIBLE_DEVICES"] = spec.mig_uuid or ""
+    env["CUDA_VISIBLE_DEVICES"] = cuda_device(spec.mig_uuid)
     env["PYTHONUNBUFFERED"] = "1"
     n = str(max(1, len(spec.vcpus)))
     env.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n)
@@ -113,7 +116,8 @@ class ProcessWorker:
                  extra_env: dict[str, str] | None = None) -> None:
         if action is not None and action.kind and not action.kind.startswith("python"):
             raise WorkerStartError(f"--runner process runs Python actions only, not {action.kind!r} "
-                                   f"({action.fqn}); use --runner docker")
+                                   f"({action.fqn}); an agent started as 'esg agent --runner docker' runs the "
+                                   "other kinds in OpenWhisk's runtime images")
         self.spec = spec
         self.start_timeout_s = start_timeout_s
         self.extra_env = dict(extra_env or {})   # e.g. ESG_ACTION_THREADS, set before the worker starts
@@ -208,7 +212,7 @@ class ProcessWorker:
             pass
         data = b"".join(chunks)
         lines = [ln for ln in data.decode(errors="replace").splitlines() if ln != SENTINEL]
-        return lines[-limit:]
+        return stamped(lines[-limit:])
 
     def kill(self) -> None:
         if self.client is not None:
@@ -608,6 +612,17 @@ def _epoch_ms(t0: float | None) -> float:
     """Wall-clock epoch ms of the monotonic instant ``t0`` (now when None)."""
     now = time.time() * 1000
     return now if t0 is None else now - _ms(t0)
+
+
+_STAMPED = re.compile(r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z *std(out|err): ")
+
+
+def stamped(lines: list[str]) -> list[str]:
+    """Log lines as OpenWhisk shows them: a worker stamps each line its Python streams print
+    (:func:`invoker_agent.action_worker.log_line`); a line written past them (by native code, straight to
+    the file descriptor) is stamped now, on ``stdout``."""
+    now = time.time_ns()
+    return [ln if _STAMPED.match(ln) else log_line("stdout", ln, now) for ln in lines]
 
 
 def _take_logs(worker: Worker) -> list[str]:

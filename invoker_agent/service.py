@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -75,6 +76,7 @@ from invoker_agent.channel import AgentChannel
 from invoker_agent.data import Write
 from invoker_agent.heartbeat import HeartbeatBuilder
 from invoker_agent.intake import Intake
+from invoker_agent.metrics import AgentMetrics
 from invoker_agent.node import NodeAgent
 from invoker_agent.runner import PrewarmOutcome
 from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
@@ -98,6 +100,9 @@ class ServiceSettings:
     holds at least one vCPU in the scheduler's view of the node, so no more can be in flight. (A bound of
     two delayed the third pre-warm of a burst by a whole cold start, and live hit rates fell 10-15
     points below the emulator's on the twin cluster.)"""
+    alive_file: str | None = None
+    """A file whose modification time the heartbeat thread renews at every turn, whether or not Redis
+    took the heartbeat (``deploy/healthcheck.py alive``: a liveness probe that needs no other service)."""
 
 
 class RecentBatches:
@@ -153,8 +158,9 @@ def prewarm_expired(msg: PrewarmMessage, now_ms: int, idle_ttl_s: float) -> bool
 
 class AgentService:
     def __init__(self, settings: ServiceSettings, node: NodeAgent, runner: BatchRunner,
-                 heartbeats: HeartbeatBuilder, channel: AgentChannel) -> None:
+                 heartbeats: HeartbeatBuilder, channel: AgentChannel, metrics: AgentMetrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics
         self.node = node
         self.runner = runner
         self.heartbeats = heartbeats
@@ -288,6 +294,8 @@ class AgentService:
                  f" ({result.error})" if result.error else "")
         self._answer_safely(entry.id, msg.reply_to, result, writes, msg.data_ttl_s)
         self.heartbeats.batches.answered(msg.batch_id)
+        if self.metrics is not None:
+            self.metrics.batch(msg.function, result)
 
     def _claim(self, batch_id: str, epoch: int, ttl_s: int) -> str:
         """The claim's verdict (:mod:`agent_channel.claims`), asked again while Redis fails; :data:`claims.STALE`
@@ -385,6 +393,8 @@ class AgentService:
     def _count(self, outcome: str) -> None:
         with self._count_lock:
             setattr(self.prewarms, outcome, getattr(self.prewarms, outcome) + 1)
+        if self.metrics is not None:
+            self.metrics.prewarm(outcome)
 
     def _malformed(self, entry: Entry, e: ProtocolError) -> None:
         log.warning("skipping malformed dispatch %s: %s", entry.id, e)
@@ -423,12 +433,23 @@ class AgentService:
         while not self._hb_stop.is_set():
             self._hb_wake.clear()
             self._beat(self._draining)
+            self._touch_alive()
             try:
                 gone = self.node.pool.evict_idle()
                 log.debug("heartbeat: %d warm worker(s), %d evicted", self.node.pool.warm_count(), gone)
             except Exception:  # noqa: BLE001 - an eviction failure must not end the thread
                 log.exception("evicting idle workers failed")
             self._hb_wake.wait(self.settings.heartbeat_s)
+
+    def _touch_alive(self) -> None:
+        path = self.settings.alive_file
+        if path is None:
+            return
+        try:
+            with open(path, "a"):
+                os.utime(path)
+        except OSError as e:
+            log.error("cannot renew the liveness file %s: %s", path, e)
 
     def _beat(self, draining: bool) -> None:
         try:
@@ -438,6 +459,9 @@ class AgentService:
             self.channel.heartbeat(hb)
         except Exception as e:  # noqa: BLE001 - a heartbeat failure must not end the thread
             log.error("heartbeat failed: %s", e)
+            return
+        if self.metrics is not None:
+            self.metrics.heartbeat(hb, self.node.pool.warm_count())
 
 
 def salvage(raw: bytes | None) -> tuple[str | None, list[str], str | None]:

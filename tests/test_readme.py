@@ -54,7 +54,9 @@ SMALL = {
     "profile": ["--batch", "1", "--vcpus", "1", "--runs", "1", "--no-progress", "--out", "{tmp}/my-profiles"],
 }
 RULES: list[tuple[str, str]] = [           # (regular expression on the command, how it is exercised)
-    (r"^scripts/(run-demo|test|setup|esg)$", "script"),
+    (r"^scripts/(run-demo|test|setup|esg|tour-images)$", "script"),
+    (r"^esg --version$", "run"),
+    (r"^scripts/device-check( --(dry-run|rehearse))?$", "script"),
     (r"^scripts/test .+", "pytest"),
     (r"^esg (plan|mig) .*\[", "synopsis"),
     (r"^esg scheduler .*\[", "synopsis"),
@@ -64,7 +66,7 @@ RULES: list[tuple[str, str]] = [           # (regular expression on the command,
     (r"^esg (bench search|emulate --|profile )", "small"),
     (r"^(scripts/)?esg (up|agent --redis)", "checked"),
     (r"^esg COMMAND --help$", "every help"),
-    (r"^esg (agent|scheduler|bench search|emulate|plan|profile|up)( --fake-gpu \S+)?$", "parsed"),
+    (r"^esg (agent|scheduler|bench search|emulate|plan|profile|up|status)( --fake-gpu \S+)?$", "parsed"),
     (r"^wsk ", "wsk"),
     (r"^python -m actions\.deploy ", "deploy"),
     (r"^PYTHONPATH=\. \.venv/bin/python benchmarks/", "help"),
@@ -238,7 +240,7 @@ def test_deploy_against_the_standin(command):
                            env=dict(__import__("os").environ, PYTHONPATH=str(ROOT)))
         assert r.returncode == 0, r.stderr[-2000:]
         apps = sorted(json.loads(p.read_text())["name"] for p in (ROOT / "apps").glob("*.json"))
-        assert all(api.store.get("guest", a) is not None for a in apps)
+        assert all(api.store.lookup(f"guest/{a}") is not None for a in apps)
 
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if rule(c) == "external"])

@@ -62,6 +62,11 @@ class Scheduler:
         self._log.close()
 
 
+def answer(response: dict) -> dict:
+    """An activation record's response as status and result (OpenWhisk's record adds the result's size)."""
+    return {"statusCode": response.get("statusCode"), "result": response.get("result")}
+
+
 def wait_for(cond, timeout: float, what: str, every: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while not cond():

@@ -84,8 +84,9 @@ def test_every_image_is_pinned_by_tag(gpu, cpu):
 
 
 def test_the_project_image_carries_the_project_version(gpu, cpu):
-    built = {s["image"] for m in (gpu, cpu) for s in m["services"].values() if "build" in s}
-    assert built == {f"esg-openwhisk:{project_version()}"}
+    built = {(s["image"], s["build"]["target"]) for m in (gpu, cpu) for s in m["services"].values() if "build" in s}
+    assert built == {(f"esg-openwhisk:{project_version()}", "cpu"), (f"esg-openwhisk:{project_version()}-gpu", "gpu")}
+    assert gpu["services"]["agent-gpu0"]["build"]["target"] == "gpu"
 
 
 def test_every_long_running_service_has_a_healthcheck(gpu, cpu):
@@ -184,7 +185,7 @@ def test_agent_healthchecks_ask_the_controller_the_agents_talk_to(gpu, cpu):
 
 def test_the_gpu_agent_can_change_mig_and_the_cpu_variant_replaces_it(gpu, cpu):
     agent = gpu["services"]["agent-gpu0"]
-    assert agent["privileged"] is True
+    assert agent["privileged"] is True and agent["user"] == "0"        # the image's own user is not root
     devices = agent["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "capabilities": ["gpu"], "count": "all"}]
     assert service_env(agent)["NVIDIA_MIG_CONFIG_DEVICES"] == "all"

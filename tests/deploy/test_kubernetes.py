@@ -76,7 +76,7 @@ def test_every_container_image_is_pinned_and_ours_carries_the_project_version():
             repo, _, tag = c["image"].rpartition(":")
             assert repo and tag and tag != "latest" and "/" not in tag, c["image"]
             if repo == "esg-openwhisk":
-                assert tag == version
+                assert tag == (f"{version}-gpu" if doc["kind"] == "DaemonSet" else version), c["image"]
 
 
 def test_the_agent_runs_privileged_on_labelled_mig_nodes_only():
@@ -85,7 +85,7 @@ def test_the_agent_runs_privileged_on_labelled_mig_nodes_only():
     assert pod["nodeSelector"] == dict([MIG_NODE_LABEL])
     assert pod["runtimeClassName"] == "nvidia"
     c = pod_container(agent, "agent")
-    assert c["securityContext"] == {"privileged": True}
+    assert c["securityContext"] == {"runAsUser": 0, "privileged": True}     # the image's own user is not root
     env = container_env(c, "node-a")
     assert env["NVIDIA_VISIBLE_DEVICES"] == env["NVIDIA_MIG_CONFIG_DEVICES"] == "all"
     assert env["ESG_AGENT_NAME"] == "node-a"

@@ -3,8 +3,8 @@
     PYTHONPATH=. python benchmarks/bench_failover.py [--kills 10] [--rate 20] [--lease-s 2]
 
 One Tansu broker and one redis-server are started, two ``esg scheduler`` processes (one leads, one
-stands by) and two fast echo agents (each answers the dispatches of a read at once, on the real channel,
-claiming each batch first as ``esg agent`` does). The controller driver publishes non-blocking activations
+stands by) and two fast echo agents (``bench_scheduler``'s: each answers the dispatches of a read at once,
+on the real channel, claiming each batch first as ``esg agent`` does). The controller driver publishes non-blocking activations
 of a plain action at ``--rate`` per second throughout. ``--kills`` times: once a standby stands by,
 ``kill -9`` the leader (found from the lease in Redis), and measure
 
@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
+from benchmarks.bench_scheduler import echo_agent  # noqa: E402  (the same fast agent, one per node)
 from controller_plugin import wire  # noqa: E402
 from esg_cli.controller_driver import ControllerDriver  # noqa: E402
 from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn  # noqa: E402
@@ -47,45 +48,6 @@ from invoker_agent.lifetime import die_with_parent  # noqa: E402
 
 PREFIX = "fo_"
 PLAIN = "def main(a): return a"
-
-
-# -- an echo agent (its own process) ------------------------------------------------------------------
-def echo_agent(redis_url: str, node: str) -> None:
-    from agent_channel import claims, protocol
-    from agent_channel.connect import connect
-    from agent_channel.keys import Keys
-    from invoker_agent.channel import AgentChannel
-    from invoker_agent.data import DataPlane, LocalOutputs
-
-    client = connect(redis_url)
-    keys = Keys(PREFIX)
-    channel = AgentChannel(client, keys, node)
-    data = DataPlane(client, keys, LocalOutputs(64 << 20), node)
-    seq, last, done = 0, 0.0, []
-    print("ready", flush=True)
-    while True:
-        if time.monotonic() - last > 0.5:
-            seq += 1
-            channel.heartbeat(protocol.Heartbeat(node, 64, 64, 65536, None, seq=seq, done=tuple(done[-2000:])))
-            done, last = done[-1000:], time.monotonic()
-        got = channel.take(1000, 100)
-        msgs = [protocol.decode(e.raw) for e in got]
-        verdicts = claims.claim(client, keys, node, [(m.batch_id, m.epoch, m.data_ttl_s) for m in msgs])
-        pipe = client.pipeline(transaction=True)
-        for e, msg, verdict in zip(got, msgs, verdicts):
-            if verdict != claims.CLAIMED:
-                pipe.xack(channel.stream, "agents", e.id)
-                pipe.xdel(channel.stream, e.id)
-                continue
-            now = int(time.time() * 1000)
-            results = [protocol.RunResult(r.activation_id, 0, v, now, now) for r, v in zip(msg.requests, data.inputs(msg))]
-            results, writes = data.outputs(msg, results)
-            channel.stage_answer(pipe, e.id, msg.reply_to, protocol.BatchResult(
-                msg.batch_id, node, tuple(results), None, msg.function, msg.config, 0.0), writes,
-                claim_ttl_s=msg.data_ttl_s)
-            done.append(msg.batch_id)
-        if got:
-            pipe.execute()
 
 
 # -- the cluster ----------------------------------------------------------------------------------------
@@ -280,7 +242,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.role == "agent":
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-        echo_agent(a.redis, a.node)
+        echo_agent(a.redis, PREFIX, a.node)
         return
     run(a)
 

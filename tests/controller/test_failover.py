@@ -67,6 +67,22 @@ def leading(s: Scheduler) -> bool:
     return "leading as epoch" in s.text()
 
 
+def leader_and_standby(schedulers, settings, tmp_path, leader_redis: str | None = None) -> tuple[Scheduler, Scheduler]:
+    """``a`` leading (through ``leader_redis``, when given) and ``b`` standing by."""
+    a = start(schedulers, settings, tmp_path, "a", leader_redis)
+    wait_for(lambda: leading(a), 60, "a to lead")
+    b = start(schedulers, settings, tmp_path, "b")
+    wait_for(lambda: "ready, standing by" in b.text(), 60, "b to stand by")
+    return a, b
+
+
+def alone(schedulers, settings, tmp_path) -> Scheduler:
+    """One scheduler, leading."""
+    s = start(schedulers, settings, tmp_path, "s")
+    wait_for(lambda: leading(s), 60, "the scheduler to lead")
+    return s
+
+
 def check_results(driver, load: Load) -> None:
     for aid in load.ids:
         if driver.published[aid]["blocking"]:
@@ -77,10 +93,7 @@ def test_kill_9_of_the_leader_under_load(settings_factory, agent_factory, driver
                                          prefix, kafka_bootstrap):
     put(standin, "work")
     settings = settings_factory()
-    a = start(schedulers, settings, tmp_path, "a")
-    wait_for(lambda: leading(a), 60, "a to lead")
-    b = start(schedulers, settings, tmp_path, "b")
-    wait_for(lambda: "ready, standing by" in b.text(), 60, "b to stand by")
+    a, b = leader_and_standby(schedulers, settings, tmp_path)
     agents = [agent_factory(n, vcpus=4, run_delay_s=0.02) for n in ("node-a", "node-b")]
     driver.wait_healthy(2, timeout=30)
     watch = PingWatch(kafka_bootstrap, prefix)
@@ -106,10 +119,7 @@ def test_a_leader_stopped_past_its_lease_does_not_act_and_rejoins_as_a_standby(
         settings_factory, agent_factory, driver, standin, schedulers, tmp_path):
     put(standin, "work")
     settings = settings_factory()
-    a = start(schedulers, settings, tmp_path, "a")
-    wait_for(lambda: leading(a), 60, "a to lead")
-    b = start(schedulers, settings, tmp_path, "b")
-    wait_for(lambda: "ready, standing by" in b.text(), 60, "b to stand by")
+    a, b = leader_and_standby(schedulers, settings, tmp_path)
     agent = agent_factory("node-a", vcpus=4, run_delay_s=0.02)
     driver.wait_healthy(1, timeout=30)
     load = Load(driver, "guest/work", 10)
@@ -135,10 +145,7 @@ def test_a_leader_cut_off_from_redis_is_replaced_and_steps_down(settings_factory
     settings = settings_factory(redis_url=own_redis.url)
     proxy = RedisProxy(own_redis.host, own_redis.port)
     try:
-        a = start(schedulers, settings, tmp_path, "a", proxy.url())
-        wait_for(lambda: leading(a), 60, "a to lead")
-        b = start(schedulers, settings, tmp_path, "b")
-        wait_for(lambda: "ready, standing by" in b.text(), 60, "b to stand by")
+        a, b = leader_and_standby(schedulers, settings, tmp_path, proxy.url())
         agent = agent_factory("node-a", redis=own_redis.url, vcpus=4, run_delay_s=0.02)
         driver.wait_healthy(1, timeout=30)
         load = Load(driver, "guest/work", 10)
@@ -178,8 +185,7 @@ def test_a_scheduler_paused_longer_than_the_agent_timeout_declares_no_agent_lost
         settings_factory, driver, standin, schedulers, tmp_path, redis_url, prefix):
     standin.put_action("guest/slow", {"exec": {"kind": "python:3", "code": SLOW}})
     settings = settings_factory()
-    s = start(schedulers, settings, tmp_path, "s")
-    wait_for(lambda: leading(s), 60, "the scheduler to lead")
+    s = alone(schedulers, settings, tmp_path)
     agent = AgentProcess(tmp_path, redis_url, standin.url, "node-a", prefix, "--fake-gpu", "A30", "--vcpus", "4",
                          "--openwhisk-auth", SCHEDULER_KEY)
     try:
@@ -236,8 +242,7 @@ def test_a_redis_restart_without_persistence_loses_nothing_silently_and_the_clus
         settings_factory, agent_factory, driver, standin, schedulers, own_redis, tmp_path):
     put(standin, "work")
     settings = settings_factory(redis_url=own_redis.url)
-    s = start(schedulers, settings, tmp_path, "s")
-    wait_for(lambda: leading(s), 60, "the scheduler to lead")
+    s = alone(schedulers, settings, tmp_path)
     agent = agent_factory("node-a", redis=own_redis.url, vcpus=4,
                           handlers={"guest/work": lambda v: (time.sleep(0.3), v)[1]})
     driver.wait_healthy(1, timeout=30)
@@ -267,8 +272,7 @@ def test_a_redis_wipe_and_a_scheduler_restart_answer_every_activation_the_lost_l
         settings_factory, agent_factory, driver, standin, schedulers, own_redis, tmp_path):
     put(standin, "work")
     settings = settings_factory(redis_url=own_redis.url)
-    s = start(schedulers, settings, tmp_path, "s")
-    wait_for(lambda: leading(s), 60, "the scheduler to lead")
+    s = alone(schedulers, settings, tmp_path)
     agent = agent_factory("node-a", redis=own_redis.url, vcpus=16)
     agent.answering = False                              # the batches wait, read and not started
     driver.wait_healthy(1, timeout=30)

@@ -133,8 +133,6 @@ class Metrics:
         self.leader_changes = Counter("esg_leader_takeovers_total", "Times this process took the lead", registry=r)
         self.ledger_losses = Counter("esg_ledger_losses_total", "Ledgers found lost at a takeover (Redis lost "
                                      "its data)", registry=r)
-        self.agent_stream_recoveries = Gauge("esg_agent_stream_recoveries", "Consumer groups an agent made "
-                                             "again after Redis lost them", ["node"], registry=r)
         self._standbys: set[str] = set()
         self._apps: dict[str, _AppSeries] = {}
         self._functions: dict[tuple[str, str], _FunctionSeries] = {}

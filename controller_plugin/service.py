@@ -602,8 +602,6 @@ class SchedulerService:
     # -- posing as the invokers -----------------------------------------------------------------------
     def _heartbeat(self, hb: protocol.Heartbeat) -> None:
         joined = self.dispatcher.heartbeat(hb, self._read_started)
-        if hb.stream_recoveries:
-            self.metrics.agent_stream_recoveries.labels(hb.node).set(hb.stream_recoveries)
         if self.dispatcher.warmed:
             t = now_ms()
             self.workflows.poke()

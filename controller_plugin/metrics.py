@@ -39,8 +39,9 @@ class Metrics:
             self.queue_length.labels(*key).set(n)
         self._queues |= set(lengths)
 
-    def serve(self, port: int) -> None:
-        self._server = start_http_server(port, addr="0.0.0.0", registry=self.registry)
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        """Serve ``/metrics`` on ``host:port``: the loopback unless the operator names another address."""
+        self._server = start_http_server(port, addr=host, registry=self.registry)
 
     def close(self) -> None:
         """Stop serving (the port is free again)."""

@@ -50,6 +50,9 @@ class Settings:
     controller_id: str = "0"
     profiles_dir: Path = field(default_factory=shipped_profiles_dir)
     metrics_port: int | None = None
+    #: Where the metrics endpoint listens: the loopback unless the operator opens it (a deployment whose
+    #: Prometheus scrapes it from another host sets 0.0.0.0).
+    metrics_host: str = "127.0.0.1"
     agent_timeout_s: float = DEFAULT_AGENT_TIMEOUT_S
     policy: str = "esg"
     group_id: str = DEFAULT_GROUP
@@ -59,6 +62,8 @@ class Settings:
     deadline_margin_s: float = 30.0
     #: Learn profiles from what runs, in Redis (docs/online-profiles.md); off: the offline tables only.
     online_profiles: bool = True
+    #: What is learned is kept per namespace unless the operator shares it between all (docs/security.md).
+    shared_profiles: bool = False
     #: The share of a function's calls that may run in configurations its table lacks.
     explore_fraction: float = 0.05
     #: SLO admission control (esg.admission): reject at once what no plan can meet; off by default.

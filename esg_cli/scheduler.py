@@ -24,7 +24,8 @@ STOP_GRACE_S = 20.0
 ENV = {"kafka": "ESG_KAFKA", "redis": "ESG_REDIS", "openwhisk_api": "ESG_OPENWHISK_API",
        "openwhisk_auth": "ESG_OPENWHISK_AUTH", "topic_prefix": "ESG_TOPIC_PREFIX",
        "controller_id": "ESG_CONTROLLER_ID", "activation_store": "ESG_ACTIVATION_STORE",
-       "aes128": "ESG_PARAMETER_STORAGE_AES128", "aes256": "ESG_PARAMETER_STORAGE_AES256"}
+       "aes128": "ESG_PARAMETER_STORAGE_AES128", "aes256": "ESG_PARAMETER_STORAGE_AES256",
+       "metrics_host": "ESG_METRICS_HOST"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -64,6 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "shows in the process list)")
     p.add_argument("--profiles", metavar="DIR", type=Path, help="profile tables (default: the shipped ones)")
     p.add_argument("--metrics-port", type=checks.port, metavar="PORT", help="serve Prometheus metrics on this port")
+    p.add_argument("--metrics-host", metavar="ADDR", type=checks.listen_address,
+                   help="address the metrics endpoint listens on (env ESG_METRICS_HOST; default 127.0.0.1, the "
+                        "loopback only; 0.0.0.0 for a Prometheus on another host)")
     p.add_argument("--agent-timeout-s", type=checks.positive_float, default=5.0, metavar="S",
                    help="an agent silent this long is lost (default 5)")
     p.add_argument("--explore-fraction", type=checks.fraction, default=0.05, metavar="F",
@@ -71,6 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "them (docs/online-profiles.md)")
     p.add_argument("--no-online-profiles", action="store_true",
                    help="plan with the offline tables only: learn nothing, explore nothing")
+    p.add_argument("--shared-profiles", action="store_true",
+                   help="keep what is learned of a table in one place for every namespace (by default each "
+                        "namespace learns its own: no tenant reads or skews another's; docs/security.md)")
     p.add_argument("--policy", default="esg", choices=policy_names(), help="scheduling policy (default esg)")
     p.add_argument("--admission-control", action="store_true",
                    help="answer an activation at once with an application error when not even its app's fastest "
@@ -99,16 +106,19 @@ def settings_from(args: argparse.Namespace):
         raise CliError("no Redis given: pass --redis URL or set ESG_REDIS")
     profiles = args.profiles or shipped_profiles_dir()
     check_profile_tables(profiles, "--profiles")
+    metrics_host = checks.from_env(args.metrics_host, ENV["metrics_host"], checks.listen_address, "127.0.0.1")
     if args.metrics_port is not None:
-        checks.check_port_free(args.metrics_port, "--metrics-port", host="0.0.0.0")
+        checks.check_port_free(args.metrics_port, "--metrics-port", host=metrics_host)
     return Settings(kafka=kafka, redis_url=redis_url,
                     openwhisk_api=checks.from_env(args.openwhisk_api, ENV["openwhisk_api"], checks.http_url),
                     openwhisk_auth=checks.from_env(args.openwhisk_auth, ENV["openwhisk_auth"], checks.api_key),
                     topic_prefix=checks.from_env(args.topic_prefix, ENV["topic_prefix"], checks.topic_prefix, ""),
                     controller_id=checks.from_env(args.controller_id, ENV["controller_id"], checks.controller_id,
                                                   "0"),
-                    profiles_dir=profiles, metrics_port=args.metrics_port, agent_timeout_s=args.agent_timeout_s,
-                    policy=args.policy, online_profiles=not args.no_online_profiles, prewarm=not args.no_prewarm,
+                    profiles_dir=profiles, metrics_port=args.metrics_port, metrics_host=metrics_host,
+                    agent_timeout_s=args.agent_timeout_s,
+                    policy=args.policy, online_profiles=not args.no_online_profiles,
+                    shared_profiles=args.shared_profiles, prewarm=not args.no_prewarm,
                     explore_fraction=args.explore_fraction, admission_control=args.admission_control,
                     stage_overhead_ms=(DEFAULT_STAGE_OVERHEAD_MS if args.stage_overhead_ms is None
                                        else args.stage_overhead_ms),

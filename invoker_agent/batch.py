@@ -25,7 +25,7 @@ from dataclasses import replace
 from agent_channel.protocol import BatchResult, DispatchMessage, PrewarmMessage, RunResult
 from esg.nesting import MAX_NESTING, deeper_than
 from invoker_agent import runtime_client as rt
-from invoker_agent.actions import ActionCode, ActionFetcher, ActionFetchError, ActionNotFound
+from invoker_agent.actions import ActionCode, ActionFetcher, ActionFetchError, ActionForbidden, ActionNotFound
 from invoker_agent.data import DataPlane, MissingInput, Write
 from invoker_agent.heartbeat import WarmRegistry
 from invoker_agent.node import NodeAgent
@@ -86,7 +86,7 @@ class BatchRunner:
             # read as the caller (the first request's key; the agent's own key for another kind of key)
             action = self.fetcher.get(fqn, msg.action.revision,
                                       auth=next((r.api_key for r, _ in runnable if r.api_key), None))
-        except ActionNotFound as e:
+        except (ActionNotFound, ActionForbidden) as e:
             return fail(STATUS_DEVELOPER_ERROR, str(e))
         except ActionFetchError as e:
             return fail(STATUS_WHISK_ERROR, str(e))

@@ -170,9 +170,14 @@ def test_an_action_of_another_namespace_is_read_as_the_caller(agent, openwhisk):
     openwhisk.keys[alice] = "alice"
     openwhisk.add("mine", ECHO, namespace="alice")        # the agent's own key (guest's) may not read it
     refused = sched.result(sched.dispatch(node, "mine", [{"i": 1}], namespace="alice").batch_id)
-    assert refused.results[0].status_code == 3 and "refused the credentials" in refused.results[0].result["error"]
+    assert refused.results[0].status_code == 3 and "agent's credentials" in refused.results[0].result["error"]
     ran = sched.result(sched.dispatch(node, "mine", [{"i": 2}], namespace="alice", api_key=alice).batch_id)
     assert ran.results[0].status_code == 0 and ran.results[0].result["i"] == 2
+    # a caller whose own key may not read it: the caller's error, never a fault of the invoker
+    bob = "b0b00000-71f6-4ed5-8c54-816aa4f8c502:BobSecretKey0123456789abcdef"
+    openwhisk.keys[bob] = "bob"
+    other = sched.result(sched.dispatch(node, "mine", [{"i": 3}], namespace="alice", api_key=bob).batch_id)
+    assert other.results[0].status_code == 2 and "caller's credentials" in other.results[0].result["error"]
 
 
 def test_action_that_fails_to_import_and_missing_action_are_developer_errors(agent):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import socket
-import textwrap
 import time
 
 import pytest
@@ -19,70 +18,12 @@ from invoker_agent.actions import ActionCode
 from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.sandbox import UID_BASE, gpu_device_paths, tree
 from tests.leaks import alive
+from tests.tenant_probe import PROBE
 
 pytestmark = [pytest.mark.timeout(60),
               pytest.mark.skipif(not os.path.exists("/proc/self/ns/user"), reason="needs Linux namespaces")]
 
 CPU = (sorted(os.sched_getaffinity(0))[0],)
-
-PROBE = textwrap.dedent("""
-    import errno, os, socket, subprocess
-    def status(field):
-        for line in open("/proc/self/status"):
-            if line.startswith(field + ":"):
-                return line.split(":", 1)[1].strip()
-    def readable(path):
-        try:
-            with open(path, "rb") as f:
-                return f.read().decode(errors="replace")
-        except OSError:
-            return None
-    def writable(path):
-        try:
-            with open(os.path.join(path, ".probe"), "w") as f:
-                f.write("x")
-            os.unlink(os.path.join(path, ".probe"))
-            return True
-        except OSError:
-            return False
-    def main(args):
-        pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
-        out = {"uid": os.getuid(), "euid": os.geteuid(), "caps": status("CapEff"), "nnp": status("NoNewPrivs"),
-               "seccomp": status("Seccomp"), "pids": pids,
-               "environs": [readable(f"/proc/{p}/environ") or "" for p in pids],
-               "cmdlines": [readable(f"/proc/{p}/cmdline") or "" for p in pids],
-               "writable": {p: writable(p) for p in args.get("paths", [])},
-               "readable": {p: readable(p) is not None for p in args.get("files", [])},
-               "interfaces": sorted(n for _, n in socket.if_nameindex()),
-               "cpus": sorted(os.sched_getaffinity(0))}
-        reached = {}
-        for port in args.get("ports", []):
-            s = socket.socket()
-            s.settimeout(1)
-            try:
-                s.connect(("127.0.0.1", port))
-                reached[port] = True
-            except OSError:
-                reached[port] = False
-            finally:
-                s.close()
-        out["reached"] = reached
-        try:
-            os.sched_setaffinity(0, set(range(os.cpu_count())))
-            out["widened"] = True
-        except OSError:
-            out["widened"] = False
-        if args.get("allocate_mb"):
-            try:
-                block = bytearray(args["allocate_mb"] << 20)
-                out["allocated"] = len(block) >> 20
-            except MemoryError:
-                out["allocated"] = 0
-        if args.get("spawn"):
-            subprocess.Popen(["sleep", args["spawn"]], start_new_session=True)
-        return out
-""")
-
 
 def probe(pool: WorkerPool, args: dict, namespace: str = "tenant-a", memory_mb: int = 256, name: str = "probe",
           rev: str = "1", key: str | None = None) -> dict:

@@ -5,6 +5,9 @@
 #
 #   docker build -t esg-openwhisk:0.1.0 .      (the tag docker-compose.yml and deploy/kubernetes/ use)
 FROM python:3.11-slim
+# The process runner's worker sandbox (bubblewrap, libseccomp for its filter) and Node.js for nodejs:N actions.
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap libseccomp2 nodejs \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/esg
 COPY pyproject.toml README.md ./
 COPY esg ./esg

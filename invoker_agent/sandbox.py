@@ -168,18 +168,23 @@ class Sandbox:
         try:
             staged: list[tuple[str, str, bool]] = []
             if self.own_uids:
-                os.chown(run_dir, uid, os.getegid())     # the worker creates its socket there; the agent's
-                os.chmod(run_dir, 0o2770)                # group (set-group-id) reads it without privileges
+                os.chmod(run_dir, 0o2770)                # the worker creates its socket there; the agent's
+                os.chown(run_dir, uid, os.getegid())     # group (set-group-id) reads it without privileges
                 mounts = [_staged(m, staged) for m in mounts]
                 run_dir = Path(_staged(Mount(str(run_dir), RUN_DIR, writable=True), staged).source)
             read_fd, write_fd = os.pipe()
             try:
                 with os.fdopen(write_fd, "wb") as w:     # a filter is far smaller than a pipe's buffer
                     w.write(self.seccomp)
-                proc = subprocess.Popen(
-                    self.argv(command, mounts, run_dir, limits, uid, read_fd), env=env, cwd="/",
-                    stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, pass_fds=(read_fd,),
-                    start_new_session=True, preexec_fn=_enter(limits, uid if self.own_uids else None, staged))
+                try:
+                    proc = subprocess.Popen(
+                        self.argv(command, mounts, run_dir, limits, uid, read_fd), env=env, cwd="/",
+                        stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, pass_fds=(read_fd,),
+                        start_new_session=True, preexec_fn=_enter(limits, uid if self.own_uids else None, staged))
+                except subprocess.SubprocessError as e:    # the hook failed in the child: say what it tried
+                    hint = (f"; the worker's uid cannot reach {', '.join(s for s, _, _ in staged)}, and staging it "
+                            "needs CAP_SYS_ADMIN (or make every directory above it searchable by all)") if staged else ""
+                    raise SandboxUnavailable(f"cannot start a worker's sandbox: {e}{hint}") from None
             finally:
                 os.close(read_fd)
         except BaseException:
@@ -193,11 +198,13 @@ class Sandbox:
         from invoker_agent import scratch
 
         run_dir = scratch.make("sandbox-check-")
+        run_dir.chmod(0o711)
+        (run_dir / "run").mkdir()
         read_fd, write_fd = os.pipe()
         try:
-            try:
-                proc, uid = self.start(["/usr/bin/true"], run_dir, [], Limits(64, (min(os.sched_getaffinity(0)),)),
-                                       {"PATH": "/usr/bin"}, write_fd)
+            try:    # with the interpreter's mounts: a Python the workers' uids cannot reach is staged
+                proc, uid = self.start(["/usr/bin/true"], run_dir / "run", interpreter_mounts(),
+                                       Limits(64, (min(os.sched_getaffinity(0)),)), {"PATH": "/usr/bin"}, write_fd)
             finally:
                 os.close(write_fd)
             try:

@@ -183,7 +183,8 @@ def test_agent_healthchecks_ask_the_controller_the_agents_talk_to(gpu, cpu):
 
 def test_the_gpu_agent_can_change_mig_and_the_cpu_variant_replaces_it(gpu, cpu):
     agent = gpu["services"]["agent-gpu0"]
-    assert agent["privileged"] is True
+    assert not agent.get("privileged") and agent["cap_drop"] == ["ALL"]
+    assert set(agent["cap_add"]) == {"SYS_ADMIN", "SETUID", "SETGID", "CHOWN", "KILL", "SYS_NICE"}
     devices = agent["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "capabilities": ["gpu"], "count": "all"}]
     assert service_env(agent)["NVIDIA_MIG_CONFIG_DEVICES"] == "all"
@@ -193,6 +194,7 @@ def test_the_gpu_agent_can_change_mig_and_the_cpu_variant_replaces_it(gpu, cpu):
     fake = running["agent-cpu0"]
     assert fake["command"][fake["command"].index("--fake-gpu") + 1] == "A100-40GB"
     assert "deploy" not in fake and not fake.get("privileged")
+    assert fake["cap_drop"] == ["ALL"] and "SYS_ADMIN" not in fake["cap_add"]          # no MIG: no SYS_ADMIN
     gpu_env = {k: v for k, v in service_env(agent).items() if k.startswith("ESG_") and k != "ESG_AGENT_NAME"}
     cpu_env = {k: v for k, v in service_env(fake).items() if k.startswith("ESG_") and k != "ESG_AGENT_NAME"}
     assert gpu_env == cpu_env

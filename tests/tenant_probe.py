@@ -3,7 +3,7 @@
 Plain Python with the standard library only, so any runner runs it: it reports its uid, capabilities,
 ``no_new_privs`` and seccomp mode, every process it can see with the environment and command line it can
 read of each, which of the paths it is given it can write, which of the files it can read, which of the
-loopback ports it can connect to, its network interfaces and CPUs, whether it can widen its CPUs, how
+loopback ports (or ``host:port`` addresses) it can connect to, its network interfaces and CPUs, whether it can widen its CPUs, how
 much of an allocation it got; it can leave a ``sleep`` running behind it (``spawn``) and die (``exit``).
 It knows no secret itself: the tests look for theirs in what it reports.
 """
@@ -41,14 +41,15 @@ PROBE = textwrap.dedent("""
                "interfaces": sorted(n for _, n in socket.if_nameindex()),
                "cpus": sorted(os.sched_getaffinity(0))}
         reached = {}
-        for port in args.get("ports", []):
+        for target in args.get("ports", []) + args.get("addresses", []):
+            host, _, port = str(target).rpartition(":")
             s = socket.socket()
             s.settimeout(1)
             try:
-                s.connect(("127.0.0.1", port))
-                reached[port] = True
+                s.connect((host or "127.0.0.1", int(port)))
+                reached[target] = True
             except OSError:
-                reached[port] = False
+                reached[target] = False
             finally:
                 s.close()
         out["reached"] = reached

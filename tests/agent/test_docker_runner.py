@@ -1,10 +1,12 @@
-"""The docker runner without an engine: container options (OpenWhisk's hardening), image choice, the actions'
-network, a clear missing-engine error."""
+"""The docker runner: container options (OpenWhisk's hardening), image choice, the actions' network, a clear
+missing-engine error; and, where an engine exists, the tenant probe in a runtime container."""
 
 from __future__ import annotations
 
 import pytest
 
+from agent_channel.protocol import RunRequest
+from invoker_agent.actions import ActionCode
 from invoker_agent.docker_runner import (
     NETWORK,
     DockerWorkerFactory,
@@ -13,7 +15,7 @@ from invoker_agent.docker_runner import (
     network_options,
     runtime_image,
 )
-from invoker_agent.runner import WorkerSpec
+from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.runtime_client import UnsupportedKind, WorkerStartError
 
 
@@ -56,3 +58,47 @@ def test_missing_engine_is_a_clear_error(monkeypatch, tmp_path):
         docker_client()
     with pytest.raises(WorkerStartError, match="no Docker engine reachable"):
         DockerWorkerFactory("node0")                      # the agent's start names it, before any activation
+
+
+def _engine():
+    try:
+        return docker_client()
+    except WorkerStartError as e:
+        pytest.skip(f"no Docker engine on this machine: {e}")
+
+
+def test_a_container_worker_finds_nothing_of_the_platform():
+    """The probing action in a runtime container (where an engine exists): no capability, no_new_privs, its
+    own processes only, no route to a service on the host, its memory limit held, its children gone with it.
+    The runtime images run as root inside their container (without a capability); Docker's user namespace
+    remapping maps that to an unprivileged host uid (docs/security.md)."""
+    import socket
+
+    from tests.tenant_probe import PROBE
+
+    client = _engine()
+    factory = DockerWorkerFactory("probe-node", client=client)
+    pool = WorkerPool(factory=factory)
+    listener = socket.create_server(("0.0.0.0", 0))
+    try:
+        port = listener.getsockname()[1]
+        # the host as the container could address it: the actions' network's gateway, the host's own address
+        gateways = [c.get("Gateway") for c in client.networks.get(NETWORK).attrs["IPAM"]["Config"] or []]
+        hosts = sorted({h for h in [*gateways, socket.gethostbyname(socket.gethostname())] if h})
+        addresses = [f"{h}:{port}" for h in hosts]
+        a = ActionCode("/tenant/probe", "1", "python:3.11", PROBE, memory_mb=128)
+        key = WorkerKey(a.fqn, "1", "b1", None, "tenant")
+        (out,) = pool.run(key, WorkerSpec((0,), memory_mb=128), a,
+                          [RunRequest("p", value={"addresses": addresses, "allocate_mb": 256, "spawn": "600"})])
+        assert out.status_code == 0, out.result
+        seen = out.result
+        assert seen["caps"] == "0000000000000000" and seen["nnp"] == "1"
+        assert not any("ESG_" in e for e in seen["environs"])
+        assert seen["reached"] == dict.fromkeys(addresses, False) and seen["allocated"] == 0
+        container = next(iter(pool._workers.values())).entries[0].worker.container
+        pool.shutdown()
+        assert not client.containers.list(all=True, filters={"id": container.id})
+    finally:
+        listener.close()
+        pool.shutdown()
+        factory.cleanup()

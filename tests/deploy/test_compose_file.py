@@ -159,6 +159,7 @@ def test_esg_services_match_the_controller(overrides):
 def test_scheduler_metrics_port_is_the_one_checked_and_published(gpu):
     s = gpu["services"]["scheduler"]
     port = s["command"][s["command"].index("--metrics-port") + 1]
+    assert s["command"][s["command"].index("--metrics-host") + 1] == "0.0.0.0"     # the published port reaches it
     assert s["healthcheck"]["test"][-1] == f"http://127.0.0.1:{port}/metrics"
     assert s["ports"] == [f"127.0.0.1:{port}:{port}"]
 

@@ -120,6 +120,7 @@ def test_one_scheduler_at_a_time_and_its_probe_on_its_metrics_port():
     assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
     c = pod_container(dep, "scheduler")
     port = c["args"][c["args"].index("--metrics-port") + 1]
+    assert c["args"][c["args"].index("--metrics-host") + 1] == "0.0.0.0"          # the kubelet's probe reaches it
     assert [p["containerPort"] for p in c["ports"]] == [int(port)]
     assert c["readinessProbe"]["exec"]["command"][-1] == f"http://127.0.0.1:{port}/metrics"
     assert k8s_object("Service", "esg-scheduler")["spec"]["ports"][0]["port"] == int(port)

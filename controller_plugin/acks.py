@@ -8,6 +8,7 @@ oversize record is shrunk to the activation id (:func:`wire.encode_ack`); the st
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import replace
@@ -30,12 +31,17 @@ def activation_record(msg: wire.ActivationMessage, action: ActionMeta | None, ou
         outcome = replace(outcome, status_code=STATUS_DEVELOPER_ERROR, timeout=False,
                           result={"error": f"The action's result is not valid JSON: it holds a number JSON "
                                            f"cannot carry (NaN or Infinity) at {where}."})
+    # OpenWhisk's invoker: the record starts when the container began /init (a cold start's initTime is
+    # in start, end and duration); waitTime is the time from the controller's transaction start to that
     start = max(outcome.start_ms, int(msg.transid[1]) if isinstance(msg.transid[1], int) else outcome.start_ms)
     wait = max(0, start - int(msg.transid[1])) if isinstance(msg.transid[1], int) else 0
     limits: Mapping[str, Any] = action.limits if action is not None else DEFAULT_LIMITS
+    # response.size: the length of the JSON the action's container answered (ActivationResponse)
+    size = len(json.dumps(outcome.result)) if outcome.replied and where is None else None
     return wire.whisk_activation(
         msg, start_ms=start, end_ms=max(outcome.end_ms, start), status_code=outcome.status_code,
-        result=outcome.result, logs=list(outcome.logs), kind=action.kind if action is not None else "unknown",
+        result=outcome.result, size=size, logs=list(outcome.logs),
+        kind=action.kind if action is not None else "unknown",
         limits=limits, wait_time_ms=wait, init_time_ms=outcome.init_ms, timed_out=outcome.timeout,
         version=action.version if action is not None else None,
         publish=False, extra_annotations={"esg-config": dict(outcome.configs)} if outcome.configs else None)

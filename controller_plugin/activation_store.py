@@ -158,14 +158,15 @@ class ActivationStore:
             raise StoreError(f"activation store {self.url.shown}: HTTP {r.status_code}")
         return r.json()
 
-    def in_namespace(self, namespace: str, limit: int = 10_000) -> list[dict[str, Any]]:
-        """Every stored document of ``namespace`` (by id prefix)."""
-        r = self._call("GET", "/_all_docs", params={"startkey": json.dumps(f"{namespace}/"),
-                                                    "endkey": json.dumps(f"{namespace}/\ufff0"),
-                                                    "include_docs": "true", "limit": str(limit)})
+    def view(self, design: str, view: str, **params: Any) -> dict[str, Any]:
+        """A view's answer (``_design/{design}/_view/{view}``) with CouchDB's query parameters (keys as
+        JSON, as CouchDB reads them); a view or design document that is missing is a StoreError."""
+        query = {k: json.dumps(v) if k in ("key", "startkey", "endkey") else str(v).lower() if isinstance(v, bool)
+                 else str(v) for k, v in params.items()}
+        r = self._call("GET", f"/_design/{quote(design, safe='')}/_view/{quote(view, safe='')}", params=query)
         if not r.ok:
-            raise StoreError(f"activation store {self.url.shown}: HTTP {r.status_code}")
-        return [row["doc"] for row in r.json().get("rows", []) if isinstance(row.get("doc"), dict)]
+            raise StoreError(f"activation store {self.url.shown}: view {design}/{view} answered HTTP {r.status_code}")
+        return r.json()
 
     def close(self) -> None:
         self._session.close()

@@ -12,6 +12,7 @@ stored outputs are deleted (:meth:`Run.data_keys`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,12 +37,17 @@ class Outcome:
     status_code: int
     result: Any
     start_ms: int
+    """When its first function's container began: its cold start's ``init_ms`` before the run, as
+    OpenWhisk's invoker starts a record at ``/init`` (``ContainerProxy``: ``initRunInterval``)."""
     end_ms: int
     init_ms: int | None = None
     logs: tuple[str, ...] = ()
     timeout: bool = False
     configs: Mapping[str, Any] | None = None
     """What ran, by DAG name: configuration and where its profile came from (annotation ``esg-config``)."""
+    replied: bool = False
+    """The result is what the action's container answered (a success or an application error), so the
+    record gives its size (``response.size``); not for an error the system made up."""
 
 
 @dataclass(frozen=True)
@@ -112,8 +118,19 @@ class Run:
         multi = len(self.plan.functions) > 1
         for f, r in self.results.items():
             short = self.plan.functions[f].short
-            logs.extend(f"[{short}] {line}" if multi else line for line in r.run.logs)
+            logs.extend(_tagged(short, line) if multi else line for line in r.run.logs)
         configs = {self.plan.functions[f].short: config_annotation(r.config, self.plan.functions[f].profile)
                    for f, r in self.results.items() if r.config is not None}
-        return Outcome(status, value, min(r.start_ms for r in rs), max(r.end_ms for r in rs),
-                       sum(inits) if inits else None, tuple(logs), timeout, configs or None)
+        # it started when its first container started initialising (OpenWhisk's record includes initTime)
+        return Outcome(status, value, min(r.start_ms - (r.init_ms or 0) for r in rs), max(r.end_ms for r in rs),
+                       sum(inits) if inits else None, tuple(logs), timeout, configs or None,
+                       replied=status in (0, 1) and not timeout)
+
+
+_STREAM = re.compile(r"\A(\S+ *std(?:out|err): )(.*)\Z", re.S)
+
+
+def _tagged(short: str, line: str) -> str:
+    """An app's log line named by its function: ``<time> stdout: [pre] text``."""
+    m = _STREAM.match(line)
+    return f"{m[1]}[{short}] {m[2]}" if m else f"[{short}] {line}"

@@ -12,11 +12,15 @@
   (Unhealthy: once the test action it sends after the Success succeeds too). Unhealthy and Unresponsive
   invokers get the test action on entering the state and every ``retest_s``.
 * :meth:`ControllerDriver.invoke` publishes an ActivationMessage (the exact JSON of ``docs/openwhisk-protocol.md`` §2: action with
-  version, revision, user identity, content = the action's parameters merged with the call's) to a
+  version, revision, the caller's identity -- the driver's own ``user`` unless the call names one --,
+  content = the action's parameters merged with the call's) to a
   Healthy invoker (home invoker by OpenWhisk's hash, then the next ones), and for a blocking call waits
   for the result on ``completed{C}``; when the ack carries only the id (shrunk past Kafka's limit) or no
   result, the record is polled from the activation store (CouchDB), as ``PrimitiveActions.pollActivation``
   does.
+* :meth:`ControllerDriver.invocation` is the REST stand-in's invoker: each call as its caller, with the
+  action's document resolved through package and binding; a blocking call not answered within its wait
+  is answered with its id (the controller's 202).
 * Counts every ack per activation id, so a test can assert that each one was answered exactly once.
 
 It is the controller the embedded cluster (``esg up``) and the integration tests use where a JVM
@@ -39,6 +43,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from controller_plugin import wire
 from controller_plugin.activation_store import ActivationStore, StoreError, record_of
+from esg_cli.openwhisk_controller import Invocation, NoInvoker
 
 GUEST = {"subject": "guest", "namespace": {"name": "guest", "uuid": "23bc46b1-71f6-4ed5-8c54-816aa4f8c502"},
          "authkey": {"api_key": "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:"
@@ -343,12 +348,16 @@ class ControllerDriver:
         return healthy[0]
 
     def message(self, action: str, params: Any = None, *, blocking: bool = True, cause: str | None = None,
-                activation_id: str | None = None, binding: str | None = None) -> dict[str, Any]:
-        """The ActivationMessage the controller would publish for a call of ``action`` (``ns/[pkg/]name``);
-        ``binding``: the package binding (``ns/name``) the call named, ``action`` being the bound action."""
+                activation_id: str | None = None, binding: str | None = None, user: dict[str, Any] | None = None,
+                doc: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The ActivationMessage the controller would publish for a call of ``action`` (``ns/[pkg/]name``)
+        by ``user`` (an Identity's JSON; default: the driver's); ``binding``: the package binding
+        (``ns/name``) the call named, ``action`` being the bound action; ``doc``: the action's document
+        with its parameters merged through package and binding (default: the catalog's)."""
         fqn = action.strip("/")
         path, _, name = fqn.rpartition("/")
-        doc = self.catalog(fqn) if self.catalog is not None else None
+        if doc is None:
+            doc = self.catalog(fqn) if self.catalog is not None else None
         content: Any = params
         if doc is not None and (doc.get("parameters") or isinstance(params, dict | type(None))):
             content = {p["key"]: p["value"] for p in doc.get("parameters") or []}
@@ -358,7 +367,8 @@ class ControllerDriver:
         msg: dict[str, Any] = {
             "transid": transaction_id(),
             "action": {"path": path, "name": name, "version": (doc or {}).get("version", "0.0.1")},
-            "revision": (doc or {}).get("_rev"), "user": self.user, "activationId": activation_id or uuid.uuid4().hex,
+            "revision": (doc or {}).get("_rev"), "user": user or self.user,
+            "activationId": activation_id or uuid.uuid4().hex,
             "rootControllerIndex": {"asString": self.controller_id, "instanceType": "controller"},
             "blocking": blocking,
             # Parameters.initParameters and lockedParameters(the call's keys), as PrimitiveActions sends them
@@ -374,13 +384,15 @@ class ControllerDriver:
         return msg
 
     def publish(self, action: str, params: Any = None, *, blocking: bool = True, cause: str | None = None,
-                activation_id: str | None = None, invoker: int | None = None, binding: str | None = None) -> str:
+                activation_id: str | None = None, invoker: int | None = None, binding: str | None = None,
+                user: dict[str, Any] | None = None, doc: dict[str, Any] | None = None) -> str:
         """Publish one ActivationMessage of ``action`` to a healthy invoker; return its activation id."""
         msg = self.message(action, params, blocking=blocking, cause=cause, activation_id=activation_id,
-                           binding=binding)
-        n = invoker if invoker is not None else self._choose(action.strip("/"), self.user["namespace"]["name"])
+                           binding=binding, user=user, doc=doc)
+        n = invoker if invoker is not None else self._choose(action.strip("/"), msg["user"]["namespace"]["name"])
         aid = msg["activationId"]
-        doc = self.catalog(action.strip("/")) if self.catalog is not None else None
+        if doc is None:
+            doc = self.catalog(action.strip("/")) if self.catalog is not None else None
         timeout_ms = int(((doc or {}).get("limits") or {}).get("timeout", 60_000))
         with self._lock:
             self.published[aid] = msg
@@ -393,13 +405,31 @@ class ControllerDriver:
         self.producer.flush(timeout=10)
 
     def invoke(self, action: str, params: Any = None, *, blocking: bool = True, timeout: float = 30.0,
-               cause: str | None = None, binding: str | None = None) -> dict[str, Any] | str:
+               cause: str | None = None, binding: str | None = None, user: dict[str, Any] | None = None,
+               doc: dict[str, Any] | None = None) -> dict[str, Any] | str:
         """Like ``POST .../actions/{name}?blocking=...``: the WhiskActivation, or the id if not blocking."""
-        aid = self.publish(action, params, blocking=blocking, cause=cause, binding=binding)
+        aid = self.publish(action, params, blocking=blocking, cause=cause, binding=binding, user=user, doc=doc)
         self.flush()
         if not blocking:
             return aid
         return self.wait(aid, timeout)
+
+    def invocation(self, inv: Invocation) -> dict[str, Any] | str:
+        """The REST stand-in's :data:`~esg_cli.openwhisk_controller.Invoker`: publish ``inv`` as its
+        caller; a blocking call not answered within its wait is answered with its id, as the controller
+        answers it (202); no healthy invoker is :class:`NoInvoker` (503)."""
+        try:
+            aid = self.publish(inv.fqn, inv.params, blocking=inv.blocking, cause=inv.cause, binding=inv.binding,
+                               user=inv.user.to_json(), doc=inv.doc)
+        except DriverError as exc:
+            raise NoInvoker(str(exc)) from None
+        self.flush()
+        if not inv.blocking:
+            return aid
+        try:
+            return self.wait(aid, inv.timeout_s)
+        except DriverError:
+            return aid
 
     def wait(self, aid: str, timeout: float = 30.0) -> dict[str, Any]:
         """The record of ``aid`` once answered: from the ack, else (shrunk, or a completion alone) polled

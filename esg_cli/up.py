@@ -1,12 +1,15 @@
 """``esg up``: the embedded local cluster -- everything real except OpenWhisk's JVM.
 
 It starts a Kafka-protocol broker (Tansu), ``redis-server`` and ``pouchdb-server`` (CouchDB's API: the
-activation store) on free loopback ports, the OpenWhisk REST stand-in (actions, activation records read
-from the store, and invokes routed to the controller driver), deploys the apps in
+activation store, with OpenWhisk's databases and views as its ``initdb`` makes them) on free loopback
+ports, the OpenWhisk REST stand-in (OpenWhisk's REST API; invokes routed to the controller driver as
+their callers), deploys the apps in
 ``apps/`` with ``actions/deploy.py``'s requests (function actions with ``esg-`` annotations, one app
 action per app), runs ``esg scheduler`` and ``--nodes`` x ``esg agent --fake-gpu MODEL`` as processes,
 and plays the controller on Kafka. With ``--requests N`` it calls every app N times (blocking, one call every
 ``--interval-ms``) and prints what came back; with ``--serve`` it keeps running and prints how to call it with ``curl``.
+If a process or server it started exits (the activation store included), it says which and stops
+everything, never serving without it.
 
 On a machine without a GPU the agents carve *fake* MIG slices and run every action on the CPU, so the
 scheduler plans with CPU profile tables by default (``profiles/tables/cpu``), and each app's SLO is
@@ -25,7 +28,7 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -141,8 +144,10 @@ def run(args: argparse.Namespace) -> int:
                 if not args.no_warmup:
                     _warm_up(cluster, apps, args.requests, args.timeout_s)
                 ok = _call_apps(cluster, apps, args.requests, args.interval_ms / 1000, args.timeout_s)
-            if args.serve:
-                _serve(cluster)
+            if args.serve and not cluster.stopped():
+                ok = _serve(cluster) and ok
+            else:
+                ok = _still_running(cluster) and ok
         return 0 if ok else 1
     except _Stop as stop:
         print(f"esg up: {stop}: everything it started is stopped", file=sys.stderr)
@@ -189,10 +194,22 @@ class Cluster:
     api: str
     driver: Any
     procs: dict[str, subprocess.Popen]
+    servers: dict[str, Any] = field(default_factory=dict)
+    """The servers it started (``esg_cli.servers.Server``), by what they are."""
+
+    def stopped(self) -> list[str]:
+        """What has exited, each with its status (and a server's last log lines)."""
+        out = [f"{name} exited with status {p.poll()}" for name, p in self.procs.items() if p.poll() is not None]
+        for what, server in self.servers.items():
+            if not server.running():
+                tail = server.log_tail(5)
+                out.append(f"{what} exited with status {server.process.returncode}" + (f":\n{tail}" if tail else ""))
+        return out
 
 
 def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], logs: Path) -> Cluster:
     from actions import deploy
+    from esg_cli import openwhisk_catalog, openwhisk_db
     from esg_cli.controller_driver import ControllerDriver
     from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn
     from esg_cli.servers import start_broker, start_couchdb, start_redis
@@ -200,7 +217,7 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
     broker = stack.enter_context(start_broker())
     rserver = stack.enter_context(start_redis())
     couch = stack.enter_context(start_couchdb())
-    store = f"{couch.url}/{ACTIVATIONS_DB}"
+    store = openwhisk_db.initialise(couch.url)      # OpenWhisk's databases and views, as initdb makes them
     try:
         standin = stack.enter_context(OpenWhiskStandIn(activation_store=store, port=args.port))
     except OSError as exc:  # the port was taken after the check
@@ -209,6 +226,7 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
                             zip_dir=logs)
     for r in requests_:
         standin.put_action(f"{NAMESPACE}/{r.name}", r.body)
+    openwhisk_catalog.install(standin)               # whisk.system/utils, as a deployment's catalog has it
     print(f"deployed {len(requests_)} actions: " + ", ".join(f"{d.app.name} (SLO {d.slo_ms:g} ms)" for d in apps))
 
     env = dict(os.environ, ESG_KAFKA=broker.address, ESG_REDIS=rserver.url, ESG_OPENWHISK_API=standin.url,
@@ -236,8 +254,7 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
 
     driver = stack.enter_context(ControllerDriver(broker.address, catalog=standin.store.lookup,
                                                   activation_store=store))
-    standin.invoker = lambda fqn, params, blocking, timeout: driver.invoke(
-        fqn, params, blocking=blocking, timeout=timeout)
+    standin.invoker = driver.invocation
     try:
         driver.wait_healthy(args.nodes, timeout=90)
     except Exception as exc:
@@ -245,7 +262,9 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
         raise CliError(f"the cluster did not come up: {exc}" + (f"; stopped: {', '.join(dead)}" if dead else "")) from None
     print(f"{args.nodes} invoker agent(s) healthy")
     _print_started(broker, rserver, couch, standin.url, procs, logs)
-    return Cluster(broker.address, standin.url, driver, procs)
+    return Cluster(broker.address, standin.url, driver, procs,
+                   {"Kafka-protocol broker (Tansu)": broker, "redis-server": rserver,
+                    "pouchdb-server (the activation store)": couch})
 
 
 def _print_started(broker, rserver, couch, api: str, procs: dict[str, subprocess.Popen], logs: Path) -> None:
@@ -354,7 +373,19 @@ def brief(value: Any, text: int = 48, items: int = 5) -> Any:
     return value
 
 
-def _serve(cluster: Cluster) -> None:
+def _still_running(cluster: Cluster) -> bool:
+    """Whether everything started still runs; if not, say what stopped (and stop serving)."""
+    stopped = cluster.stopped()
+    for line in stopped:
+        print(f"esg up: {line}", file=sys.stderr)
+    if stopped:
+        print("esg up: stopping everything: the cluster cannot serve without it", file=sys.stderr)
+    return not stopped
+
+
+def _serve(cluster: Cluster) -> bool:
+    """Serve until Ctrl-C (the caller stops everything on the way out); False when a process or server
+    it started exited meanwhile: it says which and stops, rather than serving without it."""
     from esg_cli.openwhisk_standin import GUEST_KEY
 
     print(f"\nserving; call an app with:\n  curl -u {GUEST_KEY} -X POST "
@@ -362,10 +393,9 @@ def _serve(cluster: Cluster) -> None:
           "-H 'Content-Type: application/json' -d '{\"seed\": 1}'\n(OpenWhisk's public guest key; "
           "Ctrl-C stops everything)")
     try:
-        while all(p.poll() is None for p in cluster.procs.values()):
+        while _still_running(cluster):
             time.sleep(0.5)
-        dead = [n for n, p in cluster.procs.items() if p.poll() is not None]
-        print(f"stopped: {', '.join(dead)} exited", file=sys.stderr)
+        return False
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP: the caller stops everything on the way out
         print("\nstopping")
         raise

@@ -17,6 +17,13 @@ once it listens, and serves, one request at a time:
 ``main``) taking a list of argument dicts and returning a list of result dicts of the same length, a
 batch is one ``/run`` whose value is ``{"__esg_batch__": [args, ...]}``; the reply is
 ``{"__esg_batch__": [result, ...]}``. Without it the parent sends one ``/run`` per request.
+
+**Logs.** What the action prints goes to this process's stdout and stderr (the agent's log file), each
+line as OpenWhisk's log store formats a container's line (``DockerToActivationLogStore``'s
+``LogLine.toFormattedString``): the time it was written (RFC 3339, nanoseconds, as Docker's JSON log
+stamps it), padded to 30 characters, the stream and the text: ``2024-06-10T08:23:41.502123456Z stdout:
+hello``. After each activation an unstamped sentinel line goes to both streams, as OpenWhisk's runtimes
+print it, for the agent to cut the log at.
 """
 
 from __future__ import annotations
@@ -40,6 +47,45 @@ SENTINEL = "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX"
 RUN_ENV = {"namespace": "__OW_NAMESPACE", "action_name": "__OW_ACTION_NAME",
            "action_version": "__OW_ACTION_VERSION", "activation_id": "__OW_ACTIVATION_ID",
            "transaction_id": "__OW_TRANSACTION_ID", "deadline": "__OW_DEADLINE", "api_key": "__OW_API_KEY"}
+
+
+def log_line(stream: str, text: str, time_ns: int) -> str:
+    """One line of an activation's ``logs`` as OpenWhisk shows it (``f"$time%-30s $stream: $log"``)."""
+    seconds, nanos = divmod(time_ns, 1_000_000_000)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{nanos:09d}Z"
+    return f"{stamp:<30} {stream}: {text}"
+
+
+class StampedStream(io.TextIOBase):
+    """A text stream writing each complete line to ``raw`` as :func:`log_line` formats it."""
+
+    def __init__(self, raw, name: str) -> None:
+        super().__init__()
+        self.raw = raw
+        self.stream = name
+        self._partial = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *lines, self._partial = (self._partial + text).split("\n")
+        if lines:
+            now = time.time_ns()
+            self.raw.write("".join(log_line(self.stream, line, now) + "\n" for line in lines))
+            self.raw.flush()
+        return len(text)
+
+    def end_line(self) -> None:
+        """A line still unfinished at the end of an activation, written as it is."""
+        if self._partial:
+            self.write("\n")
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
 
 
 class Action:
@@ -155,9 +201,11 @@ class Handler(BaseHTTPRequestHandler):
         except BaseException as e:  # noqa: BLE001
             return self.reply(502, {"error": f"An exception occurred: {type(e).__name__}: {e}"})
         finally:       # one write each (under ``-u``, print writes the line and its end separately)
-            for stream in (sys.stdout, sys.stderr):
-                stream.write(SENTINEL + "\n")
-                stream.flush()
+            for stream, raw in ((sys.stdout, sys.__stdout__), (sys.stderr, sys.__stderr__)):
+                if isinstance(stream, StampedStream):
+                    stream.end_line()
+                raw.write(SENTINEL + "\n")
+                raw.flush()
         self.send(200, data.encode())
 
 
@@ -170,6 +218,8 @@ def main() -> None:
     ap.add_argument("--socket", required=True, help="the Unix socket to listen on")
     ap.add_argument("--ready-file", required=True, help="created once the socket listens")
     args = ap.parse_args()
+    sys.stdout = StampedStream(sys.__stdout__, "stdout")
+    sys.stderr = StampedStream(sys.__stderr__, "stderr")
     server = Server(args.socket, Handler)
     with open(args.ready_file, "w"):
         pass

@@ -13,8 +13,11 @@
 //        to); a thrown error or a rejected promise -> 502 {"error"}; a result that is not an object -> 502.
 // As OpenWhisk's Node.js runtime: plain code defines `main` (or the entry point `value.main` names) or
 // exports it; a zip (binary) is a module directory (package.json "main", else index.js) that exports it.
-// The run fields become __OW_* environment variables; after each activation both streams get the
-// sentinel line. A module that also exports `<main>_batch` gets a batch as one /run, as in action_worker.py.
+// The run fields become __OW_* environment variables. Each line the action prints is stamped as OpenWhisk's
+// log store formats a container's line (as action_worker.py stamps them: the time, RFC 3339 with
+// nanoseconds, padded to 30 characters, then the stream); after each activation both streams get the
+// unstamped sentinel line. A module that also exports `<main>_batch` gets a batch as one /run, as in
+// action_worker.py.
 'use strict';
 
 const fs = require('fs');
@@ -74,9 +77,42 @@ function reply(res, status, body) {
   res.end(data);
 }
 
+function now() {
+  const ns = BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
+  const seconds = ns / 1000000000n;
+  const iso = new Date(Number(seconds) * 1000).toISOString().slice(0, 19);
+  return `${iso}.${String(ns % 1000000000n).padStart(9, '0')}Z`;
+}
+
+// Each complete line written to `stream` goes out stamped; `end` finishes an unfinished one and writes the
+// sentinel past the stamping.
+function stamped(stream, name) {
+  const raw = stream.write.bind(stream);
+  let partial = '';
+  stream.write = (chunk, encoding, done) => {
+    const text = typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString(typeof encoding === 'string' ? encoding : 'utf8');
+    const lines = (partial + text).split('\n');
+    partial = lines.pop();
+    if (lines.length) {
+      const at = now().padEnd(30);
+      raw(lines.map((line) => `${at} ${name}: ${line}\n`).join(''));
+    }
+    const callback = typeof encoding === 'function' ? encoding : done;
+    if (typeof callback === 'function') callback();
+    return true;
+  };
+  return {
+    end() {
+      if (partial) stream.write('\n');
+      raw(`${SENTINEL}\n`);
+    },
+  };
+}
+
+const streams = [stamped(process.stdout, 'stdout'), stamped(process.stderr, 'stderr')];
+
 function sentinel() {
-  process.stdout.write(`${SENTINEL}\n`);
-  process.stderr.write(`${SENTINEL}\n`);
+  for (const s of streams) s.end();
 }
 
 function describe(e) {

@@ -31,6 +31,7 @@ and ``/init``-s a worker without running anything, leaving it idle under its kee
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -44,6 +45,7 @@ from typing import Any
 from agent_channel.protocol import RunRequest
 from esg.model import Config
 from invoker_agent import scratch
+from invoker_agent.action_worker import log_line
 from invoker_agent.actions import ActionCode
 from invoker_agent.runtime_client import (
     BATCH_KEY,
@@ -230,7 +232,7 @@ class ProcessWorker:
                 pass
         data = b"".join(chunks)
         lines = [ln for ln in data.decode(errors="replace").splitlines() if ln != SENTINEL]
-        return lines[-limit:]
+        return stamped(lines[-limit:])
 
     def kill(self) -> None:
         if self.client is not None:
@@ -637,6 +639,17 @@ def _epoch_ms(t0: float | None) -> float:
     """Wall-clock epoch ms of the monotonic instant ``t0`` (now when None)."""
     now = time.time() * 1000
     return now if t0 is None else now - _ms(t0)
+
+
+_STAMPED = re.compile(r"\A\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z *std(out|err): ")
+
+
+def stamped(lines: list[str]) -> list[str]:
+    """Log lines as OpenWhisk shows them: a worker stamps each line its Python streams print
+    (:func:`invoker_agent.action_worker.log_line`); a line written past them (by native code, straight to
+    the file descriptor) is stamped now, on ``stdout``."""
+    now = time.time_ns()
+    return [ln if _STAMPED.match(ln) else log_line("stdout", ln, now) for ln in lines]
 
 
 def _take_logs(worker: Worker) -> list[str]:

@@ -294,7 +294,7 @@ def test_deploy_against_the_standin(command, tmp_path):
                                     **_environment(command, tmp_path)))
         assert r.returncode == 0, r.stderr[-2000:]
         apps = sorted(json.loads(p.read_text())["name"] for p in (ROOT / "apps").glob("*.json"))
-        assert all(api.store.get("guest", a) is not None for a in apps)
+        assert all(api.store.lookup(f"guest/{a}") is not None for a in apps)
 
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if rule(c) == "external"])

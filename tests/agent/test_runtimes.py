@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import os
+import re
 import shutil
 import zipfile
 
@@ -19,11 +20,13 @@ from openwhisk_status import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, S
 pytestmark = [pytest.mark.timeout(60), pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")]
 
 CPU = (sorted(os.sched_getaffinity(0))[0],)
+#: A log line as OpenWhisk shows it: the time (RFC 3339, nanoseconds) padded to 30 characters, the stream.
+STAMPED = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z +"
 
 NODE = """
 async function main(params) {
   console.log('hello ' + params.who);
-  if (params.throw) throw new Error('boom');
+  if (params.throw) { console.error('uh-oh'); throw new Error('boom'); }
   if (params.reject) return Promise.reject({ reason: 'no' });
   if (params.number) return 42;
   await new Promise((r) => setTimeout(r, 1));
@@ -49,7 +52,8 @@ def test_a_nodejs_action_runs_with_openwhisks_result_codes_and_its_logs(pool):
     a = ActionCode("/owner/greet", "1", "nodejs:20", NODE, annotations={"provide-api-key": False})
     ok, thrown, rejected, number = run(pool, a, {"who": "ann"}, {"who": "bob", "throw": 1}, {"reject": 1},
                                        {"number": 1}, key="uuid:secret")
-    assert ok.status_code == STATUS_SUCCESS and ok.logs == ["hello ann"]
+    assert ok.status_code == STATUS_SUCCESS and re.fullmatch(STAMPED + "stdout: hello ann", ok.logs[0])
+    assert len(ok.logs) == 1 and re.fullmatch(STAMPED + "stderr: uh-oh", thrown.logs[-1])
     assert ok.result == {"greeting": "hi ann", "ns": "caller", "key": None, "activation": "act-0",
                          "name": "/owner/greet"}       # the caller's namespace; no key: provide-api-key false
     assert thrown.status_code == STATUS_DEVELOPER_ERROR and "boom" in thrown.result["error"]

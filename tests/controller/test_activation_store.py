@@ -6,6 +6,7 @@ under the document id ``{namespace}/{activationId}`` with ``entityType: "activat
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -55,7 +56,7 @@ def test_every_activation_is_stored_and_read_back_through_the_api(service_factor
     finally:
         store.close()
     assert doc is not None and doc["_id"] == f"guest/{aid}" and doc["entityType"] == "activation"
-    assert isinstance(doc["updated"], int) and doc["response"] == {"statusCode": 0, "result": {"x": 1}}
+    assert isinstance(doc["updated"], int) and doc["response"] == {"statusCode": 0, "result": {"x": 1}, "size": 8}
     assert doc["namespace"] == "guest" and doc["name"] == "hello" and doc["subject"] == "guest"
     r = requests.get(f"{standin.url}/api/v1/namespaces/_/activations/{aid}", auth=tuple(GUEST_KEY.split(":")),
                      timeout=5)
@@ -78,7 +79,8 @@ def test_a_record_too_large_for_kafka_is_acked_shrunk_and_read_from_the_store(se
     rec = driver.invoke("guest/wide", {}, timeout=20)
     aid = rec["activationId"]
     assert driver.acks[aid].acks[0]["response"] == aid          # the ack carried the id alone ...
-    assert rec["response"] == {"statusCode": 0, "result": {"cls": "a" * 600_000, "cls-b": "b" * 600_000}}
+    wide = {"cls": "a" * 600_000, "cls-b": "b" * 600_000}
+    assert rec["response"] == {"statusCode": 0, "result": wide, "size": len(json.dumps(wide))}
 
 
 def test_unreachable_store_is_one_line_exit_2_without_credentials(kafka_bootstrap, redis_url):

@@ -31,7 +31,7 @@ def test_an_activation_no_plan_can_meet_gets_an_application_error_at_once(
     assert f"'guest/tight' needs at least {fastest:.1f} ms" in error and "of its 10 ms SLO are left" in error
     assert agent.batches == []  # nothing ran
     ok = driver.invoke("guest/roomy", {"x": 20}, timeout=20)  # an app that can meet its SLO still runs
-    assert ok["response"] == {"statusCode": 0, "result": {"label": "n41"}}
+    assert ok["response"] == {"statusCode": 0, "result": {"label": "n41"}, "size": 16}
     assert agent.batches
     text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     assert 'esg_slo_total{result="rejected"} 1.0' in text and 'esg_slo_total{result="hit"} 1.0' in text
@@ -45,4 +45,4 @@ def test_without_the_flag_the_same_activation_runs(service_factory, agent_factor
     agent_factory("node-a", handlers=handlers())
     driver.wait_healthy(1, timeout=10)
     assert driver.invoke("guest/tight", {"x": 20}, timeout=20)["response"] == {"statusCode": 0,
-                                                                               "result": {"label": "n41"}}
+                                                                               "result": {"label": "n41"}, "size": 16}

@@ -74,7 +74,7 @@ def test_the_service_runs_the_action_with_unlocked_arguments_and_its_init_enviro
     a = agent_factory("node-a")
     driver.wait_healthy(1, timeout=10)
     rec = driver.invoke("guest/uses", {"x": 1}, timeout=15)
-    assert rec["response"] == {"statusCode": 0, "result": {"x": 1, "cred": {"password": "pw"}}}
+    assert rec["response"] == {"statusCode": 0, "result": {"x": 1, "cred": {"password": "pw"}}, "size": 36}
     assert a.batches[-1].requests[0].init_env == {"MODEL": "resnet"}
     overridden = driver.invoke("guest/uses", {"cred": "mine"}, timeout=15)   # a caller's value is not locked
     assert overridden["response"]["result"]["cred"] == "mine"

@@ -10,6 +10,7 @@ Nothing accepted is lost and nothing is answered twice (``docs/architecture.md``
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 
@@ -53,7 +54,7 @@ def check_exactly_once(driver, ids: list[str], params: list[dict], timeout: floa
     assert driver.duplicates() == {}
     for aid, p in zip(ids, params):
         if driver.published[aid]["blocking"]:
-            assert driver.acks[aid].record["response"] == {"statusCode": 0, "result": {"i": p["i"]}}, aid
+            assert driver.acks[aid].record["response"] == {"statusCode": 0, "result": {"i": p["i"]}, "size": len(json.dumps({"i": p["i"]}))}, aid
         assert driver.acks[aid].is_system_error is False
 
 

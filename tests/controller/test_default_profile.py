@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from tests.controller.test_service_basic import handlers, put
 
 
@@ -18,7 +20,7 @@ def test_unprofiled_function_in_an_app_runs_with_the_default(service_factory, ag
     agent = agent_factory("node-a", handlers={"guest/pre": lambda v: v["x"] * 2, "guest/noprof": lambda v: v + 1})
     driver.wait_healthy(1, timeout=10)
     rec = driver.invoke("guest/app", {"x": 20}, timeout=20)
-    assert rec["response"] == {"statusCode": 0, "result": 41}
+    assert rec["response"] == {"statusCode": 0, "result": 41, "size": 2}
     ran = esg_config(rec)
     assert ran["noprof"] == {"batch": 1, "vcpus": 1, "gpu": None, "profile": "default"}
     assert ran["pre"]["profile"] == "offline"
@@ -33,7 +35,7 @@ def test_unprofiled_one_function_app_is_answered(service_factory, agent_factory,
     driver.wait_healthy(1, timeout=10)
     for i in range(3):
         rec = driver.invoke("guest/hecho", {"i": i}, timeout=20)
-        assert rec["response"] == {"statusCode": 0, "result": {"i": i}}
+        assert rec["response"] == {"statusCode": 0, "result": {"i": i}, "size": len(json.dumps({"i": i}))}
         assert esg_config(rec)["hecho"]["profile"] == "default"
 
 

@@ -60,9 +60,9 @@ def test_activations_of_another_namespace_and_of_shared_packages_read_their_acti
     driver.wait_healthy(1, timeout=10)
     driver.user = ALICE
     own = driver.invoke("alice/hello", {"x": 1}, timeout=15)
-    assert own["response"] == {"statusCode": 0, "result": {"x": 1}} and own["namespace"] == "alice"
+    assert own["response"] == {"statusCode": 0, "result": {"x": 1}, "size": 8} and own["namespace"] == "alice"
     shared = driver.invoke("bob/lib/tool", {"y": 2}, timeout=15, binding="alice/mylib")
-    assert shared["response"] == {"statusCode": 0, "result": {"y": 2}}
+    assert shared["response"] == {"statusCode": 0, "result": {"y": 2}, "size": 8}
     ann = {a["key"]: a["value"] for a in shared["annotations"]}
     assert ann["path"] == "bob/lib/tool" and ann["binding"] == "alice/mylib"
     assert driver.poll_record(shared["activationId"], 10)["namespace"] == "alice"   # stored as the caller's

@@ -46,7 +46,7 @@ def test_new_function_table_fills_in_with_every_grid_configuration(service_facto
     agent_factory("node-a", vcpus=16, handlers={"guest/newfn": lambda v: v}, run_ms=model_ms)
     driver.wait_healthy(1, timeout=10)
     first = driver.invoke("guest/newfn", {"i": -1}, timeout=20)
-    assert first["response"] == {"statusCode": 0, "result": {"i": -1}}   # the first call already succeeds
+    assert first["response"] == {"statusCode": 0, "result": {"i": -1}, "size": 9}   # the first call already succeeds
     want = set(grid(FunctionSpec(gpu=False), "A100-40GB"))
     stats = learn_the_grid(driver, OnlineStore(redis_client, prefix), want, rounds=60)
     for c in want:

@@ -49,7 +49,7 @@ def test_blocking_dag_app_returns_sink_result_in_one_combined_ack(service_factor
     agent_factory("node-a", handlers=handlers())
     driver.wait_healthy(1, timeout=10)
     rec = driver.invoke("guest/imgclass", {"x": 20}, timeout=20)
-    assert rec["response"] == {"statusCode": 0, "result": {"label": "n41"}}
+    assert rec["response"] == {"statusCode": 0, "result": {"label": "n41"}, "size": 16}
     assert rec["namespace"] == "guest" and rec["name"] == "imgclass" and rec["subject"] == "guest"
     assert rec["version"] == "0.0.1" and rec["publish"] is False
     assert rec["end"] >= rec["start"] and rec["duration"] == rec["end"] - rec["start"]
@@ -108,7 +108,7 @@ def test_plain_action_without_annotations_runs(service_factory, agent_factory, d
     agent = agent_factory("node-a")
     driver.wait_healthy(1, timeout=10)
     rec = driver.invoke("guest/hello", {"name": "ann"}, timeout=20)
-    assert rec["response"] == {"statusCode": 0, "result": {"greeting": "hi", "name": "ann"}}
+    assert rec["response"] == {"statusCode": 0, "result": {"greeting": "hi", "name": "ann"}, "size": 33}
     ann = {a["key"]: a["value"] for a in rec["annotations"]}
     assert ann["limits"]["timeout"] == 3000
     batch = agent.batches[-1]

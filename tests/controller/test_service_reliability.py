@@ -33,7 +33,7 @@ def test_lost_agent_batches_are_redispatched(service_factory, agent_factory, dri
     a.heartbeating = False  # node-a dies with the batch
     assert driver.wait_acked([aid], timeout=15) == []
     rec = driver.wait(aid, timeout=5)
-    assert rec["response"] == {"statusCode": 0, "result": {"v": 7}}
+    assert rec["response"] == {"statusCode": 0, "result": {"v": 7}, "size": 8}
     assert b.batches and b.batches[0].requests[0].activation_id == aid
     assert driver.acks[aid].completions == 1
     assert svc.registry.ids == {"node-a": 0, "node-b": 1}

@@ -104,7 +104,7 @@ def test_new_function_is_learned_online_like_an_offline_profile(tmp_path):
                                                       activation_store=records))
         driver.wait_healthy(1, timeout=90)
         first = driver.invoke("guest/sleepy", {"i": -1}, timeout=60)
-        assert first["response"] == {"statusCode": 0, "result": {"i": -1}}, first["response"]
+        assert first["response"] == {"statusCode": 0, "result": {"i": -1}, "size": 9}, first["response"]
         store = OnlineStore(rclient)
         calls = 1
         for _ in range(80):

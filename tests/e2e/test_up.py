@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -41,11 +43,11 @@ def test_up_names_bad_arguments(tmp_path):
 def test_standin_routes_invokes_to_the_controller_like_openwhisk():
     calls = []
 
-    def invoker(fqn, params, blocking, timeout):
-        calls.append((fqn, params, blocking))
-        if not blocking:
+    def invoker(inv):
+        calls.append((inv.fqn, inv.params, inv.blocking, inv.user.namespace))
+        if not inv.blocking:
             return "a" * 32
-        return {"activationId": "b" * 32, "response": {"statusCode": 0, "result": {"echo": params}}}
+        return {"activationId": "b" * 32, "response": {"statusCode": 0, "result": {"echo": inv.params}}}
 
     with OpenWhiskStandIn(invoker=invoker) as api:
         user, key = GUEST_KEY.split(":")
@@ -57,4 +59,27 @@ def test_standin_routes_invokes_to_the_controller_like_openwhisk():
         r = requests.post(url, json={"x": 2}, auth=(user, key), timeout=5)
         assert r.status_code == 202 and r.json() == {"activationId": "a" * 32}
         assert requests.post(url, json={}, auth=(user, "wrong"), timeout=5).status_code == 401
-    assert calls == [("guest/hello", {"x": 1}, True), ("guest/hello", {"x": 2}, False)]
+    assert calls == [("guest/hello", {"x": 1}, True, "guest"), ("guest/hello", {"x": 2}, False, "guest")]
+
+
+def test_up_says_when_its_activation_store_dies_and_stops(tmp_path):
+    """A store that dies is never served around silently: ``esg up --serve`` names it and stops."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "esg_cli.main", "up", "--nodes", "1", "--requests", "0", "--serve",
+         "--logs", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("serving"):
+                break
+        pid = next(int(m.group(1)) for ln in lines if (m := re.search(r"pouchdb-server.*pid (\d+)", ln)))
+        os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, "".join(lines) + out + err
+    assert "pouchdb-server (the activation store) exited with status -9" in err
+    assert "esg up: stopping everything: the cluster cannot serve without it" in err

@@ -353,7 +353,28 @@ def sandbox() -> Sandbox:
 
 def tree(root: int) -> list[int]:
     """``root`` and its descendants (the processes of one sandbox: ``bwrap``, its init, the runtime and
-    whatever it started), read from ``/proc``."""
+    whatever it started), walked down through each thread's ``children`` list in ``/proc`` (a scan of
+    every process where the kernel keeps no such list)."""
+    if not os.path.exists(f"/proc/{root}/task/{root}/children"):
+        return _scanned_tree(root)
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                    todo += [int(c) for c in f.read().split()]
+            except OSError:
+                continue
+    return out
+
+
+def _scanned_tree(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():

@@ -275,18 +275,18 @@ def _enter(limits: Limits, uid: int | None, staged: Sequence[tuple[str, str, boo
 
     def hook() -> None:
         os.sched_setaffinity(0, cpus)
-        resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_AS, (address, address))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        _limit(resource.RLIMIT_DATA, memory)
+        _limit(resource.RLIMIT_AS, address)
+        _limit(resource.RLIMIT_NOFILE, limits.open_files)
+        _limit(resource.RLIMIT_FSIZE, file_size)
+        _limit(resource.RLIMIT_CORE, 0)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)    # a write past the file limit fails, not kills
         os.umask(0o007)                                  # its socket: the agent's group may connect
         if staged:
             _stage(staged)
         if uid is not None:
             # counted per uid: only a uid of its own makes it this worker's limit
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.pids, limits.pids))
+            _limit(resource.RLIMIT_NPROC, limits.pids)
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
@@ -295,6 +295,15 @@ def _enter(limits: Limits, uid: int | None, staged: Sequence[tuple[str, str, boo
         if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)
     return hook
+
+
+def _limit(which: int, value: int) -> None:
+    """Set a resource limit (soft and hard) to ``value``, or to the agent's own hard limit where that is
+    lower (raising it would need a privilege the agent may not have)."""
+    hard = resource.getrlimit(which)[1]
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    resource.setrlimit(which, (value, value))
 
 
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True) if sys.platform.startswith("linux") else None

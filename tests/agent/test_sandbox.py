@@ -93,9 +93,11 @@ def test_what_an_action_starts_dies_with_its_worker(pool):
     marker = str(3000 + os.getpid() % 1000)
     probe(pool, {"spawn": marker})
     worker = next(iter(pool._workers.values())).entries[0].worker
+    deadline = time.monotonic() + 10        # (its exec may still be finishing when the action answers)
+    while not (sleeper := [p for p in tree(worker.proc.pid) if _cmdline(p) == ["sleep", marker]]):
+        assert time.monotonic() < deadline, "the action's own child did not start"
+        time.sleep(0.02)
     family = tree(worker.proc.pid)
-    sleeper = [p for p in family if _cmdline(p) == ["sleep", marker]]
-    assert sleeper, "the action's own child did not start"
     worker.kill()                       # as a time limit or an eviction does
     deadline = time.monotonic() + 10
     while any(alive(p) for p in family) and time.monotonic() < deadline:

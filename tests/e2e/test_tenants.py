@@ -142,8 +142,10 @@ def test_a_tenants_action_finds_nothing_of_the_platform_on_esg_up(tmp_path):
         assert found["interfaces"] == ["lo"] and found["allocated"] == 0
 
         # what it left running dies with its worker (here: the worker dies, as on a crash)
-        sleeper = [p for p in descendants(agent) if _cmdline(p) == ["sleep", marker]]
-        assert sleeper, "the probe's child is not running"
+        deadline = time.monotonic() + 10      # (its exec may still be finishing when the action answers)
+        while not (sleeper := [p for p in descendants(agent) if _cmdline(p) == ["sleep", marker]]):
+            assert time.monotonic() < deadline, "the probe's child is not running"
+            time.sleep(0.05)
         crashed = call("probe", {"exit": True})
         assert crashed["statusCode"] == 2, crashed                 # the action's fault, not the invoker's
         deadline = time.monotonic() + 10

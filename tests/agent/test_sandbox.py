@@ -94,7 +94,7 @@ def test_what_an_action_starts_dies_with_its_worker(pool):
     probe(pool, {"spawn": marker})
     worker = next(iter(pool._workers.values())).entries[0].worker
     deadline = time.monotonic() + 10        # (its exec may still be finishing when the action answers)
-    while not (sleeper := [p for p in tree(worker.proc.pid) if _cmdline(p) == ["sleep", marker]]):
+    while not any(_cmdline(p) == ["sleep", marker] for p in tree(worker.proc.pid)):
         assert time.monotonic() < deadline, "the action's own child did not start"
         time.sleep(0.02)
     family = tree(worker.proc.pid)

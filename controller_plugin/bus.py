@@ -128,6 +128,11 @@ def activation_consumer_settings(bootstrap: str, group_id: str, timeout_ms: int 
             "socket.timeout.ms": max(timeout_ms, 10_000), "log.connection.close": False}
 
 
+BROKER_DEFAULT_REPLICATION = -1
+"""CreateTopics' replication factor that means the broker's ``default.replication.factor`` (KIP-464,
+Kafka 2.4 and later)."""
+
+
 class Bus:
     def __init__(self, bootstrap: str, client_id: str = "esg-scheduler", timeout_ms: int = 5000,
                  delivery_timeout_ms: int = 120_000) -> None:
@@ -144,12 +149,15 @@ class Bus:
         self._known: set[str] = set()
 
     def ensure_topics(self, topics: Iterable[tuple[str, str]]) -> None:
-        """Create each ``(name, kind)`` topic that does not exist yet, 1 partition, with ``kind``'s settings."""
+        """Create each ``(name, kind)`` topic that does not exist yet, 1 partition, with ``kind``'s settings
+        and the broker's default replication factor (``default.replication.factor``; -1 asks for it), so a
+        three-broker Kafka replicates the invoker topics as it replicates the others."""
         wanted = [(n, k) for n, k in topics if n not in self._known]
         if not wanted:
             return
         existing = set(self.admin.list_topics())
-        new = [NewTopic(n, 1, 1, topic_configs=topic_settings(k)) for n, k in wanted if n not in existing]
+        new = [NewTopic(n, 1, BROKER_DEFAULT_REPLICATION, topic_configs=topic_settings(k))
+               for n, k in wanted if n not in existing]
         if new:
             try:
                 self.admin.create_topics(new, timeout_ms=5000)

@@ -6,6 +6,10 @@
         ready when OpenWhisk's controller lists this node's invoker as ``up`` (``GET URL/invokers``): the
         agent heartbeats, the scheduler pings ``health`` for it under the node's name, and the
         controller's health test action came back. ``NODE`` defaults to ``$ESG_AGENT_NAME``.
+    healthcheck.py alive --file PATH [--max-age-s S]
+        alive when the agent's heartbeat thread renewed PATH (``esg agent --alive-file``) within the last
+        S seconds (default 30): a liveness probe that asks no other service, so a controller, Redis or
+        Kafka outage does not get healthy agents restarted.
 
 Exit 0 when ready, 1 when not (one line saying why), 2 on bad arguments. Standard library only, so a
 probe costs one short Python start.
@@ -17,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -67,6 +72,16 @@ def agent_ready(controller_url: str, node: str) -> str:
     return f"{invoker} is up"
 
 
+def agent_alive(path: str, max_age_s: float) -> str:
+    try:
+        age = time.time() - os.stat(path).st_mtime
+    except OSError as exc:
+        raise NotReady(f"{path}: {exc.strerror or exc}") from None
+    if age > max_age_s:
+        raise NotReady(f"{path} last renewed {age:.0f} s ago (more than {max_age_s:g} s)")
+    return f"heartbeat thread turned {age:.0f} s ago"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="healthcheck.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -75,10 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("agent")
     a.add_argument("--controller", required=True, metavar="URL")
     a.add_argument("--name", default=os.environ.get("ESG_AGENT_NAME"), metavar="NODE")
+    v = sub.add_parser("alive")
+    v.add_argument("--file", required=True, metavar="PATH")
+    v.add_argument("--max-age-s", type=float, default=30.0, metavar="S")
     args = p.parse_args(argv)
     try:
         if args.what == "scheduler":
             said = scheduler_ready(args.metrics)
+        elif args.what == "alive":
+            said = agent_alive(args.file, args.max_age_s)
         else:
             if not args.name:
                 p.error("no node name: pass --name NODE or set ESG_AGENT_NAME")

@@ -9,6 +9,7 @@ by hand.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -133,16 +134,114 @@ every change of a node)."""
 
 
 def geometry(model: str) -> GpuGeometry:
-    """The geometry of ``model`` (case-insensitive, common aliases accepted)."""
+    """The geometry of ``model`` (case-insensitive, common aliases accepted): a MIG model of
+    :data:`GEOMETRIES`, or a whole GPU (``<MODEL>:whole``, :func:`whole_model`)."""
     found = _KNOWN.get(model)
     if found is not None:
         return found
+    if WHOLE in model:
+        geo = _whole_geometry(model)
+        _KNOWN[model] = geo
+        return geo
     key = ALIASES.get(model, model)
     for name, geo in GEOMETRIES.items():
         if name.lower() == key.lower():
             _KNOWN[model] = geo
             return geo
-    raise MigError(f"unknown GPU model {model!r} (known: {', '.join(GEOMETRIES)})")
+    raise MigError(f"unknown GPU model {model!r} (known: {', '.join(GEOMETRIES)}; a GPU without MIG is "
+                   f"'<MODEL>:whole', e.g. 'L4:whole')")
+
+
+# --- GPUs without MIG ---------------------------------------------------------------------------------
+#
+# A GPU whose MIG mode is off, or a model without MIG (L4, T4, A10, ...), is offered whole: one slice
+# kind named ``<MODEL>:whole`` (``H100-80GB:whole``). Its geometry is a one-slice layout, so the cluster
+# model, the planner, the emulator and the agents treat it as they treat a MIG slice: a batch takes it
+# and no other batch runs there until it is done. An operator may let several batches share it at
+# once (time-sliced by the driver, without isolation: ``--gpu-share N``): the node's model is then
+# ``<MODEL>:whole*N``, a layout of N slots of the same kind (starts 0..N-1), which always exist -- none
+# is ever created or destroyed. Profile tables name the kind without the share (``gpu_model`` and each
+# GPU configuration's ``gpu`` are ``<MODEL>:whole``): a batch's latency is measured alone on the GPU.
+#
+# Its cost: each slot is priced as the whole GPU (one "compute slice" at the price of all of the
+# model's MIG compute slices), shared or not -- a batch on a shared GPU may use all of it. A model
+# without a MIG geometry here has no list price: it is priced as one compute slice of
+# :data:`DEFAULT_GPU_MODEL` (``--price-gpu-slice`` scales every GPU price).
+
+WHOLE: Final = ":whole"
+"""What a whole GPU's kind and model names carry after the GPU model."""
+MAX_GPU_SHARE: Final = 64
+"""The most batches one whole GPU may run at once (``--gpu-share``)."""
+_BASE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+
+
+def whole_kind(model: str) -> str:
+    """The slice kind of a whole ``model`` GPU: ``<MODEL>:whole``, a known model in its canonical spelling
+    (``whole_kind("h100") == "H100-80GB:whole"``)."""
+    return _canonical_base(base_model(model)) + WHOLE
+
+
+def whole_model(model: str, share: int = 1) -> str:
+    """The model name of a node offering a whole ``model`` GPU to ``share`` batches at once."""
+    if not 1 <= share <= MAX_GPU_SHARE:
+        raise MigError(f"a whole GPU is shared by 1 to {MAX_GPU_SHARE} batches, not {share}")
+    kind = whole_kind(model)
+    return kind if share == 1 else f"{kind}*{share}"
+
+
+def is_whole(model: str | None) -> bool:
+    """Whether ``model`` names a whole GPU (its kind, or a node's model with or without a share)."""
+    return model is not None and WHOLE in model
+
+
+def base_model(model: str) -> str:
+    """The GPU model of a whole GPU's name (``"H100-80GB:whole*2"`` -> ``"H100-80GB"``), else ``model``."""
+    return model.split(WHOLE, 1)[0]
+
+
+def gpu_share(model: str) -> int:
+    """How many batches a node of ``model`` runs at once on its whole GPU (1 for a MIG model)."""
+    return geometry(model).memory_slices if is_whole(model) else 1
+
+
+def unshared(model: str) -> str:
+    """``model`` without a share (``"A100-40GB:whole*4"`` -> ``"A100-40GB:whole"``): the model its
+    profile tables name."""
+    return model.split("*", 1)[0] if is_whole(model) else model
+
+
+def _canonical_base(base: str) -> str:
+    if not _BASE_NAME.fullmatch(base):
+        raise MigError(f"{base!r} is not a GPU model name (letters, digits and . _ + - only)")
+    try:
+        return geometry(base).model
+    except MigError:
+        return base                       # a model without MIG: kept as spelled
+
+
+def _whole_geometry(name: str) -> GpuGeometry:
+    base, rest = name.split(WHOLE, 1)
+    share = 1
+    if rest:
+        digits = rest[1:]
+        if not rest.startswith("*") or not digits.isdigit():
+            raise MigError(f"{name!r}: a whole GPU's model is '<MODEL>:whole' or '<MODEL>:whole*N' "
+                           f"(N batches at once)")
+        share = int(digits)
+    model = whole_model(base, share)
+    kind = whole_kind(base)
+    known = GEOMETRIES.get(_canonical_base(base))
+    price: float | None = None
+    memory_mb = 0
+    if known is not None:
+        per_slice = known.slice_price
+        if per_slice is None:
+            per_slice = GEOMETRIES[DEFAULT_GPU_MODEL].slice_price
+        assert per_slice is not None
+        price = per_slice * known.compute_slices
+        memory_mb = max(p.memory_mb for p in known.profiles.values())
+    slot = MigProfile(kind, -1, 1, 1, share, tuple(range(share)), memory_mb)
+    return GpuGeometry(model, share, share, {kind: slot}, price)
 
 
 def slice_price(model: str) -> float:

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from esg.errors import MigError, ProfileError
-from esg.mig import geometry
+from esg.mig import geometry, unshared
 from esg.model import Config
 
 
@@ -92,6 +92,9 @@ def profile_from_dict(data: Any, source: str) -> Profile:
         geo = geometry(model)
     except MigError as exc:
         raise ProfileError(f"{source}: field 'gpu_model': {exc}") from None
+    if unshared(geo.model) != geo.model:
+        raise ProfileError(f"{source}: field 'gpu_model': a table is measured on the whole GPU alone, "
+                           f"{unshared(geo.model)!r}; sharing it between batches is the agents' setting")
     configs = data["configs"]
     if not isinstance(configs, list) or not configs:
         raise ProfileError(f"{source}: field 'configs' must be a non-empty list")
@@ -123,7 +126,7 @@ def _entry(c: Any, i: int, source: str, geo) -> ProfileEntry:
     gpu = c.get("gpu")
     if gpu is not None:
         if not isinstance(gpu, str):
-            raise ProfileError(f"{where}: field 'gpu' must be a MIG profile name or null")
+            raise ProfileError(f"{where}: field 'gpu' must be a MIG profile name, '<MODEL>:whole' or null")
         try:
             geo.profile(gpu)
         except MigError as exc:

@@ -16,7 +16,8 @@ import signal
 import socket
 import sys
 
-from esg.mig import GEOMETRIES
+from esg import mig
+from esg.mig import GEOMETRIES, MAX_GPU_SHARE
 from esg_cli import checks, service_gc
 from esg_cli.errors import CliError
 
@@ -66,6 +67,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fake-gpu", type=checks.gpu_model, metavar="MODEL",
                    help="use the fake NVML backend with this GPU's MIG geometry (env ESG_FAKE_GPU; one of "
                         f"{', '.join(GEOMETRIES)}); without it, real NVML")
+    p.add_argument("--no-mig", action="store_true",
+                   help="offer the GPU whole, as one slice kind '<MODEL>:whole' (env ESG_NO_MIG=1): with "
+                        "--fake-gpu the fake GPU's MIG mode is off; on real NVML the agent refuses to start "
+                        "if a GPU's MIG mode is on (it never changes it). Without it a GPU whose MIG mode is "
+                        "off is offered whole anyway")
+    p.add_argument("--gpu-share", type=checks.positive_int, metavar="N",
+                   help="batches a whole GPU runs at once (env ESG_GPU_SHARE; default 1): time-sliced by the "
+                        "driver, without isolation between them -- an operator's choice; MIG slices are never "
+                        "shared")
     p.add_argument("--runner", choices=RUNNERS,
                    help="where actions run (env ESG_RUNNER; default process); twin: run nothing, wait each "
                         "batch's profiled latency with the emulator's noise and cold starts (needs --profiles)")
@@ -75,6 +85,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seed of the twin's execution-time noise (with the node name)")
     p.add_argument("--journal", metavar="PATH",
                    help="MIG crash journal file (env ESG_AGENT_JOURNAL; default: in memory)")
+    p.add_argument("--alive-file", metavar="PATH",
+                   help="a file the heartbeat thread touches every turn, for a liveness probe that asks no other "
+                        "service (deploy/healthcheck.py alive; env ESG_AGENT_ALIVE_FILE)")
     p.add_argument("--max-batches", type=checks.positive_int, default=4, metavar="N",
                    help="batches run at once")
     p.add_argument("--idle-ttl-s", type=checks.positive_float, default=600.0, metavar="S",
@@ -109,8 +122,15 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
     args.vcpus = env(args.vcpus, "ESG_AGENT_VCPUS", checks.positive_int)
     args.memory_mb = env(args.memory_mb, "ESG_AGENT_MEMORY_MB", checks.positive_int)
     args.fake_gpu = env(args.fake_gpu, "ESG_FAKE_GPU", checks.gpu_model)
+    args.no_mig = args.no_mig or env(None, "ESG_NO_MIG", checks.flag, False)
+    args.gpu_share = env(args.gpu_share, "ESG_GPU_SHARE", checks.positive_int, 1)
+    if args.gpu_share > MAX_GPU_SHARE:
+        raise CliError(f"--gpu-share must be 1 to {MAX_GPU_SHARE}, got {args.gpu_share}")
     args.runner = env(args.runner, "ESG_RUNNER", _choice(RUNNERS), "process")
     args.journal = env(args.journal, "ESG_AGENT_JOURNAL", str)
+    args.alive_file = env(args.alive_file, "ESG_AGENT_ALIVE_FILE", str)
+    if args.alive_file:
+        checks.check_writable_file(args.alive_file, "--alive-file")
     if not args.redis:
         raise CliError("no Redis given: pass --redis URL or set ESG_REDIS")
     if not args.openwhisk_api:
@@ -126,6 +146,26 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
     if args.profiles:
         checks.check_dir(args.profiles, "--profiles")
     return args
+
+
+def check_gpus(node, args: argparse.Namespace) -> None:
+    """What the node's GPUs allow of the flags: ``--no-mig`` and ``--gpu-share`` need a GPU offered whole
+    (MIG mode off), and actions on a real GPU need onnxruntime's CUDA provider
+    (:func:`invoker_agent.cuda_check.missing_cuda_package`); one line naming the problem otherwise."""
+    from invoker_agent.cuda_check import missing_cuda_package
+
+    gpus = node.backend.gpus()
+    mig_on = [g for g in gpus if g.mig_enabled]
+    if args.no_mig and mig_on:
+        g = mig_on[0]
+        raise CliError(f"--no-mig: GPU {g.index} ({g.name}) has MIG mode on; this agent never changes it: turn it "
+                       f"off yourself (nvidia-smi -i {g.index} -mig 0, then reset the GPU) or drop --no-mig")
+    if args.gpu_share > 1 and not any(mig.is_whole(g.model) for g in gpus):
+        raise CliError("--gpu-share shares a whole GPU: this node has none with MIG mode off")
+    if gpus and not args.fake_gpu and args.runner == "process":
+        problem = missing_cuda_package()
+        if problem is not None:
+            raise CliError(f"GPU {gpus[0].index} ({gpus[0].name}) found, but its actions cannot use it: {problem}")
 
 
 def _host_name() -> str:
@@ -172,13 +212,19 @@ def run_agent(args: argparse.Namespace) -> int:
             raise CliError(str(e)) from None
     try:
         node = NodeAgent.create(args.name, vcpus=vcpus, fake_gpu=args.fake_gpu, runner=args.runner,
-                                journal=args.journal, idle_ttl_s=args.idle_ttl_s, worker_factory=twin)
+                                journal=args.journal, idle_ttl_s=args.idle_ttl_s, worker_factory=twin,
+                                fake_mig=not args.no_mig, gpu_share=args.gpu_share)
     except MigOperationError as e:
         raise CliError(str(e)) from None
     except ValueError as e:
         raise CliError(f"--fake-gpu: {e}" if args.fake_gpu and "GPU model" in str(e) else str(e)) from None
     except Exception as e:  # e.g. no Docker engine for --runner docker
         raise CliError(f"cannot start the node agent: {e}") from None
+    try:
+        check_gpus(node, args)
+    except CliError:
+        node.close()
+        raise
     for line in node.recovered:
         logging.getLogger("esg.agent").info("MIG journal recovery: %s", line)
 
@@ -204,7 +250,8 @@ def run_agent(args: argparse.Namespace) -> int:
     # every answered batch is named in at least two heartbeats (the scheduler forgets its claim then)
     heartbeats = HeartbeatBuilder(args.name, memory_mb, allocator, slices, node.pool, warm,
                                   BatchTrack(keep_s=max(3.0, 2.5 * args.heartbeat_s)))
-    service = AgentService(ServiceSettings(args.name, args.heartbeat_s, args.max_batches), node, runner,
+    service = AgentService(ServiceSettings(args.name, args.heartbeat_s, args.max_batches,
+                                           alive_file=args.alive_file), node, runner,
                            heartbeats, channel)
 
     def on_signal(signum, _frame):

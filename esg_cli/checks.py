@@ -202,6 +202,16 @@ def comma_list(known: Iterable[str], what: str) -> Callable[[str], list[str]]:
 
 # -- values from the environment ---------------------------------------------------------------------
 
+def flag(text: str) -> bool:
+    """An on/off setting from the environment: 1/true/yes/on or 0/false/no/off."""
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected 1 or 0 (true/false), got {text!r}")
+
+
 def from_env(value: Any, env: str, parse: Callable[[str], Any], default: Any = None) -> Any:
     """A flag's parsed value; else the environment variable ``env`` parsed with ``parse``; else the content
     of the file ``env_FILE`` names (a secret mounted as a file: Docker and Kubernetes secrets), one value,

@@ -23,7 +23,7 @@ from esg.emulator import ClusterSpec, Emulation, EmulatorParams
 from esg.emulator.levels import LOAD_LEVELS, SLO_LEVELS, load_rate_rps
 from esg.emulator.workload import generate, map_trace_functions
 from esg.errors import EsgError, MigError
-from esg.mig import DEFAULT_GPU_MODEL, geometry
+from esg.mig import DEFAULT_GPU_MODEL, MAX_GPU_SHARE, geometry, is_whole, unshared, whole_model
 from esg.policies import make_policy, policy_names
 from esg.policies.base import PolicyContext
 from esg_cli.checks import check_dir, check_writable_dir, check_writable_file
@@ -63,6 +63,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vcpus", type=int, default=16, help="vCPUs per node")
     p.add_argument("--gpu", default=DEFAULT_GPU_MODEL,
                    help="GPU model per node ('none' for CPU-only nodes, with CPU-only profile tables)")
+    p.add_argument("--no-mig", action="store_true",
+                   help="the nodes' GPUs run without MIG: each is one whole-GPU slice kind '<MODEL>:whole' "
+                        "(profile tables for it, e.g. profiles/tables/a100-whole; --gpu may then name a model "
+                        "without MIG, e.g. L4)")
+    p.add_argument("--gpu-share", type=int, default=1, metavar="N",
+                   help="with --no-mig: batches one whole GPU runs at once, time-sliced without isolation "
+                        "(default 1: one at a time)")
     p.add_argument("--profiles", default=str(REPO / "profiles" / "tables" / "a100"),
                    help="directory of profile tables <function>.json")
     p.add_argument("--apps", default=str(REPO / "apps"), help="directory of app files *.json")
@@ -176,7 +183,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise CliError(f"--warmup-s {args.warmup_s:g} is not shorter than --duration-s {args.duration_s:g}: "
                        f"no request would be measured (--warmup-s defaults to 30; pass a shorter one)")
     check_writable_dir(args.out, "--out")
-    gpu = _check_gpu(args.gpu)
+    gpu = emulated_gpu(args)
     apps = _check_apps(args.apps)
     _check_arrivals_flags(args, [a.name for a in apps])
     functions = sorted({f for a in apps for f in a.functions})
@@ -212,21 +219,30 @@ def workload(args: argparse.Namespace, load_level: str, base: dict, trace=None) 
     if getattr(args, "arrivals", None):
         requests = read_arrivals(args.arrivals, list(base))
         return requests, len(requests) / span_s(requests)
-    gpu_arg = getattr(args, "gpu", DEFAULT_GPU_MODEL)
-    gpu = None if gpu_arg.lower() == "none" else gpu_arg
-    rate = load_rate_rps(load_level, base, args.nodes, gpu)
+    rate = load_rate_rps(load_level, base, args.nodes, emulated_gpu(args))
     wl_rng = np.random.default_rng([args.seed, _stable(load_level)])
     minute_s = getattr(args, "trace_minute_s", 60.0)
     return generate(sorted(base), rate, args.duration_s, wl_rng, trace, minute_s), rate
 
 
-def _check_gpu(value: str) -> str | None:
+def emulated_gpu(args: argparse.Namespace) -> str | None:
+    """The nodes' GPU model from --gpu, --no-mig and --gpu-share (None: CPU-only nodes); a bad
+    combination is a :class:`CliError` naming it."""
+    value = getattr(args, "gpu", DEFAULT_GPU_MODEL)
+    no_mig, share = getattr(args, "no_mig", False), getattr(args, "gpu_share", 1)
+    if not 1 <= share <= MAX_GPU_SHARE:
+        raise CliError(f"--gpu-share must be 1 to {MAX_GPU_SHARE}, got {share}")
+    if share != 1 and not no_mig:
+        raise CliError("--gpu-share shares a whole GPU: it needs --no-mig")
     if value.lower() == "none":
+        if no_mig:
+            raise CliError("--no-mig describes the nodes' GPUs: --gpu none has none")
         return None
     try:
-        return geometry(value).model
+        return whole_model(value, share) if no_mig else geometry(value).model
     except MigError as exc:
-        raise CliError(f"--gpu: {exc} (or 'none' for CPU-only nodes)") from None
+        hint = "" if no_mig else "; a GPU without MIG needs --no-mig"
+        raise CliError(f"--gpu: {exc} (or 'none' for CPU-only nodes{hint})") from None
 
 
 def _check_apps(directory: str) -> list:
@@ -244,9 +260,11 @@ def _check_profiles_fit_gpu(profiles, gpu: str | None, directory: str) -> None:
             raise CliError(f"--gpu none: the profile table {Path(directory) / name}.json holds MIG "
                            f"configurations of {prof.gpu_model}; pass --gpu {prof.gpu_model}, or CPU-only "
                            f"tables with --profiles (e.g. profiles/tables/cpu)")
-        if gpu is not None and has_mig and prof.gpu_model != gpu:
+        if gpu is not None and has_mig and prof.gpu_model != unshared(gpu):
             raise CliError(f"--gpu {gpu}: the profile table {Path(directory) / name}.json was measured on "
-                           f"{prof.gpu_model}; its MIG configurations do not exist on {gpu}")
+                           f"{prof.gpu_model}; its GPU configurations do not exist on {gpu}"
+                           + (" (a whole GPU's tables name '<MODEL>:whole', e.g. profiles/tables/a100-whole)"
+                              if is_whole(gpu) else ""))
 
 
 def _check_trace(rows: list[tuple[str, list[float]]], path: str) -> None:
@@ -314,8 +332,7 @@ def run_cell(args, cell, trace):
         raise CliError(f"{args.apps}: no app files")
     apps = {n: dataclasses.replace(a, slo_ms=round(a.slo_ms * SLO_LEVELS[slo_level], 3)) for n, a in base.items()}
     profiles = load_profiles(args.profiles, sorted({f for a in apps.values() for f in a.functions}))
-    gpu = None if args.gpu.lower() == "none" else args.gpu
-    cluster = ClusterSpec(args.nodes, args.vcpus, gpu)
+    cluster = ClusterSpec(args.nodes, args.vcpus, emulated_gpu(args))
     requests, rate = workload(args, load_level, base, trace)
     params = EmulatorParams(mig_reconfig_ms=args.mig_reconfig_ms, cold_start_scale=args.cold_start_scale,
                             warmup_ms=args.warmup_s * 1e3, hop_ms=args.hop_ms,

@@ -122,10 +122,43 @@ def settings_from(args: argparse.Namespace):
                     explore_fraction=args.explore_fraction, admission_control=args.admission_control,
                     stage_overhead_ms=(DEFAULT_STAGE_OVERHEAD_MS if args.stage_overhead_ms is None
                                        else args.stage_overhead_ms),
-                    activation_store=checks.from_env(args.activation_store, ENV["activation_store"],
-                                                     checks.activation_store_url),
+                    activation_store=activation_store(args),
                     deadline=Deadline(args.timeout_factor, args.timeout_addon_s, args.std_time_limit_s),
                     parameter_keys=parameter_keys(args))
+
+
+def activation_store(args: argparse.Namespace) -> str | None:
+    """The activation store's URL from --activation-store / ESG_ACTIVATION_STORE, with the credentials of
+    ESG_ACTIVATION_STORE_USER and ESG_ACTIVATION_STORE_PASSWORD (or ESG_ACTIVATION_STORE_PASSWORD_FILE)
+    put into it percent-encoded: a deployment passes them as they are (a password with ``@``, ``:`` or
+    ``/`` in it would break a URL it was spliced into)."""
+    from urllib.parse import quote, urlsplit
+
+    url = checks.from_env(args.activation_store, ENV["activation_store"], checks.activation_store_url)
+    user = os.environ.get("ESG_ACTIVATION_STORE_USER") or None
+    password = os.environ.get("ESG_ACTIVATION_STORE_PASSWORD")
+    password_file = os.environ.get("ESG_ACTIVATION_STORE_PASSWORD_FILE")
+    if password_file:
+        if password is not None:
+            raise CliError("ESG_ACTIVATION_STORE_PASSWORD and ESG_ACTIVATION_STORE_PASSWORD_FILE both give the "
+                           "activation store's password: set one of them")
+        try:
+            password = Path(password_file).read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise CliError(f"ESG_ACTIVATION_STORE_PASSWORD_FILE {password_file}: {exc.strerror or exc}") from None
+    if user is None:
+        if password is not None:
+            raise CliError("the activation store's password is set but ESG_ACTIVATION_STORE_USER is not")
+        return url
+    if url is None:
+        raise CliError("ESG_ACTIVATION_STORE_USER is set but no activation store: pass --activation-store URL "
+                       "or set ESG_ACTIVATION_STORE")
+    parts = urlsplit(url)
+    if parts.username is not None:
+        raise CliError("the activation store's URL carries credentials and ESG_ACTIVATION_STORE_USER gives them "
+                       "again: keep one of them")
+    auth = quote(user, safe="") + (":" + quote(password, safe="") if password is not None else "")
+    return checks.activation_store_url(parts._replace(netloc=f"{auth}@{parts.netloc}").geturl())
 
 
 def parameter_keys(args: argparse.Namespace):

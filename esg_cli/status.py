@@ -15,6 +15,7 @@ import json
 import time
 from typing import Any
 
+from esg.mig import is_whole
 from esg_cli import checks
 from esg_cli.errors import CliError
 
@@ -119,7 +120,7 @@ def render(state: dict[str, Any]) -> str:
         lines.append(f"{name}: {n['gpu'] or 'CPU only'}, vCPUs {n['vcpus_free']}/{n['vcpus_total']} free, "
                      f"{n['running']} batch(es) running{', draining' if n['draining'] else ''}{silent}")
         layout = ", ".join(f"{s['slice']} {'busy' if s['busy'] else 'idle'}" for s in n["slices"]) or "none"
-        lines.append(f"  MIG: {layout}")
+        lines.append(f"  {'whole GPU, no MIG' if is_whole(n['gpu']) else 'MIG'}: {layout}")
         workers = ", ".join(f"{w['function']} x{w['count']} ({w['vcpus']}c, {w['slice'] or 'CPU'})"
                             for w in n["idle_workers"]) or "none"
         lines.append(f"  idle warm workers: {workers}")

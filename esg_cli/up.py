@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from esg.emulator.levels import SLO_LEVELS
-from esg.mig import DEFAULT_GPU_MODEL
+from esg.mig import DEFAULT_GPU_MODEL, MAX_GPU_SHARE, unshared, whole_model
 from esg.model import App
 from esg.planner import Planner
 from esg_cli import checks
@@ -58,6 +58,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="vCPUs each agent advertises (default: the CPUs here)")
     p.add_argument("--fake-gpu", type=checks.gpu_model, default=DEFAULT_GPU_MODEL, metavar="MODEL",
                    help="GPU model of the agents' fake NVML backend")
+    p.add_argument("--no-mig", action="store_true",
+                   help="the agents offer their GPU whole, as one slice kind '<MODEL>:whole' (the fake GPU's MIG "
+                        "mode off; with --real-gpu, a GPU with MIG mode on is refused, never changed)")
+    p.add_argument("--gpu-share", type=checks.positive_int, default=1, metavar="N",
+                   help="batches a whole GPU runs at once, time-sliced without isolation (default 1; needs --no-mig)")
+    p.add_argument("--real-gpu", action="store_true",
+                   help="the agent uses this machine's GPU through real NVML instead of the fake (one node: "
+                        "--nodes 1); its actions run on the GPU when onnxruntime-gpu is installed")
     p.add_argument("--apps", type=Path, default=ROOT / "apps", help="directory of app files (default apps/)")
     p.add_argument("--profiles", type=Path, default=None,
                    help="profile tables the scheduler plans with (default profiles/tables/cpu, the measured CPU "
@@ -110,8 +118,17 @@ def check_args(args: argparse.Namespace) -> list[Deployed]:
     if args.slo is not None and args.slo_factor is not None:
         raise CliError("--slo and --slo-factor both set each app's SLO: pass one of them")
     apps = _apps(args.apps, args.profiles, args.slo_factor or 3.0, args.slo)
+    if args.gpu_share != 1 and not args.no_mig:
+        raise CliError("--gpu-share shares a whole GPU: it needs --no-mig")
+    if args.gpu_share > MAX_GPU_SHARE:
+        raise CliError(f"--gpu-share must be 1 to {MAX_GPU_SHARE}, got {args.gpu_share}")
+    if args.real_gpu and args.nodes != 1:
+        raise CliError("--real-gpu gives this machine's GPU to one agent: pass --nodes 1")
+    if args.real_gpu and args.runner == "twin":
+        raise CliError("--real-gpu runs the actions on the GPU; a twin runs nothing: drop one of them")
     if args.runner == "twin":
-        _check_twin_profiles(args.apps, args.profiles, args.fake_gpu)
+        gpu = whole_model(args.fake_gpu, args.gpu_share) if args.no_mig else args.fake_gpu
+        _check_twin_profiles(args.apps, args.profiles, gpu)
     checks.check_port_free(args.port, "--port")
     if args.logs is not None:
         checks.check_writable_dir(args.logs, "--logs")
@@ -183,9 +200,9 @@ def _check_twin_profiles(apps_dir: Path, profiles_dir: Path, gpu: str) -> None:
     """A twin times batches by the profiles of the GPU it pretends to have: they must be that GPU's."""
     for f in sorted(apps_dir.glob("*.json")):
         for prof in load_profiles(profiles_dir, load_app(f).functions).values():
-            if prof.gpu_model != gpu:
+            if prof.gpu_model != unshared(gpu):
                 raise CliError(f"--profiles {profiles_dir}: profile {prof.function!r} is for {prof.gpu_model}, "
-                               f"but the twin agents pretend to be {gpu} (--fake-gpu)")
+                               f"but the twin agents pretend to be {unshared(gpu)} (--fake-gpu, --no-mig)")
 
 
 @dataclass
@@ -196,6 +213,8 @@ class Cluster:
     procs: dict[str, subprocess.Popen]
     servers: dict[str, Any] = field(default_factory=dict)
     """The servers it started (``esg_cli.servers.Server``), by what they are."""
+    redis: str = ""
+    """The scheduler's Redis (its decision log says where each batch ran)."""
 
     def stopped(self) -> list[str]:
         """What has exited, each with its status (and a server's last log lines)."""
@@ -242,7 +261,10 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
         scheduler.append("--no-prewarm")
     procs["scheduler"] = _spawn(scheduler, env, logs / "scheduler.log")
     for i in range(args.nodes):
-        cmd = ["agent", "--name", f"node{i}", "--fake-gpu", args.fake_gpu, "--journal", str(logs / f"node{i}.journal")]
+        cmd = ["agent", "--name", f"node{i}", "--journal", str(logs / f"node{i}.journal")]
+        cmd += [] if getattr(args, "real_gpu", False) else ["--fake-gpu", args.fake_gpu]
+        if getattr(args, "no_mig", False):
+            cmd += ["--no-mig", "--gpu-share", str(args.gpu_share)]
         if args.vcpus:
             cmd += ["--vcpus", str(args.vcpus)]
         if args.runner == "twin":
@@ -264,7 +286,7 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
     _print_started(broker, rserver, couch, standin.url, procs, logs)
     return Cluster(broker.address, standin.url, driver, procs,
                    {"Kafka-protocol broker (Tansu)": broker, "redis-server": rserver,
-                    "pouchdb-server (the activation store)": couch})
+                    "pouchdb-server (the activation store)": couch}, rserver.url)
 
 
 def _print_started(broker, rserver, couch, api: str, procs: dict[str, subprocess.Popen], logs: Path) -> None:
@@ -329,6 +351,7 @@ def _call_apps(cluster: Cluster, apps: list[Deployed], n: int, interval_s: float
     """Call every app ``n`` times, one call every ``interval_s`` (apps in turn), then print one line per
     app and one example result. A call not answered within ``timeout`` counts as failed."""
     ids: dict[str, list[str]] = {d.app.name: [] for d in apps}
+    since_ms = int(time.time() * 1000)
     for i in range(n):
         for d in apps:
             ids[d.app.name].append(cluster.driver.publish(f"{NAMESPACE}/{d.app.name}", {"seed": i}))
@@ -336,7 +359,7 @@ def _call_apps(cluster: Cluster, apps: list[Deployed], n: int, interval_s: float
             time.sleep(interval_s)
     all_ok = True
     example = None
-    print(f"\n{'app':<32} {'ok':>5} {'SLO ms':>8} {'hit':>5} {'p50 ms':>8} {'max ms':>8}")
+    print(f"\n{'app':<32} {'ok':>5} {'SLO ms':>8} {'hit':>5} {'p50 ms':>8} {'max ms':>8} {'p99 ms':>8}")
     for d in apps:
         waited = [(aid, _wait(cluster, aid, timeout)) for aid in ids[d.app.name]]
         records = [r for _, r in waited if r is not None]
@@ -346,7 +369,8 @@ def _call_apps(cluster: Cluster, apps: list[Deployed], n: int, interval_s: float
         all_ok &= len(ok) == len(waited)
         p50 = f"{statistics.median(lat):>8.0f}" if lat else f"{'-':>8}"
         top = f"{max(lat):>8.0f}" if lat else f"{'-':>8}"
-        print(f"{d.app.name:<32} {len(ok):>2}/{len(waited):<2} {d.slo_ms:>8g} {hits:>5} {p50} {top}")
+        p99 = f"{percentile(lat, 99):>8.0f}" if lat else f"{'-':>8}"
+        print(f"{d.app.name:<32} {len(ok):>2}/{len(waited):<2} {d.slo_ms:>8g} {hits:>5} {p50} {top} {p99}")
         for aid, r in waited:
             if r is None:
                 print(f"    {aid}: no answer within --timeout-s {timeout:g}")
@@ -357,7 +381,47 @@ def _call_apps(cluster: Cluster, apps: list[Deployed], n: int, interval_s: float
             example = (d.app.name, ok[0]["response"].get("result"))
     if example is not None:
         print(f"\nexample result ({example[0]}): {json.dumps(brief(example[1]))}")
+    if cluster.redis:
+        _print_placements(cluster.redis, since_ms)
     return all_ok
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile of ``values``, linearly interpolated (numpy's default)."""
+    import numpy as np
+
+    return float(np.percentile(values, q))
+
+
+def ran_on(decisions: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per function, its answered batches by where they ran: the GPU slice kind, or ``CPU``."""
+    out: dict[str, dict[str, int]] = {}
+    for d in decisions:
+        if d.get("type") == "batch":
+            where = d.get("gpu") or "CPU"
+            counts = out.setdefault(d["function"], {})
+            counts[where] = counts.get(where, 0) + 1
+    return out
+
+
+def _print_placements(redis_url: str, since_ms: int) -> None:
+    """Where each function's measured batches ran, from the scheduler's decision log."""
+    import redis
+
+    from controller_plugin.decisions import decisions_key, read_decisions
+
+    time.sleep(0.5)                 # the log is written in the scheduler's turn after the acks
+    client = redis.Redis.from_url(redis_url)
+    try:
+        placed = ran_on(read_decisions(client, decisions_key("0"), since_ms))
+    except redis.RedisError as exc:
+        print(f"\nwhere each function ran: cannot read the decision log ({exc})")
+        return
+    finally:
+        client.close()
+    print("\nwhere each function ran (the measured calls' batches, from the scheduler's decision log):")
+    for function, counts in sorted(placed.items()):
+        print(f"  {function:<30} " + ", ".join(f"{where} {n}" for where, n in sorted(counts.items())))
 
 
 def brief(value: Any, text: int = 48, items: int = 5) -> Any:

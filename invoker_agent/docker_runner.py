@@ -33,6 +33,7 @@ from typing import Any
 from invoker_agent.actions import ActionCode
 from invoker_agent.runner import WorkerSpec, check_vcpus
 from invoker_agent.runtime_client import RuntimeClient, UnsupportedKind, WorkerStartError
+from invoker_agent.whole_gpu import cuda_device
 
 RUNTIME_IMAGES = {
     "python:3": "openwhisk/action-python-v3.11",
@@ -90,7 +91,7 @@ def container_options(spec: WorkerSpec, image: str, name: str | None = None, net
         "environment": {"OMP_NUM_THREADS": str(len(spec.vcpus))},
     }
     if spec.mig_uuid:
-        opts["device_requests"] = [DeviceRequest(driver="nvidia", device_ids=[spec.mig_uuid],
+        opts["device_requests"] = [DeviceRequest(driver="nvidia", device_ids=[cuda_device(spec.mig_uuid)],
                                                  capabilities=[["gpu"]])]
     else:
         opts["environment"]["CUDA_VISIBLE_DEVICES"] = ""

@@ -17,13 +17,15 @@ from functools import partial
 from typing import Any
 
 from agent_channel.protocol import RunRequest
+from esg import mig
 from invoker_agent.actions import ActionCode
-from invoker_agent.mig_backend import MigBackend, MigOperationError
+from invoker_agent.mig_backend import GpuInfo, MigBackend, MigOperationError
 from invoker_agent.nvml_backend import open_backend
 from invoker_agent.reconcile import DesiredLayout, GpuReport, Reconciler
 from invoker_agent.runner import DeviceLookup, ProcessWorker, WorkerFactory, WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.runtime_client import RuntimeResult
 from invoker_agent.sandbox import Mount, gpu_devices, sandbox
+from invoker_agent.whole_gpu import WholeGpuBackend, cuda_device
 
 
 class NodeAgent:
@@ -40,10 +42,12 @@ class NodeAgent:
     @classmethod
     def create(cls, name: str, vcpus: int | None = None, fake_gpu: str | None = None, fake_gpu_count: int = 1,
                runner: str = "process", journal: str | None = None, idle_ttl_s: float = 600.0,
-               worker_factory: WorkerFactory | None = None) -> NodeAgent:
+               worker_factory: WorkerFactory | None = None, fake_mig: bool = True, gpu_share: int = 1) -> NodeAgent:
         """Build a node agent; raises :class:`MigOperationError` / ``ValueError`` with a clear message.
-        ``runner="twin"`` takes its ``worker_factory`` (:class:`invoker_agent.twin.TwinFactory`)."""
-        backend = open_backend(fake_gpu, fake_gpu_count)
+        ``runner="twin"`` takes its ``worker_factory`` (:class:`invoker_agent.twin.TwinFactory`). A GPU
+        without MIG mode is offered whole, to ``gpu_share`` batches at once (:mod:`invoker_agent.whole_gpu`);
+        ``fake_mig=False`` turns the fake GPU's MIG mode off."""
+        backend = WholeGpuBackend(open_backend(fake_gpu, fake_gpu_count, fake_mig=fake_mig), gpu_share)
         if runner == "twin":
             if worker_factory is None:
                 raise ValueError("--runner twin needs its profiles (--profiles DIR)")
@@ -92,7 +96,7 @@ class NodeAgent:
         for g in infos:
             entry: dict[str, Any] = {"index": g.index, "uuid": g.uuid, "model": g.model,
                                      "mig_enabled": g.mig_enabled, "slices": []}
-            if g.mig_enabled and g.model:
+            if _has_slices(g):
                 try:
                     entry["slices"] = [asdict(s) for s in self.reconciler.read_state(g.index)]
                 except MigOperationError as e:
@@ -105,7 +109,7 @@ class NodeAgent:
         """The MIG profile of the instance ``mig_uuid`` on this node (None: not there)."""
         try:
             for g in self.backend.gpus():
-                if g.mig_enabled and g.model:
+                if _has_slices(g):
                     for s in self.reconciler.read_state(g.index):
                         if s.mig_uuid == mig_uuid:
                             return s.profile
@@ -121,12 +125,13 @@ class NodeAgent:
 
 
 def _device_lookup(backend: MigBackend) -> DeviceLookup:
-    """The device nodes a sandboxed worker needs for a MIG instance (or a whole GPU), by its UUID: those of
-    its GPU and of that instance alone (:func:`invoker_agent.sandbox.gpu_devices`; none on the fake)."""
+    """The device nodes a sandboxed worker needs for a MIG instance (or a whole GPU's slot), by its UUID:
+    those of its GPU and of that instance alone (:func:`invoker_agent.sandbox.gpu_devices`; none on the
+    fake)."""
     def lookup(uuid: str) -> list[Mount]:
         try:
             for g in backend.gpus():
-                if g.uuid == uuid:
+                if g.uuid == cuda_device(uuid):
                     return gpu_devices(g.index)
                 if g.mig_enabled:
                     for c in backend.compute_instances(g.index):
@@ -144,7 +149,7 @@ def _slice_checker(backend: MigBackend):
     def exists(uuid: str) -> bool:
         try:
             for g in backend.gpus():
-                if not g.mig_enabled:
+                if not _has_slices(g):
                     continue
                 uuids = walk(g.index).values() if walk else (c.mig_uuid for c in backend.compute_instances(g.index))
                 if uuid in uuids:
@@ -153,3 +158,8 @@ def _slice_checker(backend: MigBackend):
         except MigOperationError:
             return False
     return exists
+
+
+def _has_slices(g: GpuInfo) -> bool:
+    """Whether batches run on slices of ``g``: MIG instances of a known model, or a whole GPU's slots."""
+    return g.model is not None and (g.mig_enabled or mig.is_whole(g.model))

@@ -9,6 +9,7 @@ device handles and matching GI and CI ids (``ComputeInstanceGetInfo().device`` i
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import threading
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from esg import mig
 from invoker_agent.mig_backend import (
     NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NO_PERMISSION,
     NVML_ERROR_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
     ComputeInstance,
@@ -259,20 +261,57 @@ class NvmlBackend:
         return uuid
 
 
-def open_backend(fake_gpu: str | None = None, fake_gpu_count: int = 1, root: bool = True) -> NvmlBackend:
-    """The backend for ``esg agent``: ``--fake-gpu MODEL`` gives the fake, otherwise real NVML.
+#: pynvml functions that change a GPU's state. :class:`ReadOnlyNvml` refuses them.
+MUTATING_CALLS = frozenset({
+    "nvmlDeviceSetMigMode", "nvmlDeviceCreateGpuInstance", "nvmlDeviceCreateGpuInstanceWithPlacement",
+    "nvmlGpuInstanceCreateComputeInstance", "nvmlGpuInstanceCreateComputeInstanceWithPlacement",
+    "nvmlGpuInstanceDestroy", "nvmlComputeInstanceDestroy", "nvmlDeviceResetGpuLockedClocks",
+    "nvmlDeviceResetMemoryLockedClocks", "nvmlDeviceSetGpuLockedClocks", "nvmlDeviceSetMemoryLockedClocks",
+    "nvmlDeviceSetPersistenceMode", "nvmlDeviceSetComputeMode", "nvmlDeviceSetPowerManagementLimit",
+    "nvmlDeviceSetApplicationsClocks", "nvmlDeviceResetApplicationsClocks", "nvmlDeviceClearEccErrorCounts",
+    "nvmlDeviceSetEccMode", "nvmlDeviceSetGpuOperationMode", "nvmlDeviceSetDriverModel",
+    "nvmlDeviceSetAccountingMode", "nvmlDeviceClearAccountingPids", "nvmlDeviceSetAutoBoostedClocksEnabled",
+    "nvmlDeviceSetDefaultAutoBoostedClocksEnabled", "nvmlDeviceModifyDrainState", "nvmlDeviceRemoveGpu",
+    "nvmlDeviceDiscoverGpus", "nvmlDeviceSetNvLinkUtilizationControl", "nvmlDeviceResetNvLinkErrorCounters",
+})
+
+
+class ReadOnlyNvml:
+    """The ``pynvml`` module surface with every call in :data:`MUTATING_CALLS` refused (NO_PERMISSION,
+    before NVML is asked): what ``ESG_NVML_READ_ONLY=1`` gives the agent, for a machine whose GPU state
+    must not change (``scripts/device-check``)."""
+
+    def __init__(self, nvml) -> None:
+        self._nvml = nvml
+        self.NVMLError = nvml.NVMLError
+        self.refused: list[str] = []
+
+    def __getattr__(self, name: str):
+        if name in MUTATING_CALLS:
+            def refuse(*_args, **_kw):
+                self.refused.append(name)
+                raise self._nvml.NVMLError(NVML_ERROR_NO_PERMISSION)
+            return refuse
+        return getattr(self._nvml, name)
+
+
+def open_backend(fake_gpu: str | None = None, fake_gpu_count: int = 1, root: bool = True,
+                 fake_mig: bool = True) -> NvmlBackend:
+    """The backend for ``esg agent``: ``--fake-gpu MODEL`` gives the fake (its MIG mode off with
+    ``fake_mig=False``: ``--no-mig``), otherwise real NVML.
 
     A node without the NVIDIA driver gets a clear :class:`MigOperationError`, not a ctypes trace.
     """
     if fake_gpu:
         from invoker_agent.fake_nvml import FakeHost, FakeNvml
-        return NvmlBackend(FakeNvml(FakeHost.with_gpus(fake_gpu, fake_gpu_count), root=root))
+        return NvmlBackend(FakeNvml(FakeHost.with_gpus(fake_gpu, fake_gpu_count, mig_enabled=fake_mig), root=root))
     try:
         import pynvml
     except ImportError as e:  # pragma: no cover - nvidia-ml-py is a dependency
         raise MigOperationError("import pynvml (nvidia-ml-py)", 12, str(e)) from e
+    module = ReadOnlyNvml(pynvml) if os.environ.get("ESG_NVML_READ_ONLY") == "1" else pynvml
     try:
-        return NvmlBackend(pynvml)
+        return NvmlBackend(module)
     except MigOperationError as e:
         raise MigOperationError("initialise NVML", e.code,
                                 "no usable NVIDIA driver on this node; use --fake-gpu MODEL to run "

@@ -107,7 +107,7 @@ class Reconciler:
             if g.index == gpu:
                 if g.model is None:
                     raise MigError(f"GPU {gpu} ({g.name}) is not a MIG-capable model known to esg")
-                if not g.mig_enabled:
+                if not g.mig_enabled and not mig.is_whole(g.model):
                     raise MigError(f"MIG mode is disabled on GPU {gpu} ({g.name}): enable it "
                                    f"(nvidia-smi -i {gpu} -mig 1, then reset the GPU)")
                 return g.model

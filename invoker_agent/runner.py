@@ -63,6 +63,7 @@ from invoker_agent.runtime_client import (
 )
 from invoker_agent.runtimes import runtime_for
 from invoker_agent.sandbox import Limits, Mount, pin_tree, sandbox
+from invoker_agent.whole_gpu import cuda_device
 from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 #: How much of a worker's log one read takes (reads go on while they come back full).
@@ -104,7 +105,7 @@ def worker_env(spec: WorkerSpec, extra: dict[str, str] | None = None) -> dict[st
     ``/tmp``, GPU visibility and thread counts."""
     env = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
     env.update(HOME="/tmp", TMPDIR="/tmp")          # the sandbox's own, private /tmp
-    env["CUDA_VISIBLE_DEVICES"] = spec.mig_uuid or ""
+    env["CUDA_VISIBLE_DEVICES"] = cuda_device(spec.mig_uuid)
     env["PYTHONUNBUFFERED"] = "1"
     n = str(max(1, len(spec.vcpus)))
     env.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n, OPENBLAS_NUM_THREADS=n)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -92,6 +93,9 @@ class ServiceSettings:
     holds at least one vCPU in the scheduler's view of the node, so no more can be in flight. (A bound of
     two delayed the third pre-warm of a burst by a whole cold start, and live hit rates fell 10-15
     points below the emulator's on the twin cluster.)"""
+    alive_file: str | None = None
+    """A file whose modification time the heartbeat thread renews at every turn, whether or not Redis
+    took the heartbeat (``deploy/healthcheck.py alive``: a liveness probe that needs no other service)."""
 
 
 class RecentBatches:
@@ -368,12 +372,23 @@ class AgentService:
         while not self._hb_stop.is_set():
             self._hb_wake.clear()
             self._beat(self._draining)
+            self._touch_alive()
             try:
                 gone = self.node.pool.evict_idle()
                 log.debug("heartbeat: %d warm worker(s), %d evicted", self.node.pool.warm_count(), gone)
             except Exception:  # noqa: BLE001 - an eviction failure must not end the thread
                 log.exception("evicting idle workers failed")
             self._hb_wake.wait(self.settings.heartbeat_s)
+
+    def _touch_alive(self) -> None:
+        path = self.settings.alive_file
+        if path is None:
+            return
+        try:
+            with open(path, "a"):
+                os.utime(path)
+        except OSError as e:
+            log.error("cannot renew the liveness file %s: %s", path, e)
 
     def _beat(self, draining: bool) -> None:
         try:

@@ -29,13 +29,14 @@ import numpy as np
 from tqdm import tqdm
 
 from agent_channel.protocol import RunRequest
+from esg.mig import is_whole
 from esg.model import Config
 from esg.profiles import profile_from_dict
 from invoker_agent.actions import ActionCode
 from invoker_agent.runner import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.runtime_client import RuntimeResult
 from profiles.grid import Grid
-from profiles.host import Host
+from profiles.host import Host, library_versions
 from profiles.store import PartialStore, group_label, write_json_atomic
 from profiles.targets import Target
 
@@ -84,7 +85,7 @@ def _skip_reason(config: Config, host: Host) -> tuple[str, str] | None:
     if config.gpu is not None:
         if host.gpu is None:
             return f"MIG profile {config.gpu}", f"no NVIDIA GPU on this machine ({host.gpu_error})"
-        if not host.gpu.mig_enabled:
+        if not host.gpu.mig_enabled and not is_whole(host.gpu.model):
             return f"MIG profile {config.gpu}", f"MIG mode is off on {host.gpu.name}"
         if not host.gpu.slices.get(config.gpu):
             return (f"MIG profile {config.gpu}", f"no MIG slice of that profile on {host.gpu.name} "
@@ -219,6 +220,8 @@ class Profiler:
             "output_bytes": int(store.output_bytes or 0),
             "measured": {"host": host.hostname, "cpu": host.cpu, "cpus": len(host.cpu_ids),
                          "gpu": host.gpu.name if host.gpu else None,
+                         "gpu_driver": host.gpu.driver if host.gpu else None,
+                         "libraries": library_versions(),
                          "date": dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat(),
                          "runner": "process", "runs": self.opt.runs, "warmup": self.opt.warmup,
                          "grid": self.opt.grid.to_dict(), "params": self.target.args_summary(),

@@ -142,7 +142,7 @@ TABLE: dict[str, dict[str, Case | NA]] = {
         "malformed": case("up", "--apps", "{cyclic_dir}", needle="cycle"),
         "out of range": case("up", "--nodes", "0", needle="--nodes"),
         "wrong type": case("up", "--timeout-s", "x", needle="--timeout-s"),
-        "conflicting flags": NA("no two of its flags constrain each other"),
+        "conflicting flags": case("up", "--gpu-share", "2", needle="--no-mig"),
         "port in use": case("up", "--port", "{busy}", needle="--port"),
         "unwritable output": case("up", "--logs", "{file}/logs", needle="--logs"),
     },

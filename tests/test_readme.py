@@ -61,6 +61,7 @@ SMALL = {
 }
 RULES: list[tuple[str, str]] = [           # (regular expression on the command, how it is exercised)
     (r"^scripts/(run-demo|test|setup|esg)$", "script"),
+    (r"^scripts/device-check( --(dry-run|rehearse))?$", "script"),
     (r"^scripts/test .+", "pytest"),
     (r"^esg (plan|mig) .*\[", "synopsis"),
     (r"^esg scheduler .*\[", "synopsis"),
@@ -70,7 +71,7 @@ RULES: list[tuple[str, str]] = [           # (regular expression on the command,
     (r"^esg (bench search|emulate --|profile )", "small"),
     (r"^(scripts/)?esg (up|agent --openwhisk-api)", "checked"),
     (r"^esg COMMAND --help$", "every help"),
-    (r"^esg (agent|scheduler|bench search|emulate|plan|profile|up)( --fake-gpu \S+)?$", "parsed"),
+    (r"^esg (agent|scheduler|bench search|emulate|plan|profile|up|status)( --fake-gpu \S+)?$", "parsed"),
     (r"^wsk ", "wsk"),
     (r"^python -m actions\.deploy ", "deploy"),
     (r"^PYTHONPATH=\. \.venv/bin/python benchmarks/", "help"),

@@ -3,7 +3,10 @@
 Threads: ``ESG_ACTION_THREADS`` sets onnxruntime's ``intra_op_num_threads``; without it, the number
 of CPUs this process may run on (the invoker agent pins actions to their vCPUs).
 Device: the CUDA execution provider is used when onnxruntime-gpu offers it, unless
-``ESG_ACTION_DEVICE=cpu``; inside a MIG slice CUDA sees only that slice.
+``ESG_ACTION_DEVICE=cpu``; inside a MIG slice CUDA sees only that slice. Before the first CUDA session
+the CUDA and cuDNN libraries of NVIDIA's wheels (``onnxruntime-gpu[cuda,cudnn]``) are loaded with
+``onnxruntime.preload_dlls`` (onnxruntime-gpu 1.21 and later), since the provider looks for them on the
+library path only.
 """
 
 from __future__ import annotations
@@ -29,11 +32,19 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
+_preloaded: list[bool] = []
+
+
 def providers() -> list[str]:
     import onnxruntime as ort
 
     available = ort.get_available_providers()
     if os.environ.get("ESG_ACTION_DEVICE", "auto") != "cpu" and "CUDAExecutionProvider" in available:
+        if not _preloaded:
+            _preloaded.append(True)
+            preload = getattr(ort, "preload_dlls", None)
+            if preload is not None:
+                preload()
         return ["CUDAExecutionProvider", "CPUExecutionProvider"]
     return ["CPUExecutionProvider"]
 

@@ -58,6 +58,13 @@ class NodeModel:
     def __post_init__(self) -> None:
         if self.vcpus_free < 0:
             self.vcpus_free = self.vcpus_total
+        if mig.is_whole(self.gpu_model) and not self.slices:
+            # a whole GPU's slots always exist, as its agent reports them: none is ever created
+            assert self.gpu_model is not None
+            geo = mig.geometry(self.gpu_model)
+            for prof in geo.profiles.values():
+                for start in prof.starts:
+                    self.slices[SliceRef(prof.name, start)] = False
         self._state: NodeState | None = None
         self._next_expiry = math.inf
         """No idle worker expires before this (exact when ``_expiry_known``)."""

@@ -54,3 +54,24 @@ def test_a_message_no_broker_took_is_reported_failed():
         assert d.is_done and not d.succeeded() and d.exception is not None
     finally:
         bus.close()
+
+
+def test_invoker_topics_take_the_brokers_default_replication(kafka_bootstrap):
+    """Created with replication factor -1 (the broker's ``default.replication.factor``), which the real
+    broker accepts; not a fixed 1 that would leave a replicated Kafka's invoker topics unreplicated."""
+    bus = Bus(kafka_bootstrap)
+    topic = f"invoker{uuid.uuid4().int % 10_000}x"
+    asked = []
+    create = bus.admin.create_topics
+
+    def recording(new_topics, **kw):
+        asked.extend(new_topics)
+        return create(new_topics, **kw)
+
+    bus.admin.create_topics = recording
+    try:
+        bus.ensure_topics([(topic, "invoker")])
+        assert [(t.name, t.num_partitions, t.replication_factor) for t in asked] == [(topic, 1, -1)]
+        assert topic in set(bus.admin.list_topics())
+    finally:
+        bus.close()

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 import sys
 from pathlib import Path
@@ -134,6 +135,29 @@ def container_env(container: dict[str, Any], node_name: str) -> dict[str, str]:
             env[item["name"]] = item["value"]
         elif item["valueFrom"].get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
             env[item["name"]] = node_name
+        elif "resourceFieldRef" in item["valueFrom"]:
+            env[item["name"]] = resource_field(container, item["valueFrom"]["resourceFieldRef"])
         else:
             raise ValueError(f"env {item['name']}: unsupported valueFrom {item['valueFrom']}")
     return {k: str(v) for k, v in env.items()}
+
+
+_QUANTITY = re.compile(r"^(?P<n>[0-9.]+)(?P<unit>m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
+_UNITS = {None: 1, "m": 0.001, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity(text: str) -> float:
+    """A Kubernetes resource quantity (``"500m"``, ``"8"``, ``"32Gi"``) as a number."""
+    m = _QUANTITY.match(str(text))
+    if not m:
+        raise ValueError(f"not a resource quantity: {text!r}")
+    return float(m.group("n")) * _UNITS[m.group("unit")]
+
+
+def resource_field(container: dict[str, Any], ref: dict[str, Any]) -> str:
+    """The downward API's value of ``resourceFieldRef``: the container's request or limit divided by the
+    divisor, rounded up to an integer (as the kubelet does)."""
+    kind, _, resource = ref["resource"].partition(".")
+    value = quantity(container["resources"][kind][resource])
+    return str(math.ceil(value / quantity(ref.get("divisor", "1"))))

@@ -83,8 +83,9 @@ def test_every_image_is_pinned_by_tag(gpu, cpu):
 
 
 def test_the_project_image_carries_the_project_version(gpu, cpu):
-    built = {s["image"] for m in (gpu, cpu) for s in m["services"].values() if "build" in s}
-    assert built == {f"esg-openwhisk:{project_version()}"}
+    built = {(s["image"], s["build"]["target"]) for m in (gpu, cpu) for s in m["services"].values() if "build" in s}
+    assert built == {(f"esg-openwhisk:{project_version()}", "cpu"), (f"esg-openwhisk:{project_version()}-gpu", "gpu")}
+    assert gpu["services"]["agent-gpu0"]["build"]["target"] == "gpu"
 
 
 def test_every_long_running_service_has_a_healthcheck(gpu, cpu):
@@ -184,6 +185,7 @@ def test_agent_healthchecks_ask_the_controller_the_agents_talk_to(gpu, cpu):
 
 def test_the_gpu_agent_can_change_mig_and_the_cpu_variant_replaces_it(gpu, cpu):
     agent = gpu["services"]["agent-gpu0"]
+    assert agent["user"] == "0"                                          # the image's own user is not root
     assert not agent.get("privileged") and agent["cap_drop"] == ["ALL"]
     assert set(agent["cap_add"]) == {"SYS_ADMIN", "SETUID", "SETGID", "CHOWN", "KILL", "SYS_NICE"}
     devices = agent["deploy"]["resources"]["reservations"]["devices"]
@@ -195,7 +197,7 @@ def test_the_gpu_agent_can_change_mig_and_the_cpu_variant_replaces_it(gpu, cpu):
     fake = running["agent-cpu0"]
     assert fake["command"][fake["command"].index("--fake-gpu") + 1] == "A100-40GB"
     assert "deploy" not in fake and not fake.get("privileged")
-    assert fake["cap_drop"] == ["ALL"] and "SYS_ADMIN" not in fake["cap_add"]          # no MIG: no SYS_ADMIN
+    assert fake["cap_drop"] == ["ALL"] and not fake.get("cap_add")       # no MIG: the image's user, no capability
     gpu_env = {k: v for k, v in service_env(agent).items() if k.startswith("ESG_") and k != "ESG_AGENT_NAME"}
     cpu_env = {k: v for k, v in service_env(fake).items() if k.startswith("ESG_") and k != "ESG_AGENT_NAME"}
     assert gpu_env == cpu_env

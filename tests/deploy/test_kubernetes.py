@@ -77,7 +77,7 @@ def test_every_container_image_is_pinned_and_ours_carries_the_project_version():
             repo, _, tag = c["image"].rpartition(":")
             assert repo and tag and tag != "latest" and "/" not in tag, c["image"]
             if repo == "esg-openwhisk":
-                assert tag == version
+                assert tag == (f"{version}-gpu" if doc["kind"] == "DaemonSet" else version), c["image"]
 
 
 def test_the_agent_runs_unprivileged_with_the_capabilities_mig_and_the_sandbox_need_on_labelled_mig_nodes_only():
@@ -87,6 +87,7 @@ def test_the_agent_runs_unprivileged_with_the_capabilities_mig_and_the_sandbox_n
     assert pod["runtimeClassName"] == "nvidia"
     c = pod_container(agent, "agent")
     ctx = c["securityContext"]
+    assert ctx["runAsUser"] == 0                                             # the image's own user is not root
     assert ctx["privileged"] is False and ctx["capabilities"]["drop"] == ["ALL"]
     assert set(ctx["capabilities"]["add"]) == {"SYS_ADMIN", "SETUID", "SETGID", "CHOWN", "KILL", "SYS_NICE"}
     assert ctx["procMount"] == "Unmasked"

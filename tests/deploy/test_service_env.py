@@ -75,6 +75,8 @@ class Launch:
     agent_env: dict[str, str]
     agent_check: list[str]
     real_nvml: bool
+    agent_alive: list[str] | None = None
+    """The agent's liveness probe, where the file has one."""
 
 
 def healthcheck_argv(service: dict) -> list[str]:
@@ -98,7 +100,8 @@ def from_kubernetes() -> Launch:
     agent = pod_container(k8s_object("DaemonSet", "esg-agent"), "agent")
     return Launch("kubernetes", sched["args"], container_env(sched, "node-a"),
                   sched["readinessProbe"]["exec"]["command"], agent["args"], container_env(agent, "node-a"),
-                  agent["readinessProbe"]["exec"]["command"], real_nvml=True)
+                  agent["readinessProbe"]["exec"]["command"], real_nvml=True,
+                  agent_alive=agent["livenessProbe"]["exec"]["command"])
 
 
 LAUNCHES = {"compose": lambda: from_compose(False), "compose-cpu": lambda: from_compose(True),
@@ -292,6 +295,10 @@ def test_processes_start_and_report_ready_with_the_files_environment(source, tmp
             said = wait_ready(local.command(launch.agent_check), agent_env, processes, logs)
             node = launch.agent_env["ESG_AGENT_NAME"]
             assert said.startswith("ready: invoker") and f"/{node}/" in said, said
+            if launch.agent_alive:
+                alive = subprocess.run(local.command(launch.agent_alive), env=agent_env, capture_output=True,
+                                       text=True, timeout=30)
+                assert alive.returncode == 0 and alive.stdout.startswith("ready: heartbeat"), alive.stdout
             assert set(local.mapping) == local.used, f"unused mappings: {set(local.mapping) - local.used}"
             assert "esg scheduler: ready" in logs[0].read_text()
             for p in (agent, scheduler):
@@ -307,11 +314,15 @@ def mapping_for(launch: Launch, kafka: str, redis: str, controller: str, metrics
     """The files' addresses (as the ESG processes see them) to the servers of this test; the activation
     store's credentials are the files' defaults, which the test's pouchdb-server's admin has."""
     kafka_host = launch.scheduler_env["ESG_KAFKA"]
-    store_host = launch.scheduler_env["ESG_ACTIVATION_STORE"].removeprefix("http://").split("@")[1].split("/")[0]
+    store_host = launch.scheduler_env["ESG_ACTIVATION_STORE"].removeprefix("http://").split("@")[-1].split("/")[0]
     redis_host = launch.scheduler_env["ESG_REDIS"].removeprefix("redis://").split("/")[0]
     api_host = launch.scheduler_env["ESG_OPENWHISK_API"].removeprefix("http://").rstrip("/")
     assert launch.agent_env["ESG_KAFKA"] == kafka_host and launch.agent_env["ESG_REDIS"].startswith(
         f"redis://{redis_host}/")
-    return {kafka_host: kafka, redis_host: redis, api_host: controller, store_host: couch,
-            f"127.0.0.1:{metrics_port}": f"127.0.0.1:{free}", f"{IMAGE_ROOT}/": f"{ROOT}/",
-            "/var/lib/esg": str(tmp / "state")}
+    mapping = {kafka_host: kafka, redis_host: redis, api_host: controller, store_host: couch,
+               f"127.0.0.1:{metrics_port}": f"127.0.0.1:{free}", f"{IMAGE_ROOT}/": f"{ROOT}/",
+               "/var/lib/esg": str(tmp / "state")}
+    if "--alive-file" in launch.agent_cmd:
+        path = launch.agent_cmd[launch.agent_cmd.index("--alive-file") + 1]
+        mapping[path] = str(tmp / "alive")
+    return mapping

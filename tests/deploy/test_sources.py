@@ -8,7 +8,7 @@ import re
 from tests.deploy.deploy_files import ROOT
 
 DEPLOY = ROOT / "deploy"
-LISTED = re.compile(r"`([\w./-]+\.(?:json|yaml|guest|system))`[^`\n]*`([0-9a-f]{64})`")
+LISTED = re.compile(r"`([\w./-]+\.(?:json|yaml|tpl|guest|system))`[^`\n]*`([0-9a-f]{64})`")
 
 
 def listed() -> dict[str, str]:
@@ -17,7 +17,7 @@ def listed() -> dict[str, str]:
 
 def test_every_reproduced_file_has_the_listed_sha256():
     files = listed()
-    assert len(files) == 13
+    assert len(files) == 24
     for path, digest in files.items():
         assert hashlib.sha256((DEPLOY / path).read_bytes()).hexdigest() == digest, path
 
@@ -25,5 +25,7 @@ def test_every_reproduced_file_has_the_listed_sha256():
 def test_no_reproduced_file_goes_unlisted():
     files = set(listed())
     for folder in ("couchdb/design", "couchdb/auth", "kubernetes/upstream", "schemas"):
-        for f in (DEPLOY / folder).iterdir():
-            assert f"{folder}/{f.name}" in files, f"{folder}/{f.name} is not in deploy/SOURCES.md"
+        for f in (DEPLOY / folder).rglob("*"):
+            if f.is_file():
+                name = f.relative_to(DEPLOY).as_posix()
+                assert name in files, f"{name} is not in deploy/SOURCES.md"

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -62,7 +63,7 @@ from invoker_agent.runtime_client import (
     timeout_result,
 )
 from invoker_agent.runtimes import runtime_for
-from invoker_agent.sandbox import Limits, Mount, pin_tree, sandbox
+from invoker_agent.sandbox import Limits, Mount, pin_tree, sandbox, tree
 from invoker_agent.whole_gpu import cuda_device
 from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
@@ -242,8 +243,13 @@ class ProcessWorker:
             os.close(self._log_fd)
             self._log_fd = None
         if self.proc is not None and self.proc.poll() is None:
-            # bwrap's death kills the sandbox's first process, and with it the whole PID namespace
-            self.proc.kill()
+            # bwrap's death kills the sandbox's first process, and with it the whole PID namespace; each
+            # is killed here too, so none is left when this returns (the kernel's part is asynchronous)
+            for pid in reversed(tree(self.proc.pid)):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:

@@ -86,7 +86,8 @@ class DecisionLog:
         for b in batch_ids:
             self._sent.pop(b, None)
 
-    def done(self, d: Dispatch, rm: protocol.BatchResult, gpu_model: str | None, now_ms: int) -> None:
+    def done(self, d: Dispatch, rm: protocol.BatchResult, gpu_model: str | None, now_ms: int) -> tuple[int, int]:
+        """Log an answered batch; when it was sent and when it was decided (epoch ms)."""
         sent, decided = self._sent.pop(d.batch_id, (now_ms, now_ms))
         entry: dict[str, Any] = {
             "type": "batch", "batch_id": d.batch_id, "app": d.app, "function": d.function, "node": d.node, "gpu_model": gpu_model,
@@ -100,6 +101,7 @@ class DecisionLog:
             "status": max((r.status_code for r in rm.results), default=3 if rm.error else 0),
             "keep_alive_ms": d.keep_alive_ms}
         self._staged.append(_ENCODER.encode(entry).encode())
+        return sent, decided
 
     def prewarm(self, p: Prewarm, sent_ms: int, done_ms: int, gpu_model: str | None, ready: bool,
                 done: protocol.PrewarmDone | None = None) -> None:

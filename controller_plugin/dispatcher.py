@@ -224,9 +224,8 @@ class Dispatcher:
             entry_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
             d = s.dispatch
             self.inflight[d.batch_id] = InFlight(d, entry_id, Claim(d.batch_id, d.function, d.config, d.fit))
-            self.metrics.batch_size.observe(len(s.dispatch.jobs))
         if sends:
-            self.metrics.decisions.inc(len(sends))
+            self.metrics.sent([s.dispatch for s in sends])
         self.count += len(sends)
 
     def take_warmed(self) -> list[Warmed]:

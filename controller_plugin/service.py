@@ -284,8 +284,12 @@ class SchedulerService:
             self._answer(self.workflows.overdue(t))
             self.decisions.status(self.status_key, self.workflows.scheduler.queue_lengths(),
                                   self.workflows.last_waiting, t)
+            self.metrics.set_queues(self.workflows.scheduler.queues, t)    # also once the queues are idle
+            self.metrics.set_waiting(self.workflows.last_waiting)
         if self.workflows.busy(t):
+            began = time.perf_counter()
             sends, prewarms, answers = self.workflows.step(t, self.dispatcher.snapshot())
+            self.metrics.step_time.observe(time.perf_counter() - began)
             if self.workflows.unsent_prewarms:
                 self.dispatcher.forget_view()   # their reservations are on the kept snapshot
             for o in self.workflows.last_outcomes:
@@ -296,7 +300,8 @@ class SchedulerService:
         results, self._results = self._results, []
         for d, rm in results:
             agent = self.registry.agents.get(d.node)
-            self.decisions.done(d, rm, agent.heartbeat.gpu_model if agent else None, t)
+            sent, decided = self.decisions.done(d, rm, agent.heartbeat.gpu_model if agent else None, t)
+            self.metrics.batch_done(d, decided, sent, t, rm.run_ms, rm.cold)
         self.acks.produce()
         self._write_ledger()
         self.acks.confirm()
@@ -339,7 +344,7 @@ class SchedulerService:
             staged = self.dispatcher.stage(pipe, sends, prewarms)
             return staged.commands
 
-        replies = self._round_trip(stage, "the dispatches")
+        replies = self._round_trip(stage, "the dispatches", "dispatches")
         if replies is None or staged is None:
             return
         self.dispatcher.sent(sends, staged.entry_ids(replies)[:len(sends)])
@@ -350,21 +355,25 @@ class SchedulerService:
         """The ledger writes of the turn's acks and the decision log's entries, one round trip; retried
         (whole) while Redis fails."""
         if self._round_trip(lambda pipe: self.acks.stage(pipe) + self.decisions.stage(pipe),
-                            "the ledger writes") is not None:
+                            "the ledger writes", "ledger") is not None:
             self.decisions.written()
             self.acks.written()
 
-    def _round_trip(self, stage: Callable[[redis.client.Pipeline], int], what: str) -> list | None:
+    def _round_trip(self, stage: Callable[[redis.client.Pipeline], int], what: str, label: str) -> list | None:
         """One pipeline of what ``stage`` puts in it (the number of commands it staged), executed and
         retried whole, staged afresh, while Redis fails; None when it staged nothing. Stopping while
-        Redis fails raises the last error."""
+        Redis fails raises the last error. Each try is timed (``esg_redis_round_trip_seconds{what=label}``)."""
         while True:
             pipe = self.redis.pipeline(transaction=False)
             if stage(pipe) == 0:
                 return None
+            began = time.perf_counter()
             try:
-                return pipe.execute()
+                replies = pipe.execute()
+                self.metrics.round_trip(label, time.perf_counter() - began)
+                return replies
             except redis.RedisError as exc:
+                self.metrics.round_trip(label, time.perf_counter() - began)
                 log.error("Redis refused %s (%s); retrying", what, exc)
                 if self.stop_event.wait(0.5):
                     raise
@@ -430,7 +439,7 @@ class SchedulerService:
     def _ping(self) -> None:
         for ping in self.registry.pings():
             self.bus.send(self.topics.health, ping)
-        self.metrics.agents.set(len(self.registry.live()))
+        self.metrics.set_nodes([a.node for a in self.registry.live()], self.registry.agents)
 
     def _answer_health_tests(self) -> None:
         for key, ht in list(self.health_waiting.items()):

@@ -50,8 +50,7 @@ class Settings:
     controller_id: str = "0"
     profiles_dir: Path = field(default_factory=shipped_profiles_dir)
     metrics_port: int | None = None
-    #: Where the metrics endpoint listens: the loopback unless the operator opens it (a deployment whose
-    #: Prometheus scrapes it from another host sets 0.0.0.0).
+    #: Where ``/metrics`` is served: loopback unless a deployment scrapes from elsewhere.
     metrics_host: str = "127.0.0.1"
     agent_timeout_s: float = DEFAULT_AGENT_TIMEOUT_S
     policy: str = "esg"

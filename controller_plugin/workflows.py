@@ -135,6 +135,7 @@ class Workflows:
             self.scheduler.add_app(plan.app, plan.profiles, plan.specs)
             self._registered[plan.app.name] = plan
         self.runs[aid] = Run(item.msg, plan, item.entry, args=item.args, init_env=item.init_env)
+        self.metrics.accepted(plan.app.name, plan.app.slo_ms)
         self._callers[plan.app.name] = (item.msg.user.basic_auth, item.init_env, item.msg.user.namespace)
         self._events.append(Arrival(Request(aid, plan.app.name, float(item.entry.accepted_ms))))
         return None
@@ -232,22 +233,20 @@ class Workflows:
         prewarms = [PrewarmSend(p, m) for p in result.prewarms if (m := self._prewarm_message(p, now_ms)) is not None]
         self.unsent_prewarms = len(result.prewarms) - len(prewarms)
         answers = []
-        slo = {"rejected": 0, "hit": 0, "miss": 0}  # counted once a step: a label's look-up takes the metric's lock
-        for o in result.outcomes:
+        for o in self.last_outcomes:
             run = self.runs.get(o.request_id)
             if run is None:
                 continue
-            slo["rejected" if o.rejected else "hit" if o.slo_hit else "miss"] += 1
             outcome = run.final() if o.ok else acks.error_outcome(o.error or "failed", STATUS_APPLICATION_ERROR,
                                                                   now_ms)
             answers.append(self._finish(run, outcome))
-        for label, n in slo.items():
-            if n:
-                self.metrics.slo.labels(label).inc(n)
+        if self.last_outcomes:
+            self.metrics.outcomes(self.last_outcomes)
         mono = time.monotonic()
         if mono - self._queues_shown_s >= QUEUE_METRICS_EVERY_S:
             self._queues_shown_s = mono
-            self.metrics.set_queues(self.scheduler.queue_lengths())
+            self.metrics.set_queues(self.scheduler.queues, now_ms)
+            self.metrics.set_waiting(result.waiting)
         return sends, prewarms, answers
 
     def _message(self, d: Dispatch, now_ms: int) -> protocol.DispatchMessage:

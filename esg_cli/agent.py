@@ -96,6 +96,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--local-data-mb", type=checks.non_negative_float, default=256.0, metavar="MB",
                    help="memory for function outputs kept on this node for successors placed here "
                         "(0: successors always read them from Redis)")
+    p.add_argument("--metrics-port", type=checks.port, metavar="PORT",
+                   help="serve the node's Prometheus metrics on this port (env ESG_METRICS_PORT; default: none)")
+    p.add_argument("--metrics-host", type=checks.ip_address, metavar="ADDR",
+                   help="address the metrics are served on (env ESG_METRICS_HOST; default 127.0.0.1: loopback "
+                        "only; 0.0.0.0 for a Prometheus on another host)")
     p.add_argument("--log-level", default="INFO", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="logging level")
     p.set_defaults(func=run_agent)
@@ -128,6 +133,8 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
         raise CliError(f"--gpu-share must be 1 to {MAX_GPU_SHARE}, got {args.gpu_share}")
     args.runner = env(args.runner, "ESG_RUNNER", _choice(RUNNERS), "process")
     args.journal = env(args.journal, "ESG_AGENT_JOURNAL", str)
+    args.metrics_port = env(args.metrics_port, "ESG_METRICS_PORT", checks.port)
+    args.metrics_host = env(args.metrics_host, "ESG_METRICS_HOST", checks.ip_address, "127.0.0.1")
     args.alive_file = env(args.alive_file, "ESG_AGENT_ALIVE_FILE", str)
     if args.alive_file:
         checks.check_writable_file(args.alive_file, "--alive-file")
@@ -145,6 +152,8 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
         raise CliError("--profiles is used only with --runner twin")
     if args.profiles:
         checks.check_dir(args.profiles, "--profiles")
+    if args.metrics_port is not None:
+        checks.check_port_free(args.metrics_port, "--metrics-port", host=args.metrics_host)
     return args
 
 
@@ -184,6 +193,7 @@ def run_agent(args: argparse.Namespace) -> int:
     from invoker_agent.channel import AgentChannel
     from invoker_agent.data import DataPlane, LocalOutputs
     from invoker_agent.heartbeat import BatchTrack, HeartbeatBuilder, WarmRegistry
+    from invoker_agent.metrics import AgentMetrics
     from invoker_agent.mig_backend import MigOperationError
     from invoker_agent.node import NodeAgent
     from invoker_agent.service import AgentService, ServiceSettings
@@ -250,9 +260,18 @@ def run_agent(args: argparse.Namespace) -> int:
     # every answered batch is named in at least two heartbeats (the scheduler forgets its claim then)
     heartbeats = HeartbeatBuilder(args.name, memory_mb, allocator, slices, node.pool, warm,
                                   BatchTrack(keep_s=max(3.0, 2.5 * args.heartbeat_s)))
+    metrics = AgentMetrics(args.name, slices.gpu_model)
+    slices.on_change = metrics.mig_changed
     service = AgentService(ServiceSettings(args.name, args.heartbeat_s, args.max_batches,
                                            alive_file=args.alive_file), node, runner,
-                           heartbeats, channel)
+                           heartbeats, channel, metrics)
+    if args.metrics_port is not None:
+        try:
+            url = metrics.serve(args.metrics_port, args.metrics_host)
+        except OSError as e:    # the port taken between the check and the bind
+            node.close()
+            raise CliError(f"--metrics-port {args.metrics_port}: {e.strerror or e}") from None
+        logging.getLogger("esg.agent").info("metrics on %s", url)
 
     def on_signal(signum, _frame):
         logging.getLogger("esg.agent").info("signal %d: draining", signum)
@@ -263,4 +282,7 @@ def run_agent(args: argparse.Namespace) -> int:
         "agent %s up: %d vCPUs, %d MB, GPU %s, runner %s, Redis %s, OpenWhisk %s", args.name, vcpus, memory_mb,
         slices.gpu_model or "none", args.runner, redact_url(args.redis), fetcher)
     service_gc.settle()
-    return service.run()
+    try:
+        return service.run()
+    finally:
+        metrics.close()

@@ -110,17 +110,6 @@ def namespace_name(text: str) -> str:
     return text
 
 
-def listen_address(text: str) -> str:
-    """An IPv4 address to listen on (``127.0.0.1``: the loopback only; ``0.0.0.0``: every interface)."""
-    import ipaddress
-
-    try:
-        return str(ipaddress.IPv4Address(text.strip()))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an IPv4 address such as 127.0.0.1 or 0.0.0.0, got {text!r}") \
-            from None
-
-
 def http_url(text: str) -> str:
     """An ``http://`` or ``https://`` base URL (OpenWhisk's API host)."""
     parts = _split_url(text, f"not a URL: {text!r}")
@@ -183,6 +172,16 @@ def node_name(text: str) -> str:
         raise argparse.ArgumentTypeError(f"a node name may hold only letters, digits, '.', '_' and '-' "
                                          f"(it is part of a Kafka topic name), got {text!r}")
     return text
+
+
+def ip_address(text: str) -> str:
+    """An IPv4 or IPv6 address to bind (``127.0.0.1``, ``0.0.0.0``, ``::1``...), not a host name."""
+    import ipaddress
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an IP address to bind, such as 127.0.0.1 or 0.0.0.0, "
+                                         f"got {text!r}") from None
 
 
 def comma_list(known: Iterable[str], what: str) -> Callable[[str], list[str]]:

@@ -12,6 +12,7 @@ import argparse
 import csv
 import dataclasses
 import math
+import sys
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -289,6 +290,8 @@ def run(args: argparse.Namespace) -> int:
         base = {a.name: a for a in (load_app(p) for p in sorted(Path(args.apps).glob("*.json")))}
         n = write_arrivals(args.write_arrivals, workload(args, loads[0], base, trace)[0])
         print(f"wrote {n} arrivals to {args.write_arrivals}")
+    for line in warmup_warnings(args, loads):
+        print(f"esg emulate: {line}", file=sys.stderr)
     cells = [(p, s, ld) for ld in loads for s in slos for p in policies]
     jobs = [(args, cell, trace) for cell in cells]
     from tqdm import tqdm
@@ -309,6 +312,30 @@ def run(args: argparse.Namespace) -> int:
         plot_cost_split(rows, out / "cost_split.png")
         plot_cdf(lat, out / "latency_cdf.png")
     return 0
+
+
+def warmup_warnings(args: argparse.Namespace, loads: list[str]) -> list[str]:
+    """A line per load level whose warm-up is too short for it to settle (:mod:`esg_cli.warmup`)."""
+    from esg.emulator.levels import reference_capacity_rps
+    from esg_cli.warmup import StartUp, advice
+
+    base = {a.name: a for a in (load_app(p) for p in sorted(Path(args.apps).glob("*.json")))}
+    profiles = load_profiles(args.profiles, sorted({f for a in base.values() for f in a.functions}))
+    gpu = emulated_gpu(args)
+    carved = gpu is not None and not is_whole(gpu)      # a whole GPU is never carved: no MIG ramp
+    start = StartUp(max((p.cold_start_ms for p in profiles.values()), default=0.0) * args.cold_start_scale / 1000,
+                    geometry(gpu).compute_slices if carved else 0, args.mig_reconfig_ms / 1000)
+    out = []
+    for level in loads:
+        if level in LOAD_LEVELS:
+            load = LOAD_LEVELS[level]
+        else:   # an --arrivals file: its mean rate against the same capacity
+            requests = read_arrivals(args.arrivals, list(base))
+            load = len(requests) / span_s(requests) / reference_capacity_rps(base, args.nodes, gpu)
+        line = advice(level, load, start, args.warmup_s)
+        if line is not None:
+            out.append(line)
+    return out
 
 
 def _app_names(apps_dir: str) -> list[str]:

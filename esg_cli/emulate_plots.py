@@ -10,6 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from esg_cli.units import COST_UNIT  # noqa: E402
+
 
 def plot_summary(rows: list[dict], path: Path) -> None:
     """Bars = SLO hit rate per policy for each (SLO, load) setting; markers = cost normalised to ESG."""
@@ -58,7 +60,7 @@ def plot_cost_split(rows: list[dict], path: Path) -> None:
             bottom += v
         ax.set_xticks(x, policies, fontsize=7, rotation=30)
         ax.set_title(f"{slo} / {load}", fontsize=9)
-        ax.set_ylabel("cost per request", fontsize=8)
+        ax.set_ylabel(f"cost ({COST_UNIT})", fontsize=8)
     for ax in list(axes.flat)[len(settings):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=6)

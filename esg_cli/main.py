@@ -35,10 +35,21 @@ SUBCOMMANDS = (
 def build_parser() -> Parser:
     parser = Parser(
         prog="esg", description="ESG scheduling of DNN workflows on OpenWhisk with MIG-shared GPUs")
+    parser.add_argument("--version", action="version", version=f"esg {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(name).register(sub)
     return parser
+
+
+def version() -> str:
+    """The installed package's version (``pyproject.toml``'s)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+    try:
+        return installed("esg-openwhisk")
+    except PackageNotFoundError:    # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,6 +73,12 @@ _TRANSID = string.ascii_letters + string.digits
 COLLECTIONS = (ACTIONS, PACKAGES, TRIGGERS, RULES, "activations")
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024
+    """The listen backlog: ``esg replay`` opens up to 128 connections at once, and Python's default of 5
+    overflowed, the kernel resetting the connections it could not queue (tests/test_standin_concurrency.py)."""
+
+
 class OpenWhiskStandIn:
     """The HTTP server in a daemon thread; ``url`` is its API host. Use as a context manager.
 
@@ -91,7 +97,7 @@ class OpenWhiskStandIn:
                                      lambda: self.invoker, lambda: self.activation_store)
         self.routes = Routes(self.store, self.controller, lambda: self.activation_store)
         handler = type("Handler", (_Handler,), {"standin": self})
-        self.server = ThreadingHTTPServer((host, port), handler)
+        self.server = _Server((host, port), handler)
         self.server.daemon_threads = True
         self.url = f"http://{host}:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},

@@ -13,6 +13,7 @@ from esg.profiles import Profile
 from esg.slo_split import DEFAULT_MAX_GROUP
 from esg_cli.checks import check_dir, check_file, non_negative_float, positive_float, positive_int
 from esg_cli.errors import CliError
+from esg_cli.units import COST_UNIT
 from esg_files import load_app, load_profiles
 
 
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     search_ms = (time.perf_counter() - t0) * 1e3
     if args.json:
         print(json.dumps({"feasible": result.feasible, "paths": [p.to_dict() for p in result.paths],
-                          "search_ms": search_ms}))
+                          "cost_unit": COST_UNIT, "search_ms": search_ms}))
     else:
         print(render(app.name, slo, result, search_ms, planner))
     return 0
@@ -72,7 +73,7 @@ def render(name: str, slo: float, result: PlanResult, search_ms: float, planner:
         lines.append(f"no feasible path: the fastest configurations take "
                      f"{planner.fastest_latency():.1f} ms > {slo:g} ms")
     for rank, path in enumerate(result.paths, 1):
-        lines.append(f"#{rank}  cost {path.cost:.2f}  latency {path.latency_ms:.1f} ms")
+        lines.append(f"#{rank}  cost {path.cost:.2f} {COST_UNIT}  latency {path.latency_ms:.1f} ms")
         width = max(len(f) for f in path.configs)
         for f, c in path.configs.items():
             lat = planner.profiles[f].latency(c)

@@ -32,6 +32,7 @@ from urllib.parse import quote
 from esg.arrivals import span_s
 from esg.cost import Prices
 from esg.emulator.config import EmulatorParams
+from esg.emulator.levels import SLO_LEVELS
 from esg.emulator.metrics import Metrics
 from esg.emulator.nodes import kept_idle_ms
 from esg.errors import EsgError
@@ -43,7 +44,14 @@ from esg_cli.emulate import ADMISSION_COLUMNS, PER_APP_COLUMNS, SUMMARY_COLUMNS,
 from esg_cli.errors import CliError
 from esg_files import read_arrivals
 
+ROOT = Path(__file__).resolve().parent.parent
+
 E2E_COLUMNS = ["e2e_slo_hit_rate", "e2e_p50_ms", "e2e_p99_ms"]
+FAILURE_COLUMNS = ["failed"]
+"""Measured calls that did not come back as a successful activation (their reasons: ``calls.csv``)."""
+CALL_COLUMNS = ["app", "at_s", "sent_ms", "answered_ms", "activation_id", "ok", "http_status", "error"]
+#: ``--slo``: an SLO level of ``esg emulate`` (checked against the cluster's SLOs), or ``live`` (not checked).
+SLO_CHOICES = ("live", *SLO_LEVELS)
 DECISION_COLUMNS = ["batch_id", "app", "function", "node", "batch", "vcpus", "gpu", "slice", "warm", "cold",
                     "reconfigured", "run_ms", "ready_ms", "enqueued_ms", "decided_ms", "sent_ms", "done_ms"]
 
@@ -68,7 +76,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--timeout-s", type=checks.positive_float, default=120.0, help="how long one call may take")
     p.add_argument("--concurrency", type=checks.positive_int, default=128, help="calls in flight at most")
     p.add_argument("--policy", default="esg", help="the policy column of the CSVs (the scheduler's policy)")
-    p.add_argument("--slo", default="live", help="the slo column of the CSVs")
+    p.add_argument("--slo", default="live", choices=SLO_CHOICES,
+                   help="the slo column of the CSVs: an SLO level, checked against the cluster's SLOs (each app's "
+                        "esg-slo-ms must be its --apps file's slo_ms x the level, as esg up --slo sets them), or "
+                        "live (the cluster's SLOs, whatever they are)")
+    p.add_argument("--apps", type=Path, default=ROOT / "apps", metavar="DIR",
+                   help="the app files an SLO level is checked against (default apps/)")
+    p.add_argument("--no-plots", action="store_true", help="write no plots")
     p.set_defaults(func=run)
 
 
@@ -80,6 +94,10 @@ class Call:
     answered_ms: float = math.nan
     activation_id: str | None = None
     ok: bool = False
+    http_status: int | None = None
+    """The HTTP status of the answer (None: no answer: the error says why)."""
+    error: str | None = None
+    """Why a call that is not ``ok`` failed: the client's exception, or the API's or the action's error."""
 
 
 def check_args(args: argparse.Namespace):
@@ -100,8 +118,35 @@ def check_args(args: argparse.Namespace):
     if args.warmup_s >= span_s(requests):
         raise CliError(f"--warmup-s {args.warmup_s:g} is not shorter than the arrivals ({span_s(requests):g} s): "
                        "no request would be measured")
+    if args.slo != "live":
+        checks.check_dir(args.apps, "--apps")
     checks.check_writable_dir(args.out, "--out")
     return requests
+
+
+def check_slos(slos: dict[str, float], level: str, apps_dir: str) -> None:
+    """With an SLO level (not ``live``): every app's SLO on the cluster is its app file's ``slo_ms`` times
+    the level, as ``esg up --slo`` and ``esg emulate --slo`` set it; otherwise the figures would be reported
+    under an SLO the cluster did not plan with -- refused, naming the first app that differs."""
+    from esg_files import load_app
+
+    files = {}
+    for path in sorted(Path(apps_dir).glob("*.json")):
+        try:
+            app = load_app(path)
+        except EsgError as exc:
+            raise CliError(f"--apps {exc}") from None
+        files[app.name] = (app, path)
+    for name, cluster_ms in sorted(slos.items()):
+        if name not in files:
+            raise CliError(f"--slo {level}: app {name!r} has no app file in --apps {apps_dir} to check its SLO "
+                           f"against (pass --apps DIR, or --slo live)")
+        app, path = files[name]
+        want = round(app.slo_ms * SLO_LEVELS[level], 3)
+        if abs(cluster_ms - want) > 1e-3 * max(1.0, want):
+            raise CliError(f"--slo {level}: app {name!r} runs on the cluster with an SLO of {cluster_ms:g} ms, but "
+                           f"{level} is {SLO_LEVELS[level]:g} x the {app.slo_ms:g} ms of {path} = {want:g} ms: start "
+                           f"the cluster with the same SLOs (esg up --slo {level}) or report it as --slo live")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
     session = http.Session()
     session.auth = tuple(args.auth.split(":", 1))
     slos = {app: _slo(session, args, app) for app in sorted({r.app for r in arrivals})}
+    if args.slo != "live":
+        check_slos(slos, args.slo, args.apps)
     rclient = _redis(args) if args.redis else None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -126,17 +173,59 @@ def run(args: argparse.Namespace) -> int:
                                         args.policy, args.slo, Path(args.arrivals).stem)
     # requests the scheduler's admission control rejected: reported apart, as esg emulate does with the flag
     admission = ADMISSION_COLUMNS if summary.get("rejected") else []
-    write_csv(out / "summary.csv", SUMMARY_COLUMNS + E2E_COLUMNS + admission, [summary])
-    write_csv(out / "per_app.csv", PER_APP_COLUMNS + E2E_COLUMNS, per_app)
-    with open(out / "decisions.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, DECISION_COLUMNS, extrasaction="ignore", lineterminator="\n")
-        w.writeheader()
-        w.writerows(batches)
+    write_csv(out / "summary.csv", SUMMARY_COLUMNS + E2E_COLUMNS + FAILURE_COLUMNS + admission, [summary])
+    write_csv(out / "per_app.csv", PER_APP_COLUMNS + E2E_COLUMNS + FAILURE_COLUMNS, per_app)
+    _write_dicts(out / "decisions.csv", DECISION_COLUMNS, batches)
+    _write_dicts(out / "calls.csv", CALL_COLUMNS, [vars(c) for c in calls])
+    if not args.no_plots:
+        _plot(summary, calls, slos, log, args.warmup_s, out)
     answered = sum(1 for c in calls if c.ok)
     print(f"{len(calls)} calls, {answered} answered ok; measured {summary['requests']}: hit rate "
           f"{summary['slo_hit_rate']:.3f} (scheduler accept to answer), {summary['e2e_slo_hit_rate']:.3f} "
           f"(end to end); written to {out}")
+    failures = failure_reasons(calls)
+    if failures:
+        print(f"{len(calls) - answered} call(s) failed (each one's reason: {out / 'calls.csv'}):")
+        for reason, n in failures:
+            print(f"  {n:>6} x {reason}")
     return 0
+
+
+def _write_dicts(path: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, columns, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def failure_reasons(calls: list[Call]) -> list[tuple[str, int]]:
+    """The failed calls' reasons, most frequent first (an activation's own error text is cut to its start,
+    so that calls failing alike count together)."""
+    counts: dict[str, int] = {}
+    for c in calls:
+        if not c.ok:
+            status = "no answer" if c.http_status is None else f"HTTP {c.http_status}"
+            reason = f"{status}: {(c.error or 'unknown')[:120]}"
+            counts[reason] = counts.get(reason, 0) + 1
+    return sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _plot(summary: dict[str, Any], calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]],
+          warmup_s: float, out: Path) -> None:
+    """``esg emulate``'s plots of this one cell: hit rate, the cost split and the latency CDFs (the
+    scheduler's latencies when its log is read, else the client's)."""
+    import numpy as np
+
+    from esg_cli.emulate_plots import plot_cdf, plot_cost_split, plot_summary
+
+    sched, e2e, _ = measured(calls, slos, log, warmup_s)
+    metrics = sched if log else e2e
+    cell = {"cell": (summary["policy"], summary["slo"], summary["load"]), "slo": slos,
+            "latencies": {app: np.array(st.latencies_ms) for app, st in metrics.per_app.items()}}
+    plot_summary([summary], out / "summary.png")
+    if log:
+        plot_cost_split([summary], out / "cost_split.png")
+    plot_cdf([cell], out / "latency_cdf.png")
 
 
 def _redis(args):
@@ -172,44 +261,87 @@ def _send(session, args, calls: list[Call]) -> list[Call]:
     base = f"{args.api.rstrip('/')}/api/v1/namespaces/{quote(args.namespace)}/actions/"
     local = threading.local()
 
+    from tqdm import tqdm
+
+    progress = tqdm(total=len(calls), desc="replay", unit="call", mininterval=1.0)
+    failed = 0
+    lock = threading.Lock()
+
     def one(c: Call) -> None:
+        nonlocal failed
         s = getattr(local, "session", None)
         if s is None:
             s = local.session = http.Session()
             s.auth = session.auth
-        c.sent_ms = time.time() * 1000
         try:
-            resp = s.post(base + quote(c.app) + "?blocking=true", json={"seed": int(c.at_s * 1000)},
-                          timeout=args.timeout_s)
-            c.answered_ms = time.time() * 1000
-            body = resp.json() if resp.content else {}
-        except (http.RequestException, ValueError):
-            c.answered_ms = time.time() * 1000
-            return
-        c.activation_id = body.get("activationId") if isinstance(body, dict) else None
-        response = body.get("response") if isinstance(body, dict) else None
-        # OpenWhisk's activation record: response.success (the REST API's form of status code 0)
-        c.ok = resp.status_code == 200 and isinstance(response, dict) and response.get("success") is True
+            call(s, base, c, args.timeout_s)
+        finally:
+            with lock:
+                failed += not c.ok
+                progress.set_postfix(failed=failed, refresh=False)
+                progress.update()
 
     t0 = time.monotonic()
-    with ThreadPoolExecutor(args.concurrency) as pool:
-        for c in calls:
-            delay = t0 + c.at_s - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            pool.submit(one, c)
+    try:
+        with ThreadPoolExecutor(args.concurrency) as pool:
+            for c in calls:
+                delay = t0 + c.at_s - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                pool.submit(one, c)
+    finally:
+        progress.close()
     return calls
 
 
-def measure(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]], warmup_s: float,
-            start_ms: float, policy: str, slo: str, load: str) -> tuple[dict, list[dict], list[dict]]:
-    """The emulator's metrics of the measured calls (arriving at or after ``warmup_s``): latency from the
-    scheduler's log when it has the request, and the client's end-to-end figures beside them."""
+def call(session, base: str, c: Call, timeout_s: float) -> None:
+    """One blocking call: ``c`` gets its times, activation id, HTTP status and whether it succeeded (an
+    activation record whose ``response.success`` is true, OpenWhisk's form of status code 0), else why
+    not."""
+    import requests as http
+
+    c.sent_ms = time.time() * 1000
+    try:
+        resp = session.post(base + quote(c.app) + "?blocking=true", json={"seed": int(c.at_s * 1000)},
+                            timeout=timeout_s)
+    except http.RequestException as exc:
+        c.answered_ms = time.time() * 1000
+        c.error = f"{type(exc).__name__}: {exc}"[:500]
+        return
+    c.answered_ms = time.time() * 1000
+    c.http_status = resp.status_code
+    try:
+        body = resp.json() if resp.content else {}
+    except ValueError:
+        c.error = f"the answer is not JSON: {resp.text[:200]!r}"
+        return
+    if not isinstance(body, dict):
+        c.error = f"the answer is not an object: {str(body)[:200]}"
+        return
+    c.activation_id = body.get("activationId") if isinstance(body.get("activationId"), str) else None
+    response = body.get("response")
+    c.ok = resp.status_code == 200 and isinstance(response, dict) and response.get("success") is True
+    if c.ok:
+        return
+    if resp.status_code == 202:
+        c.error = "accepted, not answered within the controller's blocking wait (the activation id only)"
+    elif isinstance(response, dict):
+        result = response.get("result")
+        error = result.get("error") if isinstance(result, dict) else None
+        c.error = f"activation {response.get('status', 'failed')}: {error if error is not None else result}"[:500]
+    else:
+        c.error = str(body.get("error") or body)[:500]
+
+
+def measured(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]], warmup_s: float
+             ) -> tuple[Metrics, Metrics, set[str]]:
+    """The measured calls (arriving at or after ``warmup_s``) as the emulator counts them: by the
+    scheduler's log (accept to answer) where it has them, and by the client (end to end); and their
+    activation ids."""
     requests = {e["id"]: e for e in log if e.get("type") == "request"}
-    measured = [c for c in calls if c.at_s >= warmup_s]
-    ids = {c.activation_id for c in measured if c.activation_id}
+    kept = [c for c in calls if c.at_s >= warmup_s]
     sched, e2e = Metrics(), Metrics()
-    for c in measured:
+    for c in kept:
         sched.arrived(c.app)
         e2e.arrived(c.app)
         e2e.outcome(RequestOutcome(c.activation_id or "", c.app, c.sent_ms, c.answered_ms, slos[c.app], c.ok))
@@ -217,6 +349,14 @@ def measure(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]]
         if r is not None:
             sched.outcome(RequestOutcome(r["id"], c.app, r["arrival_ms"], r["finished_ms"], slos[c.app],
                                          bool(r["ok"]) and c.ok, rejected=bool(r.get("rejected"))))
+    return sched, e2e, {c.activation_id for c in kept if c.activation_id}
+
+
+def measure(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]], warmup_s: float,
+            start_ms: float, policy: str, slo: str, load: str) -> tuple[dict, list[dict], list[dict]]:
+    """The emulator's metrics of the measured calls (arriving at or after ``warmup_s``): latency from the
+    scheduler's log when it has the request, and the client's end-to-end figures beside them."""
+    sched, e2e, ids = measured(calls, slos, log, warmup_s)
     ready = ready_ms(log)
     batches = [dict(e, ready_ms=ready.get(e.get("batch_id"))) for e in log
                if e.get("type") == "batch" and any(j in ids for j in e.get("jobs", ()))]
@@ -241,9 +381,14 @@ def measure(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]]
     s = sched.summary() if log else {**e2e.summary(), **unknown, "cold_starts": 0, "mig_changes": 0,
                                       "prewarms": 0, "mean_batch": 0.0}
     es = e2e.summary()
+    failed: dict[str, int] = {}
+    for c in calls:
+        if c.at_s >= warmup_s and not c.ok:
+            failed[c.app] = failed.get(c.app, 0) + 1
     summary = {"policy": policy, "slo": slo, "load": load, "rate_rps": len(calls) / duration_s if duration_s else 0.0,
                **s, "cost_norm_esg": 1.0 if policy == "esg" else math.nan, "sched_overhead_ms": math.nan,
-               "e2e_slo_hit_rate": es["slo_hit_rate"], "e2e_p50_ms": es["p50_ms"], "e2e_p99_ms": es["p99_ms"]}
+               "e2e_slo_hit_rate": es["slo_hit_rate"], "e2e_p50_ms": es["p50_ms"], "e2e_p99_ms": es["p99_ms"],
+               "failed": sum(failed.values())}
     per_app = []
     for app in sorted(slos):
         st, et = (sched if log else e2e).per_app.get(app), e2e.per_app.get(app)
@@ -253,7 +398,8 @@ def measure(calls: list[Call], slos: dict[str, float], log: list[dict[str, Any]]
                         "slo_hit_rate": st.hits / st.requests if st.requests else 0.0,
                         "p50_ms": _pct(st.latencies_ms, 50), "p99_ms": _pct(st.latencies_ms, 99),
                         "e2e_slo_hit_rate": et.hits / et.requests if et.requests else 0.0,
-                        "e2e_p50_ms": _pct(et.latencies_ms, 50), "e2e_p99_ms": _pct(et.latencies_ms, 99)})
+                        "e2e_p50_ms": _pct(et.latencies_ms, 50), "e2e_p99_ms": _pct(et.latencies_ms, 99),
+                        "failed": failed.get(app, 0)})
     return summary, per_app, batches
 
 

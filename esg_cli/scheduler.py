@@ -24,8 +24,7 @@ STOP_GRACE_S = 20.0
 ENV = {"kafka": "ESG_KAFKA", "redis": "ESG_REDIS", "openwhisk_api": "ESG_OPENWHISK_API",
        "openwhisk_auth": "ESG_OPENWHISK_AUTH", "topic_prefix": "ESG_TOPIC_PREFIX",
        "controller_id": "ESG_CONTROLLER_ID", "activation_store": "ESG_ACTIVATION_STORE",
-       "aes128": "ESG_PARAMETER_STORAGE_AES128", "aes256": "ESG_PARAMETER_STORAGE_AES256",
-       "metrics_host": "ESG_METRICS_HOST"}
+       "aes128": "ESG_PARAMETER_STORAGE_AES128", "aes256": "ESG_PARAMETER_STORAGE_AES256"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,9 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                             "shows in the process list)")
     p.add_argument("--profiles", metavar="DIR", type=Path, help="profile tables (default: the shipped ones)")
     p.add_argument("--metrics-port", type=checks.port, metavar="PORT", help="serve Prometheus metrics on this port")
-    p.add_argument("--metrics-host", metavar="ADDR", type=checks.listen_address,
-                   help="address the metrics endpoint listens on (env ESG_METRICS_HOST; default 127.0.0.1, the "
-                        "loopback only; 0.0.0.0 for a Prometheus on another host)")
+    p.add_argument("--metrics-host", type=checks.ip_address, metavar="ADDR",
+                   help="address the metrics are served on (env ESG_METRICS_HOST; default 127.0.0.1: loopback "
+                        "only; 0.0.0.0 for a Prometheus on another host)")
     p.add_argument("--agent-timeout-s", type=checks.positive_float, default=5.0, metavar="S",
                    help="an agent silent this long is lost (default 5)")
     p.add_argument("--explore-fraction", type=checks.fraction, default=0.05, metavar="F",
@@ -106,7 +105,7 @@ def settings_from(args: argparse.Namespace):
         raise CliError("no Redis given: pass --redis URL or set ESG_REDIS")
     profiles = args.profiles or shipped_profiles_dir()
     check_profile_tables(profiles, "--profiles")
-    metrics_host = checks.from_env(args.metrics_host, ENV["metrics_host"], checks.listen_address, "127.0.0.1")
+    metrics_host = checks.from_env(args.metrics_host, "ESG_METRICS_HOST", checks.ip_address, "127.0.0.1")
     if args.metrics_port is not None:
         checks.check_port_free(args.metrics_port, "--metrics-port", host=metrics_host)
     return Settings(kafka=kafka, redis_url=redis_url,

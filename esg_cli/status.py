@@ -1,11 +1,12 @@
 """``esg status``: what the scheduler believes, read from its Redis.
 
 Per node (its last heartbeat): GPU and MIG layout with each instance busy or idle, vCPUs free, idle warm
-workers by function, vCPUs and slice, the batches running, and the last batch the scheduler dispatched
+workers by function, vCPUs and slice (one a line), the batches running, and the last batch the scheduler dispatched
 there (configuration, slice, whether it took a warm worker or paid a cold start or MIG change). Then the
 scheduler's AFW queues with their lengths and, for each queue the last step left waiting, why
-(``esg:{scope}:status``, refreshed about once a second by the scheduler). ``--json`` prints the same
-as one JSON object.
+(``esg:{scope}:status``, refreshed about once a second by the scheduler); then each app's SLO hit rate
+minute by minute over the last :data:`SLO_MINUTES` minutes (the decision log). ``--json`` prints the
+same as one JSON object; ``esg up`` serves it as a web page (:mod:`esg_cli.cluster_page`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from esg_cli.errors import CliError
 
 #: A node whose last heartbeat is older than this is shown as silent.
 SILENT_S = 10.0
+#: The SLO hit rate per app is shown over this many recent minutes, minute by minute.
+SLO_MINUTES = 5
+#: The most request entries of the decision log read for it (the newest).
+SLO_ENTRIES = 50_000
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -78,6 +83,7 @@ def gather(client, keys, now_ms: float) -> dict[str, Any]:
             "idle_workers": [{"function": w.function, "vcpus": w.vcpus, "count": w.count,
                               "slice": None if w.slice is None else f"{w.slice.profile}@{w.slice.start}"}
                              for w in hb.idle],
+            "warm_workers": _warm(hb.warm),
             "running": len(hb.running), "last_batch": None}
     for _id, fields in client.xrevrange(decisions_key(keys.scope), count=2000):
         try:
@@ -93,7 +99,38 @@ def gather(client, keys, now_ms: float) -> dict[str, Any]:
     sched = json.loads(raw) if raw else {}
     return {"nodes": dict(sorted(nodes.items())), "queues": sched.get("queues", {}),
             "waiting": sched.get("waiting", {}), "scheduler_age_s":
-            round((now_ms - sched["t_ms"]) / 1000, 1) if "t_ms" in sched else None}
+            round((now_ms - sched["t_ms"]) / 1000, 1) if "t_ms" in sched else None,
+            "slo": slo_by_minute(client, decisions_key(keys.scope), now_ms)}
+
+
+def _warm(warm) -> list[dict[str, str]]:
+    """A heartbeat's warm workers as the (function, configuration) kinds it holds (it does not count them)."""
+    return [{"function": f, "config": c.label()} for f, c in warm]
+
+
+def slo_by_minute(client, key: str, now_ms: float, minutes: int = SLO_MINUTES) -> dict[str, Any]:
+    """Per app, the requests the scheduler answered in each of the last ``minutes`` minutes (oldest first)
+    and how many met their SLO (the decision log's ``request`` entries; a rejected one is a miss)."""
+    from agent_channel.keys import FIELD
+
+    since = int(now_ms) - minutes * 60_000
+    out: dict[str, Any] = {}
+    for _id, fields in client.xrevrange(key, "+", f"{since}-0", count=SLO_ENTRIES):
+        try:
+            e = json.loads(fields[FIELD])
+            if e.get("type") != "request":
+                continue
+            finished, app = float(e["finished_ms"]), str(e["app"])
+            hit = bool(e.get("ok")) and finished - float(e["arrival_ms"]) <= float(e["slo_ms"])
+        except (KeyError, ValueError, TypeError):
+            continue
+        i = minutes - 1 - int((now_ms - finished) // 60_000)
+        if not 0 <= i < minutes:
+            continue
+        row = out.setdefault(app, {"calls": [0] * minutes, "hits": [0] * minutes})
+        row["calls"][i] += 1
+        row["hits"][i] += hit
+    return dict(sorted(out.items()))
 
 
 def _why(e: dict[str, Any]) -> str:
@@ -121,9 +158,9 @@ def render(state: dict[str, Any]) -> str:
                      f"{n['running']} batch(es) running{', draining' if n['draining'] else ''}{silent}")
         layout = ", ".join(f"{s['slice']} {'busy' if s['busy'] else 'idle'}" for s in n["slices"]) or "none"
         lines.append(f"  {'whole GPU, no MIG' if is_whole(n['gpu']) else 'MIG'}: {layout}")
-        workers = ", ".join(f"{w['function']} x{w['count']} ({w['vcpus']}c, {w['slice'] or 'CPU'})"
-                            for w in n["idle_workers"]) or "none"
-        lines.append(f"  idle warm workers: {workers}")
+        lines.append(f"  idle warm workers:{'' if n['idle_workers'] else ' none'}")
+        lines += [f"    {w['function']} x{w['count']} ({w['vcpus']}c, {w['slice'] or 'CPU'})"
+                  for w in n["idle_workers"]]
         b = n["last_batch"]
         if b:
             lines.append(f"  last batch: {b['function']} b{b['batch']}/{b['vcpus']}c/{b['slice'] or 'CPU'}: {b['why']}")
@@ -136,4 +173,10 @@ def render(state: dict[str, Any]) -> str:
             lines.append(f"  {q}: {n} waiting" + (f" -- {why}" if why else ""))
         if not state["queues"]:
             lines.append("  all empty")
+    slo = state.get("slo") or {}
+    lines.append(f"SLO hit rate, last {SLO_MINUTES} minutes (oldest first):" + ("" if slo else " no requests"))
+    for app, row in slo.items():
+        calls, hits = sum(row["calls"]), sum(row["hits"])
+        by_minute = " ".join("-" if c == 0 else f"{h / c:.2f}" for c, h in zip(row["calls"], row["hits"]))
+        lines.append(f"  {app}: {hits / calls:.3f} of {calls} ({by_minute})")
     return "\n".join(lines)

@@ -96,6 +96,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--serve", action="store_true", help="keep running after the calls until Ctrl-C")
     p.add_argument("--port", type=checks.port_or_zero, default=0,
                    help="port of the OpenWhisk REST stand-in (0: a free one)")
+    p.add_argument("--page-port", type=checks.port_or_zero, default=0,
+                   help="port of the live cluster page, on 127.0.0.1 (0: a free one)")
     p.add_argument("--timeout-s", type=checks.positive_float, default=120.0, help="how long to wait for each call")
     p.add_argument("--logs", type=Path, default=None,
                    help="directory for the processes' logs, kept (default: a temporary one, removed at exit "
@@ -130,6 +132,9 @@ def check_args(args: argparse.Namespace) -> list[Deployed]:
         gpu = whole_model(args.fake_gpu, args.gpu_share) if args.no_mig else args.fake_gpu
         _check_twin_profiles(args.apps, args.profiles, gpu)
     checks.check_port_free(args.port, "--port")
+    checks.check_port_free(args.page_port, "--page-port")
+    if args.port and args.port == args.page_port:
+        raise CliError(f"--port and --page-port are both {args.port}: give them different ports")
     if args.logs is not None:
         checks.check_writable_dir(args.logs, "--logs")
     return apps
@@ -215,6 +220,10 @@ class Cluster:
     """The servers it started (``esg_cli.servers.Server``), by what they are."""
     redis: str = ""
     """The scheduler's Redis (its decision log says where each batch ran)."""
+    metrics: dict[str, str] = field(default_factory=dict)
+    """Per process started (``scheduler``, ``node0``...), its Prometheus endpoint."""
+    page: str = ""
+    """The live cluster page's address."""
 
     def stopped(self) -> list[str]:
         """What has exited, each with its status (and a server's last log lines)."""
@@ -228,10 +237,13 @@ class Cluster:
 
 def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], logs: Path) -> Cluster:
     from actions import deploy
+    from agent_channel.connect import connect
+    from agent_channel.keys import Keys
     from esg_cli import openwhisk_catalog, openwhisk_db
+    from esg_cli.cluster_page import ClusterPage
     from esg_cli.controller_driver import ControllerDriver
     from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn
-    from esg_cli.servers import start_broker, start_couchdb, start_redis
+    from esg_cli.servers import free_port, start_broker, start_couchdb, start_redis
 
     broker = stack.enter_context(start_broker())
     rserver = stack.enter_context(start_redis())
@@ -252,16 +264,22 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
                ESG_OPENWHISK_AUTH=GUEST_KEY, ESG_ACTIVATION_STORE=store, PYTHONPATH=str(ROOT))
     procs: dict[str, subprocess.Popen] = {}
     stack.callback(_stop_all, procs)
-    scheduler = ["scheduler", "--profiles", str(args.profiles)]
+    metrics = {name: free_port() for name in ["scheduler"] + [f"node{i}" for i in range(args.nodes)]}
+    scheduler = ["scheduler", "--profiles", str(args.profiles), "--metrics-port", str(metrics["scheduler"])]
     if getattr(args, "no_online_profiles", False):
         scheduler.append("--no-online-profiles")
+    elif args.runner == "twin":
+        # a twin times only the configurations its tables hold: one explored beyond them fails its call
+        # ("twin: profile ... has no configuration ..."), so the scheduler learns but does not explore
+        scheduler += ["--explore-fraction", "0"]
     if getattr(args, "admission_control", False):
         scheduler.append("--admission-control")
     if getattr(args, "no_prewarm", False):
         scheduler.append("--no-prewarm")
     procs["scheduler"] = _spawn(scheduler, env, logs / "scheduler.log")
     for i in range(args.nodes):
-        cmd = ["agent", "--name", f"node{i}", "--journal", str(logs / f"node{i}.journal")]
+        cmd = ["agent", "--name", f"node{i}", "--journal", str(logs / f"node{i}.journal"),
+               "--metrics-port", str(metrics[f"node{i}"])]
         cmd += [] if getattr(args, "real_gpu", False) else ["--fake-gpu", args.fake_gpu]
         if getattr(args, "no_mig", False):
             cmd += ["--no-mig", "--gpu-share", str(args.gpu_share)]
@@ -283,24 +301,37 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
         dead = [f"{n} (exit {p.poll()}, see {logs / (n + '.log')})" for n, p in procs.items() if p.poll() is not None]
         raise CliError(f"the cluster did not come up: {exc}" + (f"; stopped: {', '.join(dead)}" if dead else "")) from None
     print(f"{args.nodes} invoker agent(s) healthy")
-    _print_started(broker, rserver, couch, standin.url, procs, logs)
+    client = connect(rserver.url)
+    stack.callback(client.close)
+    try:
+        page = stack.enter_context(ClusterPage(client, Keys("", "0"), port=args.page_port))
+    except OSError as exc:  # the port was taken after the check
+        raise CliError(f"--page-port {args.page_port}: {exc.strerror or exc}") from None
+    endpoints = {n: f"http://127.0.0.1:{port}/metrics" for n, port in metrics.items()}
+    _print_started(broker, rserver, couch, standin.url, procs, logs, endpoints, page.url)
     return Cluster(broker.address, standin.url, driver, procs,
                    {"Kafka-protocol broker (Tansu)": broker, "redis-server": rserver,
-                    "pouchdb-server (the activation store)": couch}, rserver.url)
+                    "pouchdb-server (the activation store)": couch}, rserver.url, endpoints, page.url)
 
 
-def _print_started(broker, rserver, couch, api: str, procs: dict[str, subprocess.Popen], logs: Path) -> None:
-    """What this command started, so a user knows what runs (and can check that nothing outlives it)."""
+def _print_started(broker, rserver, couch, api: str, procs: dict[str, subprocess.Popen], logs: Path,
+                   metrics: dict[str, str], page: str) -> None:
+    """What this command started, so a user knows what runs (and can check that nothing outlives it),
+    where each process serves its metrics, and how to point OpenWhisk's CLI at it."""
+    from esg_cli.openwhisk_standin import GUEST_KEY
+
     rows = [("Kafka-protocol broker (Tansu)", broker.process.pid, broker.address),
             ("redis-server", rserver.process.pid, rserver.url),
             ("pouchdb-server (activations)", couch.process.pid, f"http://{couch.address}/{ACTIVATIONS_DB}"),
-            ("OpenWhisk REST stand-in", os.getpid(), f"{api} (a thread of this process)")]
-    rows += [(f"esg {'scheduler' if n == 'scheduler' else 'agent ' + n}", p.pid, str(logs / f"{n}.log"))
-             for n, p in procs.items()]
+            ("OpenWhisk REST stand-in", os.getpid(), f"{api} (a thread of this process)"),
+            ("cluster page", os.getpid(), f"{page} (a thread of this process)")]
+    rows += [(f"esg {'scheduler' if n == 'scheduler' else 'agent ' + n}", p.pid,
+              f"{logs / (n + '.log')}  metrics {metrics[n]}") for n, p in procs.items()]
     print("started (stopped on exit, Ctrl-C, SIGTERM or SIGHUP; each dies with this process, even on kill -9; "
           "action workers die with their agent):")
     for what, pid, where in rows:
         print(f"  {what:<30} pid {pid:<8} {where}")
+    print(f"OpenWhisk CLI: wsk property set --apihost {api} --auth {GUEST_KEY}  (OpenWhisk's public guest key)")
 
 
 def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -454,8 +485,9 @@ def _serve(cluster: Cluster) -> bool:
 
     print(f"\nserving; call an app with:\n  curl -u {GUEST_KEY} -X POST "
           f"'{cluster.api}/api/v1/namespaces/{NAMESPACE}/actions/image-classification?blocking=true&result=true' "
-          "-H 'Content-Type: application/json' -d '{\"seed\": 1}'\n(OpenWhisk's public guest key; "
-          "Ctrl-C stops everything)")
+          "-H 'Content-Type: application/json' -d '{\"seed\": 1}'\nor: wsk action invoke image-classification "
+          "-p seed 1 --blocking --result  (after the wsk property set line above)\n(OpenWhisk's public guest key; "
+          f"Ctrl-C stops everything)\nwatch it: {cluster.page} (the live cluster page)")
     try:
         while _still_running(cluster):
             time.sleep(0.5)

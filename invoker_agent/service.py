@@ -70,6 +70,7 @@ from invoker_agent.channel import AgentChannel
 from invoker_agent.data import Write
 from invoker_agent.heartbeat import HeartbeatBuilder
 from invoker_agent.intake import Intake
+from invoker_agent.metrics import AgentMetrics
 from invoker_agent.node import NodeAgent
 from invoker_agent.runner import PrewarmOutcome
 from openwhisk_status import STATUS_WHISK_ERROR
@@ -149,8 +150,9 @@ def prewarm_expired(msg: PrewarmMessage, now_ms: int, idle_ttl_s: float) -> bool
 
 class AgentService:
     def __init__(self, settings: ServiceSettings, node: NodeAgent, runner: BatchRunner,
-                 heartbeats: HeartbeatBuilder, channel: AgentChannel) -> None:
+                 heartbeats: HeartbeatBuilder, channel: AgentChannel, metrics: AgentMetrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics
         self.node = node
         self.runner = runner
         self.heartbeats = heartbeats
@@ -274,6 +276,8 @@ class AgentService:
                  f" ({result.error})" if result.error else "")
         self._answer_safely(entry.id, msg.reply_to, result, writes)
         self.heartbeats.batches.answered(msg.batch_id)
+        if self.metrics is not None:
+            self.metrics.batch(msg.function, result)
 
     def _prewarm(self, entry: Entry, msg: PrewarmMessage) -> None:
         """Retire the pre-warm and hand it to the pre-warm threads: the batch thread that read it goes
@@ -336,6 +340,8 @@ class AgentService:
     def _count(self, outcome: str) -> None:
         with self._count_lock:
             setattr(self.prewarms, outcome, getattr(self.prewarms, outcome) + 1)
+        if self.metrics is not None:
+            self.metrics.prewarm(outcome)
 
     def _malformed(self, entry: Entry, e: ProtocolError) -> None:
         log.warning("skipping malformed dispatch %s: %s", entry.id, e)
@@ -392,9 +398,13 @@ class AgentService:
 
     def _beat(self, draining: bool) -> None:
         try:
-            self.channel.heartbeat(self.heartbeats.build(draining))
+            hb = self.heartbeats.build(draining)
+            self.channel.heartbeat(hb)
         except Exception as e:  # noqa: BLE001 - a heartbeat failure must not end the thread
             log.error("heartbeat failed: %s", e)
+            return
+        if self.metrics is not None:
+            self.metrics.heartbeat(hb, self.node.pool.warm_count())
 
 
 def salvage(raw: bytes | None) -> tuple[str | None, list[str], str | None]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 
 from esg import mig
 from esg.cluster import Slice, SliceRef
@@ -59,6 +60,8 @@ class SliceManager:
         """The layout read last and when (monotonic s); None after a change made here."""
         self.change_delay_s = 0.0
         """Extra time each MIG instance created or destroyed takes (0: as long as the backend takes)."""
+        self.on_change: Callable[[list[tuple[str, int]], list[tuple[str, int]], float], None] | None = None
+        """Told of each change made here: instances created, destroyed, and how long it all took (s)."""
         node.reconciler.busy_slices = self.busy_uuids
 
     def busy_uuids(self) -> set[str]:
@@ -99,6 +102,7 @@ class SliceManager:
                 desired = sorted(set(keep) | {want})
                 uuid = _uuid_of(state, want)
                 changes = 0
+                began, created, destroyed = time.monotonic(), [], []
                 if uuid is None or desired != sorted((s.profile, s.start) for s in state):
                     for s in state:
                         if (s.profile, s.start) not in desired and s.mig_uuid and not s.busy:
@@ -112,6 +116,7 @@ class SliceManager:
                         raise SliceError(f"cannot create MIG slice {target.profile}@{target.start} on {model}: "
                                          f"{report.reason or report.status}")
                     changes = len(report.created) + len(report.destroyed)
+                    created, destroyed = list(report.created), list(report.destroyed)
             except MigOperationError as e:
                 raise SliceError(f"MIG operation failed for slice {target.profile}@{target.start}: {e}") from None
             with self._res_lock:
@@ -120,6 +125,8 @@ class SliceManager:
             # outside the MIG lock: each batch pays its own changes, as the emulator charges them (its
             # slice is reserved meanwhile, so nothing destroys it)
             time.sleep(changes * self.change_delay_s)
+        if changes and self.on_change is not None:
+            self.on_change(created, destroyed, time.monotonic() - began)
         return uuid, changes
 
     def _read(self, gpu: int) -> list[MigSlice]:

@@ -60,7 +60,8 @@ SMALL = {
     "profile": ["--batch", "1", "--vcpus", "1", "--runs", "1", "--no-progress", "--out", "{tmp}/my-profiles"],
 }
 RULES: list[tuple[str, str]] = [           # (regular expression on the command, how it is exercised)
-    (r"^scripts/(run-demo|test|setup|esg)$", "script"),
+    (r"^scripts/(run-demo|test|setup|esg|tour-images)$", "script"),
+    (r"^esg --version$", "run"),
     (r"^scripts/device-check( --(dry-run|rehearse))?$", "script"),
     (r"^scripts/test .+", "pytest"),
     (r"^esg (plan|mig) .*\[", "synopsis"),

@@ -1,5 +1,4 @@
-"""Secrets reach the services without a command line: every setting has a ``_FILE`` form; the metrics
-endpoint listens on the loopback unless opened."""
+"""Secrets reach the services without a command line: every setting has a ``_FILE`` form."""
 
 from __future__ import annotations
 
@@ -7,12 +6,10 @@ import base64
 
 import pytest
 
-from controller_plugin.metrics import Metrics
 from esg_cli.checks import from_env, redis_url
 from esg_cli.errors import CliError
 from esg_cli.main import build_parser
 from esg_cli.scheduler import settings_from
-from esg_cli.servers import free_port
 
 KEY = "23bc46b1-71f6-4ed5-8c54-816aa4f8c502:file-secret-0123456789"
 AES = base64.b64encode(b"k" * 16).decode()
@@ -55,18 +52,3 @@ def test_a_bad_secret_file_is_named_never_shown(clean_env, tmp_path):
     clean_env.setenv("ESG_REDIS", "redis://127.0.0.1:2/0")     # the variable itself wins over the file
     assert from_env(None, "ESG_REDIS", redis_url) == "redis://127.0.0.1:2/0"
     assert from_env("redis://127.0.0.1:3/0", "ESG_REDIS", redis_url) == "redis://127.0.0.1:3/0"
-
-
-def test_the_metrics_endpoint_listens_on_the_loopback_unless_opened(clean_env):
-    base = ["scheduler", "--kafka", "127.0.0.1:1", "--redis", "redis://127.0.0.1:1/0"]
-    assert settings_from(build_parser().parse_args(base)).metrics_host == "127.0.0.1"
-    assert settings_from(build_parser().parse_args([*base, "--metrics-host", "0.0.0.0"])).metrics_host == "0.0.0.0"
-    clean_env.setenv("ESG_METRICS_HOST", "localhost")
-    with pytest.raises(CliError, match="ESG_METRICS_HOST"):
-        settings_from(build_parser().parse_args(base))
-    m = Metrics()
-    m.serve(free_port())
-    try:
-        assert m._server[0].server_address[0] == "127.0.0.1"
-    finally:
-        m.close()

@@ -34,7 +34,8 @@ def test_an_activation_no_plan_can_meet_gets_an_application_error_at_once(
     assert ok["response"] == {"statusCode": 0, "result": {"label": "n41"}, "size": 16}
     assert agent.batches
     text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    assert 'esg_slo_total{result="rejected"} 1.0' in text and 'esg_slo_total{result="hit"} 1.0' in text
+    assert 'esg_slo_total{app="guest/tight",result="rejected"} 1.0' in text
+    assert 'esg_slo_total{app="guest/roomy",result="hit"} 1.0' in text
 
 
 def test_without_the_flag_the_same_activation_runs(service_factory, agent_factory, driver, standin):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from esg_cli.openwhisk_standin import GUEST_KEY
 
@@ -157,13 +158,32 @@ def test_metrics_are_served(service_factory, agent_factory, driver, standin):
     agent_factory("node-a", handlers=handlers())
     driver.wait_healthy(1, timeout=10)
     driver.invoke("guest/imgclass", {"x": 1}, timeout=20)
+    time.sleep(1.2)     # the queue gauges are refreshed once a second
     text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    for name in ("esg_afw_queue_length", "esg_decisions_total", "esg_batch_size_bucket", "esg_slo_total",
-                 "esg_ack_latency_seconds_bucket", "esg_dead_letters_total"):
-        assert name in text
-    assert 'esg_slo_total{result="hit"} 1.0' in text
-    assert "esg_decisions_total 3.0" in text                    # pre, cls, vote: a batch each
-    assert 'esg_acks_total{kind="combined"} 1.0' in text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+    def total(name: str, **labels: str) -> float:
+        return sum(v for (n, ls), v in samples.items() if n == name and labels.items() <= dict(ls).items())
+
+    app = "guest/imgclass"
+    assert total("esg_requests_total", app=app) == 1
+    assert total("esg_slo_total", app=app, result="hit") == 1 and total("esg_slo_total", result="miss") == 0
+    assert total("esg_request_seconds_count", app=app) == 1
+    assert total("esg_decisions_total", app=app) == 3                 # pre, cls, vote: a batch each
+    assert {dict(ls)["function"] for (n, ls) in samples if n == "esg_decisions_total"} == \
+        {"guest/pre", "guest/cls", "guest/vote"}
+    assert total("esg_jobs_total", app=app) == 3 and total("esg_batch_size_count", app=app) == 3
+    for stage in ("queue", "dispatch", "run", "return"):               # every batch's stages
+        assert total("esg_stage_seconds_count", app=app, stage=stage) == 3, stage
+    assert total("esg_afw_queue_length", app=app) == 0                 # all answered: the gauges read 0
+    assert total("esg_afw_queue_head_age_seconds", app=app) == 0
+    assert total("esg_node_up", node="node-a") == 1 and total("esg_agents_alive") == 1
+    assert total("esg_scheduler_step_seconds_count") >= 3
+    assert total("esg_redis_round_trip_seconds_count", what="dispatches") >= 3
+    assert total("esg_redis_round_trip_seconds_count", what="ledger") >= 1
+    assert total("esg_acks_total", kind="combined") == 1
+    assert total("esg_ack_latency_seconds_count") == 1 and "esg_dead_letters_total" in text
 
 
 

@@ -110,7 +110,7 @@ class SchedulerService:
         self.registry = AgentRegistry(self.ledger.invoker_id, self.ledger.invoker_ids(), settings.agent_timeout_s)
         self.online = OnlineStore(self.redis, settings.topic_prefix) if settings.online_profiles else None
         self.plans = PlanCache(MetadataClient(settings.openwhisk_api, settings.openwhisk_auth),
-                               ProfileStore(settings.profiles_dir, self.online))
+                               ProfileStore(settings.profiles_dir, self.online, settings.shared_profiles))
         self._observed: list[tuple[Observation, float | None]] = []
         self.reader = ActivationReader(
             self.bus, self.topics, self.ledger, self.plans,

@@ -102,6 +102,14 @@ def redis_url(text: str) -> str:
     return text
 
 
+def namespace_name(text: str) -> str:
+    """An OpenWhisk namespace name (its EntityName rule: word characters, then also ``@ . -`` and spaces
+    inside, at most 256 characters)."""
+    if len(text) > 256 or not re.fullmatch(r"[\w]|[\w][\w@ .-]*[\w@.-]+", text, re.ASCII):
+        raise argparse.ArgumentTypeError(f"not an OpenWhisk namespace name: {text!r}")
+    return text
+
+
 def http_url(text: str) -> str:
     """An ``http://`` or ``https://`` base URL (OpenWhisk's API host)."""
     parts = _split_url(text, f"not a URL: {text!r}")
@@ -204,17 +212,32 @@ def flag(text: str) -> bool:
 
 
 def from_env(value: Any, env: str, parse: Callable[[str], Any], default: Any = None) -> Any:
-    """A flag's parsed value; else the environment variable ``env`` parsed with ``parse`` (an error names
-    the variable); else ``default``."""
+    """A flag's parsed value; else the environment variable ``env`` parsed with ``parse``; else the content
+    of the file ``env_FILE`` names (a secret mounted as a file: Docker and Kubernetes secrets), one value,
+    a trailing newline ignored; else ``default``. An error names the variable (never the value).
+
+    Secrets (keys, passwords, URLs that carry them) are best given this way: a flag's value shows in the
+    process list to every user of the machine."""
     if value is not None:
         return value
     raw = os.environ.get(env)
+    where = f"environment variable {env}"
     if raw in (None, ""):
-        return default
+        path = os.environ.get(f"{env}_FILE")
+        if not path:
+            return default
+        where = f"{env}_FILE {path}"
+        try:
+            with open(path, encoding="utf-8") as f:
+                raw = f.read().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CliError(f"{where}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+        if not raw:
+            raise CliError(f"{where}: the file is empty")
     try:
         return parse(raw)
     except argparse.ArgumentTypeError as exc:
-        raise CliError(f"environment variable {env}: {exc}") from None
+        raise CliError(f"{where}: {exc}") from None
 
 
 # -- files, directories, ports -----------------------------------------------------------------------

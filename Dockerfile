@@ -15,6 +15,10 @@
 # NVML's GPU- and compute-instance create/destroy calls need CAP_SYS_ADMIN or the mig/config capability,
 # so the MIG agent deployments set user 0 and privileged; an agent on whole GPUs (MIG off) does not.
 FROM python:3.11-slim AS base
+# The process runner's worker sandbox (bubblewrap, libseccomp for its filter; docs/security.md) and Node.js
+# for nodejs:N actions.
+RUN apt-get update && apt-get install -y --no-install-recommends bubblewrap libseccomp2 nodejs \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/esg
 RUN groupadd --system --gid 10001 esg \
     && useradd --system --uid 10001 --gid esg --home-dir /var/lib/esg --no-create-home esg \

@@ -148,6 +148,9 @@ class PrewarmMessage:
     sent_ms: int | None = None
     """When the scheduler sent it (its wall clock, ms since the epoch; None: not said). An agent that takes
     it after its keep-alive has run out since then drops it: the worker would have been gone already."""
+    namespace: str = ""
+    """The namespace whose calls the worker will serve (the caller of ``api_key``; workers are keyed by it:
+    empty, the action's own)."""
     epoch: int = 0
     """The leader epoch of the scheduler that sent it (as a dispatch's: its MIG destroy list is fenced too)."""
 
@@ -190,7 +193,8 @@ class BatchResult:
     """MIG instances the agent created or destroyed for this batch (its slice was carved here)."""
     overlapped_start: bool = False
     """A warm batch during which another worker started on the node (a process or container coming
-    up): its ``run_ms`` carries that start-up's load on the host, so no profile learns from it."""
+    up), or one the agent ran as several (its requests came from several namespaces, whose workers are
+    kept apart): its ``run_ms`` is not one run of its configuration, so no profile learns from it."""
 
     @property
     def succeeded(self) -> bool:
@@ -303,6 +307,8 @@ def to_dict(msg: Message) -> dict[str, Any]:
             out["init_env"] = dict(msg.init_env)
         if msg.api_key:
             out["api_key"] = msg.api_key
+        if msg.namespace:
+            out["namespace"] = msg.namespace
         if msg.epoch:
             out["epoch"] = msg.epoch
         return out
@@ -437,7 +443,8 @@ def _prewarm(d: dict) -> PrewarmMessage:
                           _opt_slice(d.get("slice"), w), _slices(d.get("destroy", []), w),
                           _keep_alive(d, w, required=False), _need(d, "reply_to", str, w),
                           _opt_env(d.get("init_env"), w + ".init_env"), _opt_str(d.get("api_key"), w + ".api_key"),
-                          _need(d, "sent_ms", int, w) if "sent_ms" in d else None, _epoch(d, w))
+                          _need(d, "sent_ms", int, w) if "sent_ms" in d else None,
+                          _need(d, "namespace", str, w) if "namespace" in d else "", _epoch(d, w))
 
 
 def _slices(xs: Any, where: str) -> tuple[SliceRef, ...]:

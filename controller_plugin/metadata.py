@@ -5,7 +5,8 @@ auth as the activation's own caller (the ``user.authkey`` of its ActivationMessa
 controller entitled to activate it; the configured key only for a caller whose key is not a uuid:key
 pair) and caches each answer by (fully qualified name, revision): an activation names the revision it
 runs, so a cached entry never goes stale. Reading as the caller gets what OpenWhisk's entitlement gives
-the caller: its own actions, and those in packages other namespaces share (bindings resolve to them). :func:`plan_for` turns an action into an
+the caller: its own actions, and those in packages other namespaces share (bindings resolve to them);
+an answer read with one caller's key never serves another's. :func:`plan_for` turns an action into an
 :class:`AppPlan`: an app (``esg-slo-ms``, ``esg-dag``), a one-function app, or a plain OpenWhisk action
 with the default configuration. Anything wrong becomes an :class:`ActivationError` whose message names
 the action, annotation or function, and which the service answers as an error ack.
@@ -129,7 +130,8 @@ class FunctionPlan:
     profile: Profile
     spec: FunctionSpec
     table: str = ""
-    """The name its table has (``esg-profile``, default the action's name; empty for a plain action)."""
+    """The name what is learned of it is kept under (:meth:`ProfileStore.learned_name` of its
+    ``esg-profile``, default the action's name; empty for a plain action)."""
 
 
 @dataclass(frozen=True)
@@ -159,16 +161,16 @@ class MetadataClient:
     api: str | None
     auth: str | None = field(default=None, repr=False)
     timeout_s: float = REST_TIMEOUT_S
-    _cache: dict[tuple[str, str | None], ActionMeta] = field(default_factory=dict, repr=False)
+    _cache: dict[tuple[str, str | None, str | None], ActionMeta] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _session: requests.Session | None = field(default=None, repr=False)
 
     def action(self, fqn: str, revision: str | None = None, *, cache: bool = True,
                auth: str | None = None) -> ActionMeta:
         """The action ``fqn``, read with ``auth`` (``uuid:key``, the caller's) or else the configured key.
-        A cached answer serves every caller: the controller entitled each one to activate the action, which
-        takes the right to read it."""
-        key = (fqn, revision)
+        A cached answer serves only the key it was read with: what one caller may read says nothing of
+        what another may."""
+        key = (fqn, revision, auth)
         if cache:
             with self._lock:
                 hit = self._cache.get(key)
@@ -204,8 +206,9 @@ class MetadataClient:
             raise ActivationError(f"action {fqn} does not exist (the OpenWhisk API answered 404)",
                                   STATUS_APPLICATION_ERROR)
         if resp.status_code in (401, 403):
+            # the caller's key refused: what the caller may not use (its fault, never the invoker's health)
             raise ActivationError(f"cannot read action {fqn}: the OpenWhisk API refused {caller} "
-                                  f"(HTTP {resp.status_code})", STATUS_WHISK_ERROR)
+                                  f"(HTTP {resp.status_code})", STATUS_DEVELOPER_ERROR if auth else STATUS_WHISK_ERROR)
         if not resp.ok:
             raise ActivationError(f"cannot read action {fqn}: HTTP {resp.status_code}", STATUS_WHISK_ERROR)
         try:
@@ -224,21 +227,35 @@ def _no_json_constant(constant: str) -> Any:
 
 class ProfileStore:
     """Profile tables ``<dir>/<name>.json``, read once each; with ``online``, what was learned of each
-    table in Redis is laid over it (an imported prior first, else the file)."""
+    table in Redis is laid over it (an imported prior first, else the file).
 
-    def __init__(self, directory: Path, online: OnlineStore | None = None) -> None:
+    What is learned is kept per namespace: the function ``ns/[pkg/]f`` with table ``t`` learns into
+    ``ns/t`` (:meth:`learned_name`), so no tenant can read or skew another's measurements by naming its
+    table, unless the operator shares learned tables between all namespaces (``shared``). The offline
+    tables of ``<dir>`` and priors imported without a namespace are the operator's, for everyone."""
+
+    def __init__(self, directory: Path, online: OnlineStore | None = None, shared: bool = False) -> None:
         self.directory = Path(directory)
         self.online = online
+        self.shared = shared
         self._cache: dict[str, Profile] = {}
+
+    def learned_name(self, name: str, fqn: str) -> str:
+        """Where what runs of ``fqn`` (table ``name``) teach is kept: ``<its namespace>/<name>``, or
+        ``name`` when learned tables are shared."""
+        return name if self.shared else f"{fqn.strip('/').split('/', 1)[0]}/{name}"
 
     def table(self, name: str, fqn: str, spec: FunctionSpec, bound_ms: float, gpu_model: str,
               prior: Profile | None) -> Profile:
         """The table the scheduler plans ``fqn`` with: learned over ``prior``, else ``prior``, else the
         default. Redis failing leaves the offline table (or the default)."""
         if self.online is not None:
+            learned = self.learned_name(name, fqn)
             try:
-                imported = self.online.prior(name)
-                stats = self.online.stats(name)
+                imported = self.online.prior(learned)
+                if imported is None and learned != name:
+                    imported = self.online.prior(name)        # one the operator imported for everyone
+                stats = self.online.stats(learned)
             except (redis.RedisError, ProfileError, ValueError) as exc:
                 log.warning("learned profile %s unavailable (%s); planning %s with %s", name,
                             type(exc).__name__, fqn, "its offline table" if prior else "the default")
@@ -400,7 +417,7 @@ def _function_plans(metas: Mapping[str, ActionMeta], profiles: ProfileStore) -> 
     out = {}
     for short, m in metas.items():
         prof = profiles.table(names[short], m.fqn, specs[short], float(m.timeout_ms), model, found[short])
-        out[m.fqn] = FunctionPlan(short, m, prof, specs[short], names[short])
+        out[m.fqn] = FunctionPlan(short, m, prof, specs[short], profiles.learned_name(names[short], m.fqn))
     return out
 
 

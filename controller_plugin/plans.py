@@ -1,8 +1,12 @@
 """Plans of actions, cached: an activation's action metadata (REST) turned into an :class:`AppPlan`.
 
-Actions are read as the activation's caller (its ``user`` identity). A plan is kept ``PLAN_TTL_S`` per
-(action, revision): activations name the revision they run, and an
-action read without one is read again after the TTL. Anything that makes the action unrunnable is an
+Actions are read as the activation's caller (its ``user`` identity), and a plan is kept per calling
+namespace: an app and each function of its DAG are read with the caller's key, so a plan never lets one
+namespace run a function that only another may read (OpenWhisk checks a sequence's components against
+the caller alike). A caller whose key is not a ``uuid:key`` (the scheduler then reads with its own key)
+may name DAG functions of its own namespace only. A plan is kept ``PLAN_TTL_S`` per (action, revision,
+calling namespace): activations name the revision they run, and an action read without one -- or a
+share its owner has withdrawn since -- is read again after the TTL. Anything that makes the action unrunnable is an
 :class:`~controller_plugin.metadata.ActivationError` naming it; a bug while planning is one too (a
 system error), so the activation is answered rather than lost.
 
@@ -40,10 +44,13 @@ class PlanCache:
     def __init__(self, metadata: MetadataClient, profiles: ProfileStore) -> None:
         self.metadata = metadata
         self.profiles = profiles
-        self._plans: dict[tuple[str, str | None], tuple[float, AppPlan]] = {}
+        self._plans: dict[tuple[str, str | None, str], tuple[float, AppPlan]] = {}
+        self._latest: dict[tuple[str, str | None], AppPlan] = {}
+        """The last plan read of each (action, revision), whoever called: an equal plan read for another
+        caller is that same object (the scheduler registers an app again only when its plan changes)."""
         self._lock = threading.Lock()
         self._todo: queue.Queue = queue.Queue()
-        self._pending: set[tuple[str, str | None]] = set()
+        self._pending: set[tuple[str, str | None, str]] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -53,7 +60,7 @@ class PlanCache:
             self._plans = {k: (-float("inf"), p) for k, (_, p) in self._plans.items()}
 
     def plan(self, msg: wire.ActivationMessage) -> AppPlan | ActivationError:
-        key = (msg.action.qualified, msg.revision)
+        key = (msg.action.qualified, msg.revision, msg.user.namespace)
         with self._lock:
             hit = self._plans.get(key)
         if hit is None:
@@ -69,7 +76,7 @@ class PlanCache:
         if self._thread is not None:
             self._thread.join(timeout=5)
 
-    def _refresh(self, key: tuple[str, str | None], msg: wire.ActivationMessage) -> None:
+    def _refresh(self, key: tuple[str, str | None, str], msg: wire.ActivationMessage) -> None:
         with self._lock:
             if key in self._pending or self._stop.is_set():
                 return
@@ -91,16 +98,23 @@ class PlanCache:
                 with self._lock:
                     self._pending.discard(key)
 
-    def _read(self, key: tuple[str, str | None], msg: wire.ActivationMessage) -> AppPlan | ActivationError:
+    def _read(self, key: tuple[str, str | None, str], msg: wire.ActivationMessage) -> AppPlan | ActivationError:
         mono = time.monotonic()
         with self._lock:
             hit = self._plans.get(key)
         auth = msg.user.basic_auth
+        caller = msg.user.namespace
+
+        def function(fqn: str):
+            """A DAG function, read as the caller (never from a cache another caller filled)."""
+            if auth is None and fqn.split("/", 1)[0] != caller:
+                raise ActivationError(f"cannot check that the caller may run {fqn}: its key is not a uuid:key "
+                                      f"pair, and only functions of its own namespace {caller} are run for it")
+            return self.metadata.action(fqn, None, cache=False, auth=auth)
         try:
             meta = self.metadata.action(msg.action.qualified, msg.revision, cache=msg.revision is not None,
                                         auth=auth)
-            plan = plan_for(meta, msg.revision, lambda fqn: self.metadata.action(fqn, None, cache=False, auth=auth),
-                            self.profiles)
+            plan = plan_for(meta, msg.revision, function, self.profiles)
         except ActivationError as exc:
             if hit is not None:
                 with self._lock:
@@ -110,8 +124,10 @@ class PlanCache:
             log.exception("planning %s failed", msg.action.qualified)
             return ActivationError(f"the ESG scheduler could not plan {msg.action.qualified}: "
                                    f"{type(exc).__name__}", STATUS_WHISK_ERROR)
-        if hit is not None and hit[1] == plan:
-            plan = hit[1]  # the same object: the scheduler need not register the app again
         with self._lock:
+            same = self._latest.get(key[:2])
+            if same is not None and same == plan:
+                plan = same  # the same object: the scheduler need not register the app again
+            self._latest[key[:2]] = plan
             self._plans[key] = (mono, plan)
         return plan

@@ -148,7 +148,7 @@ class SchedulerService:
         self.registry.leading = False
         self.online = OnlineStore(self.redis, settings.topic_prefix) if settings.online_profiles else None
         self.plans = PlanCache(MetadataClient(settings.openwhisk_api, settings.openwhisk_auth),
-                               ProfileStore(settings.profiles_dir, self.online))
+                               ProfileStore(settings.profiles_dir, self.online, settings.shared_profiles))
         self._observed: list[tuple[Observation, float | None]] = []
         self.open_range = OpenRange()
         self.checkpoints = Checkpoints(settings.kafka, checkpoint_topic(settings.topic_prefix, settings.controller_id))

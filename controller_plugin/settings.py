@@ -62,6 +62,8 @@ class Settings:
     deadline_margin_s: float = 30.0
     #: Learn profiles from what runs, in Redis (docs/online-profiles.md); off: the offline tables only.
     online_profiles: bool = True
+    #: What is learned is kept per namespace unless the operator shares it between all (docs/security.md).
+    shared_profiles: bool = False
     #: The share of a function's calls that may run in configurations its table lacks.
     explore_fraction: float = 0.05
     #: SLO admission control (esg.admission): reject at once what no plan can meet; off by default.

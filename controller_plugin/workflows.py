@@ -94,9 +94,10 @@ class Workflows:
         self.metrics = metrics
         self.margin_ms = int(deadline_margin_s * 1000)
         self.runs: dict[str, Run] = {}
-        self._callers: dict[str, tuple[str | None, dict]] = {}
-        """Per app, its latest caller's key and init arguments: a pre-warm reads the action as that
-        caller and starts the worker with those arguments, as a worker started for its batch would be."""
+        self._callers: dict[str, tuple[str | None, dict, str]] = {}
+        """Per app, its latest caller's key, init arguments and namespace: a pre-warm reads the action as
+        that caller and starts the worker with those arguments, for that namespace (workers are kept per
+        calling namespace), as a worker started for its batch would be."""
         self._events: list = []
         self._registered: dict[str, AppPlan] = {}
         self._queues_shown_s = 0.0
@@ -142,7 +143,7 @@ class Workflows:
             self._registered[plan.app.name] = plan
         self.runs[aid] = Run(item.msg, plan, item.entry, args=item.args, init_env=item.init_env)
         self.metrics.accepted(plan.app.name, plan.app.slo_ms)
-        self._callers[plan.app.name] = (item.msg.user.basic_auth, item.init_env)
+        self._callers[plan.app.name] = (item.msg.user.basic_auth, item.init_env, item.msg.user.namespace)
         self._events.append(Arrival(Request(aid, plan.app.name, float(item.entry.accepted_ms))))
         return None
 
@@ -166,7 +167,7 @@ class Workflows:
         if failed is not None:
             return self._finish(run, run.failed(failed))
         self.runs[aid] = run
-        self._callers[plan.app.name] = (item.msg.user.basic_auth, item.init_env)
+        self._callers[plan.app.name] = (item.msg.user.basic_auth, item.init_env, item.msg.user.namespace)
         self._events.append(Resume(Request(aid, plan.app.name, float(item.entry.accepted_ms)),
                                    tuple((f, r.node) for f, r in results.items()), tuple(running)))
         return None
@@ -320,13 +321,13 @@ class Workflows:
         if plan is None or caller is None or p.function not in plan.functions:
             log.warning("pre-warm %s of %s/%s: no plan for that app here; not sent", p.prewarm_id, p.app, p.function)
             return None
-        api_key, init_env = caller
+        api_key, init_env, namespace = caller
         meta = plan.functions[p.function].action
         action = protocol.ActionRef(meta.path, meta.name, meta.version, meta.kind, meta.timeout_ms, meta.memory_mb)
         entry = not plan.app.predecessors(p.function)
         return protocol.PrewarmMessage(p.prewarm_id, p.node, p.app, p.function, action, p.config, p.fit.slice,
                                        p.fit.destroy, keep_alive_ms(p.keep_alive_ms), self.reply_to(p.node),
-                                       (init_env or None) if entry else None, api_key, now_ms, self.epoch)
+                                       (init_env or None) if entry else None, api_key, now_ms, namespace, self.epoch)
 
     # -- ending -------------------------------------------------------------------------------------
     def _fail(self, run: Run, message: str, now_ms: int) -> Answer:

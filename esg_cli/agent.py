@@ -124,7 +124,7 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
     args.openwhisk_auth = env(args.openwhisk_auth, "ESG_OPENWHISK_AUTH", checks.api_key)
     args.topic_prefix = env(args.topic_prefix, "ESG_TOPIC_PREFIX", checks.topic_prefix, "")
     args.controller_id = env(args.controller_id, "ESG_CONTROLLER_ID", checks.controller_id, "0")
-    args.redis = checks.from_env_or_file(args.redis, "ESG_REDIS", "ESG_REDIS_FILE", checks.redis_url)
+    args.redis = checks.from_env(args.redis, "ESG_REDIS", checks.redis_url)
     args.name = env(args.name, "ESG_AGENT_NAME", checks.node_name) or _host_name()
     args.vcpus = env(args.vcpus, "ESG_AGENT_VCPUS", checks.positive_int)
     args.memory_mb = env(args.memory_mb, "ESG_AGENT_MEMORY_MB", checks.positive_int)

@@ -111,6 +111,14 @@ def redis_url(text: str) -> str:
     return text
 
 
+def namespace_name(text: str) -> str:
+    """An OpenWhisk namespace name (its EntityName rule: word characters, then also ``@ . -`` and spaces
+    inside, at most 256 characters)."""
+    if len(text) > 256 or not re.fullmatch(r"[\w]|[\w][\w@ .-]*[\w@.-]+", text, re.ASCII):
+        raise argparse.ArgumentTypeError(f"not an OpenWhisk namespace name: {text!r}")
+    return text
+
+
 def http_url(text: str) -> str:
     """An ``http://`` or ``https://`` base URL (OpenWhisk's API host)."""
     parts = _split_url(text, f"not a URL: {text!r}")
@@ -202,24 +210,6 @@ def comma_list(known: Iterable[str], what: str) -> Callable[[str], list[str]]:
 
 # -- values from the environment ---------------------------------------------------------------------
 
-def from_env_or_file(value: Any, env: str, env_file: str, parse: Callable[[str], Any], default: Any = None) -> Any:
-    """:func:`from_env`, and then the file named by ``env_file`` (conventionally ``{env}_FILE``; its text,
-    stripped): a secret handed over in a file (a mounted secret) rather than in the environment or on the
-    command line."""
-    got = from_env(value, env, parse)
-    if got is not None:
-        return got
-    path = os.environ.get(env_file)
-    if not path:
-        return default
-    try:
-        raw = Path(path).read_text().strip()
-    except OSError as exc:
-        raise CliError(f"environment variable {env_file}: cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        return parse(raw)
-    except argparse.ArgumentTypeError as exc:
-        raise CliError(f"environment variable {env_file}: {path}: {exc}") from None
 def flag(text: str) -> bool:
     """An on/off setting from the environment: 1/true/yes/on or 0/false/no/off."""
     value = text.strip().lower()
@@ -231,17 +221,32 @@ def flag(text: str) -> bool:
 
 
 def from_env(value: Any, env: str, parse: Callable[[str], Any], default: Any = None) -> Any:
-    """A flag's parsed value; else the environment variable ``env`` parsed with ``parse`` (an error names
-    the variable); else ``default``."""
+    """A flag's parsed value; else the environment variable ``env`` parsed with ``parse``; else the content
+    of the file ``env_FILE`` names (a secret mounted as a file: Docker and Kubernetes secrets), one value,
+    a trailing newline ignored; else ``default``. An error names the variable (never the value).
+
+    Secrets (keys, passwords, URLs that carry them) are best given this way: a flag's value shows in the
+    process list to every user of the machine."""
     if value is not None:
         return value
     raw = os.environ.get(env)
+    where = f"environment variable {env}"
     if raw in (None, ""):
-        return default
+        path = os.environ.get(f"{env}_FILE")
+        if not path:
+            return default
+        where = f"{env}_FILE {path}"
+        try:
+            with open(path, encoding="utf-8") as f:
+                raw = f.read().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CliError(f"{where}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+        if not raw:
+            raise CliError(f"{where}: the file is empty")
     try:
         return parse(raw)
     except argparse.ArgumentTypeError as exc:
-        raise CliError(f"environment variable {env}: {exc}") from None
+        raise CliError(f"{where}: {exc}") from None
 
 
 # -- files, directories, ports -----------------------------------------------------------------------

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     search_ms = (time.perf_counter() - t0) * 1e3
     if args.json:
         print(json.dumps({"feasible": result.feasible, "paths": [p.to_dict() for p in result.paths],
-                          "cost_unit": COST_UNIT, "search_ms": search_ms}))
+                          "search_ms": search_ms}))
     else:
         print(render(app.name, slo, result, search_ms, planner))
     return 0

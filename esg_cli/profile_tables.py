@@ -1,10 +1,12 @@
 """``esg profile export`` and ``esg profile import``: learned tables out of Redis as files, and offline
 tables into Redis as the prior (docs/online-profiles.md §4).
 
-``export`` writes ``OUT/<table>.json`` for every table the schedulers learned, in the format
-``esg profile`` writes (``esg plan --profiles OUT`` and ``esg scheduler --profiles OUT`` read them); a
-table with no measured configuration and no prior has nothing to write and is named. ``import`` checks
-every ``DIR/*.json`` first, then seeds each as its table's prior: the schedulers lay what they measure
+``export`` writes ``OUT/<namespace>/<table>.json`` for every table the schedulers learned (each
+namespace learns its own; ``OUT/<table>.json`` for a table a scheduler with ``--shared-profiles``
+learned), in the format ``esg profile`` writes (``esg plan --profiles OUT/NS`` and ``esg scheduler
+--profiles OUT/NS`` read them); a table with no measured configuration and no prior has nothing to write
+and is named. ``import`` checks every ``DIR/*.json`` first, then seeds each as its table's prior -- for
+every namespace, or with ``--namespace NS`` for that one's alone: the schedulers lay what they measure
 over it. Both are reached as ``esg profile export|import`` (``esg profile-export|profile-import`` too).
 """
 
@@ -25,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser("profile-export", prog="esg profile export", help="write the tables the schedulers learned (esg profile export)",
                        description="Write OUT/<table>.json for every table learned online, in the format "
                                    "esg profile writes.")
-    e.add_argument("--redis", metavar="URL", required=True, type=checks.redis_url, help="the schedulers' Redis")
+    e.add_argument("--redis", metavar="URL", type=checks.redis_url,
+                   help="the schedulers' Redis (env ESG_REDIS, or ESG_REDIS_FILE naming a file holding it)")
     e.add_argument("--out", required=True, type=Path, help="directory for the tables")
     e.add_argument("--topic-prefix", metavar="P", type=checks.topic_prefix, default="",
                    help="the deployment's topic prefix (default none)")
@@ -34,10 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(func=export)
     i = sub.add_parser("profile-import", prog="esg profile import", help="seed Redis with offline tables (esg profile import)",
                        description="Check every DIR/*.json, then store each as its table's prior in Redis.")
-    i.add_argument("--redis", metavar="URL", required=True, type=checks.redis_url, help="the schedulers' Redis")
+    i.add_argument("--redis", metavar="URL", type=checks.redis_url,
+                   help="the schedulers' Redis (env ESG_REDIS, or ESG_REDIS_FILE naming a file holding it)")
     i.add_argument("dir", metavar="DIR", type=Path, help="directory of profile tables")
     i.add_argument("--topic-prefix", metavar="P", type=checks.topic_prefix, default="",
                    help="the deployment's topic prefix (default none)")
+    i.add_argument("--namespace", metavar="NS", type=checks.namespace_name,
+                   help="the prior of this namespace's tables only (default: of every namespace's)")
     i.set_defaults(func=import_)
 
 
@@ -48,10 +54,13 @@ def rewrite(argv: list[str]) -> list[str]:
     return argv
 
 
-def _store(url: str, prefix: str):
+def _store(url: str | None, prefix: str):
     from agent_channel.connect import ChannelError, connect
     from controller_plugin.online import OnlineStore
 
+    url = checks.from_env(url, "ESG_REDIS", checks.redis_url)
+    if not url:
+        raise CliError("no Redis given: pass --redis URL or set ESG_REDIS (or ESG_REDIS_FILE)")
     try:
         return OnlineStore(connect(url), prefix)
     except ChannelError as exc:
@@ -74,6 +83,7 @@ def export(args: argparse.Namespace) -> int:
             continue
         data = p.to_dict()
         data.pop(BOUND_FIELD, None)
+        (args.out / table).parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(args.out / f"{table}.json", data, compact_lists=True)
         written += 1
         print(f"{table}: {len(p.entries)} configurations ({p.extra.get('source', 'offline')}) -> "
@@ -94,6 +104,7 @@ def import_(args: argparse.Namespace) -> int:
     tables = {p.stem: load_profile(p) for p in paths}   # every one checked before anything is written
     store = _store(args.redis, args.topic_prefix)
     for name, prof in tables.items():
-        store.import_table(name, prof)
-        print(f"{name}: {len(prof.entries)} configurations imported as the prior")
+        table = f"{args.namespace}/{name}" if args.namespace else name
+        store.import_table(table, prof)
+        print(f"{table}: {len(prof.entries)} configurations imported as the prior")
     return 0

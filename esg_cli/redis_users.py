@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--redis-host", default="redis:6379", metavar="HOST:PORT",
                    help="the address the URL files name (default redis:6379, the compose service)")
     p.add_argument("--db", type=checks.non_negative_int, default=0, metavar="N", help="the database (default 0)")
+    p.add_argument("--owner", type=_owner, default=None, metavar="UID[:GID]",
+                   help="give the role directories and URL files to this user (run as root; e.g. 10001:10001, the "
+                        "image's esg user, when the processes that read them do not run as the writer)")
     p.set_defaults(func=run)
 
 
@@ -50,6 +53,17 @@ def _names(text: str) -> list[str]:
     for n in names:
         checks.node_name(n)
     return list(dict.fromkeys(names))
+
+
+def _owner(text: str) -> tuple[int, int]:
+    uid, _, gid = text.partition(":")
+    try:
+        ids = int(uid), int(gid or uid)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected UID[:GID], numbers") from None
+    if min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected UID[:GID], numbers")
+    return ids
 
 
 ACL_FILE = Path("acl") / "users.acl"
@@ -85,7 +99,7 @@ def known_passwords(out: Path, names: list[str]) -> dict[str, str]:
 
 
 def write(out: Path, prefix: str, nodes: list[str], host: str, db: int = 0,
-          controllers: tuple[str, ...] = ("0",)) -> list[acl.User]:
+          controllers: tuple[str, ...] = ("0",), owner: tuple[int, int] | None = None) -> list[acl.User]:
     """Write ``users.acl`` and the URL files (module doc); the users."""
     out.mkdir(parents=True, exist_ok=True, mode=0o700)
     names = [acl.ADMIN, acl.SCHEDULER, acl.OBSERVER, *(acl.agent_user(n) for n in nodes)]
@@ -101,6 +115,9 @@ def write(out: Path, prefix: str, nodes: list[str], host: str, db: int = 0,
         with os.fdopen(fd, "w") as f:
             f.write(url_of(u, host, db) + "\n")
         path.chmod(0o600)
+        if owner is not None:
+            os.chown(path.parent, *owner)
+            os.chown(path, *owner)
     return users
 
 
@@ -112,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     if not host or "/" in host or "@" in host:
         raise CliError(f"--redis-host {host!r}: expected HOST:PORT")
     try:
-        users = write(args.out, prefix, args.nodes, host, args.db, tuple(args.controllers))
+        users = write(args.out, prefix, args.nodes, host, args.db, tuple(args.controllers), args.owner)
     except OSError as exc:
         raise CliError(f"--out {args.out}: {exc.strerror or exc}") from None
     print(f"wrote {args.out / ACL_FILE} and {len(users)} URL files (DIR/ROLE/{URL_FILE}, one per user; mode 0600)")

@@ -86,6 +86,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "them (docs/online-profiles.md)")
     p.add_argument("--no-online-profiles", action="store_true",
                    help="plan with the offline tables only: learn nothing, explore nothing")
+    p.add_argument("--shared-profiles", action="store_true",
+                   help="keep what is learned of a table in one place for every namespace (by default each "
+                        "namespace learns its own: no tenant reads or skews another's; docs/security.md)")
     p.add_argument("--policy", default="esg", choices=policy_names(), help="scheduling policy (default esg)")
     p.add_argument("--admission-control", action="store_true",
                    help="answer an activation at once with an application error when not even its app's fastest "
@@ -107,7 +110,7 @@ def settings_from(args: argparse.Namespace):
     from controller_plugin.settings import DEFAULT_STAGE_OVERHEAD_MS, Deadline, Settings, shipped_profiles_dir
 
     kafka = checks.from_env(args.kafka, ENV["kafka"], checks.kafka_address)
-    redis_url = checks.from_env_or_file(args.redis, ENV["redis"], "ESG_REDIS_FILE", checks.redis_url)
+    redis_url = checks.from_env(args.redis, ENV["redis"], checks.redis_url)
     if not kafka:
         raise CliError("no Kafka given: pass --kafka HOST:PORT or set ESG_KAFKA")
     if not redis_url:
@@ -125,7 +128,8 @@ def settings_from(args: argparse.Namespace):
                                                   "0"),
                     profiles_dir=profiles, metrics_port=args.metrics_port, metrics_host=metrics_host,
                     agent_timeout_s=args.agent_timeout_s,
-                    policy=args.policy, online_profiles=not args.no_online_profiles, prewarm=not args.no_prewarm,
+                    policy=args.policy, online_profiles=not args.no_online_profiles,
+                    shared_profiles=args.shared_profiles, prewarm=not args.no_prewarm,
                     explore_fraction=args.explore_fraction, admission_control=args.admission_control,
                     stage_overhead_ms=(DEFAULT_STAGE_OVERHEAD_MS if args.stage_overhead_ms is None
                                        else args.stage_overhead_ms),

@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     env = checks.from_env
-    args.redis = checks.from_env_or_file(args.redis, "ESG_REDIS", "ESG_REDIS_FILE", checks.redis_url)
+    args.redis = checks.from_env(args.redis, "ESG_REDIS", checks.redis_url)
     args.topic_prefix = env(args.topic_prefix, "ESG_TOPIC_PREFIX", checks.topic_prefix, "")
     args.controller_id = env(args.controller_id, "ESG_CONTROLLER_ID", checks.controller_id, "0")
     if not args.redis:

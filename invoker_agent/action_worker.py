@@ -1,9 +1,11 @@
-"""A warm worker: one Python action behind OpenWhisk's action runtime protocol on a loopback port.
+"""A warm worker: one Python action behind OpenWhisk's action runtime protocol on a Unix socket.
 
-Started by :class:`invoker_agent.runner.ProcessWorker` as ``python action_worker.py --port-file F``
-(stdlib only, so nothing but the action's own imports loads before ``/init``; the parent has already set
-``CUDA_VISIBLE_DEVICES`` in this process's environment and pinned its CPUs). It binds 127.0.0.1 on a free
-port, writes the port to ``F`` and serves, one request at a time:
+Started by :class:`invoker_agent.runner.ProcessWorker` inside the worker's sandbox as
+``python action_worker.py --socket S --ready-file F`` (stdlib only, so nothing but the action's own
+imports loads before ``/init``; the agent has already set ``CUDA_VISIBLE_DEVICES`` in this process's
+environment and pinned its CPUs). It listens on the Unix socket ``S`` (the sandbox has no network of the
+host's; the agent reaches the socket through the directory it shares with the sandbox), creates ``F``
+once it listens, and serves, one request at a time:
 
 - ``POST /init`` ``{"value": {"name", "main", "binary", "code", "env"}}`` → 200 ``{"ok": true,
   "esg_batch": bool}``; 403 if already initialised; 502 ``{"error": ...}`` naming the import error.
@@ -32,15 +34,13 @@ import importlib.util
 import io
 import json
 import os
-import shutil
-import signal
-import socket
+import socketserver
 import sys
 import tempfile
 import time
 import types
 import zipfile
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler
 
 BATCH_KEY = "__esg_batch__"
 SENTINEL = "XXX_THE_END_OF_A_WHISK_ACTIVATION_XXX"
@@ -209,34 +209,20 @@ class Handler(BaseHTTPRequestHandler):
         self.send(200, data.encode())
 
 
-def remove_on_exit(directory: str) -> None:
-    """On SIGTERM or SIGHUP (the agent stopped it, or the agent died: the parent-death signal), remove
-    ``directory`` -- the worker's own scratch directory -- and exit."""
-    def stop(_signum, _frame):
-        shutil.rmtree(directory, ignore_errors=True)
-        os._exit(0)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, stop)
+class Server(socketserver.UnixStreamServer):
+    """``http.server``'s handler on a Unix socket (one connection at a time, as the agent uses it)."""
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--port-file", required=True)
-    ap.add_argument("--remove-on-exit", metavar="DIR", help="the worker's scratch directory, removed when "
-                                                              "it is told to stop")
+    ap.add_argument("--socket", required=True, help="the Unix socket to listen on")
+    ap.add_argument("--ready-file", required=True, help="created once the socket listens")
     args = ap.parse_args()
-    if args.remove_on_exit:
-        remove_on_exit(args.remove_on_exit)
-    # the agent starts workers with SIGTERM held (invoker_agent.lifetime): from here on it is handled
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     sys.stdout = StampedStream(sys.__stdout__, "stdout")
     sys.stderr = StampedStream(sys.__stderr__, "stderr")
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    server.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    tmp = args.port_file + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(str(server.server_address[1]))
-    os.replace(tmp, args.port_file)
+    server = Server(args.socket, Handler)
+    with open(args.ready_file, "w"):
+        pass
     server.serve_forever()
 
 

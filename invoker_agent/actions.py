@@ -22,6 +22,10 @@ class ActionNotFound(ActionFetchError):
     pass
 
 
+class ActionForbidden(ActionFetchError):
+    """The caller's own key may not read the action: the caller's error, not the invoker's."""
+
+
 @dataclass(frozen=True)
 class ActionCode:
     """What a worker needs to /init an action: OpenWhisk's ``exec`` plus identity and limits."""
@@ -97,8 +101,9 @@ class ActionFetcher:
         if r.status_code == 404:
             raise ActionNotFound(f"action {fqn} not found in OpenWhisk ({self.api_url})")
         if r.status_code in (401, 403):
-            raise ActionFetchError(f"OpenWhisk refused the credentials for reading action {fqn} "
-                                   f"(HTTP {r.status_code})")
+            error = ActionForbidden if who is not self._auth else ActionFetchError
+            raise error(f"OpenWhisk refused the {'caller' if who is not self._auth else 'agent'}'s credentials "
+                        f"for reading action {fqn} (HTTP {r.status_code})")
         if r.status_code != 200:
             raise ActionFetchError(f"reading action {fqn} from OpenWhisk failed: HTTP {r.status_code}")
         try:

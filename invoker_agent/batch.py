@@ -25,7 +25,7 @@ from dataclasses import replace
 from agent_channel.protocol import BatchResult, DispatchMessage, PrewarmMessage, RunResult
 from esg.nesting import MAX_NESTING, deeper_than
 from invoker_agent import runtime_client as rt
-from invoker_agent.actions import ActionCode, ActionFetcher, ActionFetchError, ActionNotFound
+from invoker_agent.actions import ActionCode, ActionFetcher, ActionFetchError, ActionForbidden, ActionNotFound
 from invoker_agent.data import DataPlane, MissingInput, Write
 from invoker_agent.heartbeat import WarmRegistry
 from invoker_agent.node import NodeAgent
@@ -86,7 +86,7 @@ class BatchRunner:
             # read as the caller (the first request's key; the agent's own key for another kind of key)
             action = self.fetcher.get(fqn, msg.action.revision,
                                       auth=next((r.api_key for r, _ in runnable if r.api_key), None))
-        except ActionNotFound as e:
+        except (ActionNotFound, ActionForbidden) as e:
             return fail(STATUS_DEVELOPER_ERROR, str(e))
         except ActionFetchError as e:
             return fail(STATUS_WHISK_ERROR, str(e))
@@ -104,19 +104,25 @@ class BatchRunner:
             assert ids is not None
             try:
                 # a warm worker serves any batch size on any vCPU count (it is re-pinned in place): only
-                # its slice defines it, as in the emulator's node model
-                key = WorkerKey(action.fqn, action.revision, msg.config.gpu or "cpu", uuid)
+                # its slice defines it, as in the emulator's node model -- and, as OpenWhisk keys its
+                # containers, the namespace that calls it: a batch whose requests come from several
+                # namespaces runs as one batch per namespace, one after the other, each on its own workers
                 spec = WorkerSpec(self.vcpus.host_ids(ids), uuid, msg.action.memory_mb, msg.config)
-                self.warm.note(key, msg.function, msg.config)
-                reqs = [replace(r, value=v if isinstance(v, dict) else {"value": v}, inputs=(),
-                                init_env=dict(r.init_env) if r.init_env else None) for r, v in runnable]
-                log.info("batch %s: %s x%d on vCPUs %s%s", msg.batch_id, action.fqn, len(reqs), list(ids),
+                groups = by_caller(runnable, msg.action.namespace)
+                log.info("batch %s: %s x%d on vCPUs %s%s", msg.batch_id, action.fqn, len(runnable), list(ids),
                          f", MIG {uuid}" if uuid else "")
                 t0, starts = time.perf_counter(), self.node.pool.mark()
                 keep_alive = None if msg.keep_alive_ms is None else msg.keep_alive_ms / 1000
-                out = self.node.run_batch(key, spec, action, reqs, msg.action.timeout_ms, keep_alive)
+                out = []
+                for caller, group in groups.items():
+                    key = WorkerKey(action.fqn, action.revision, msg.config.gpu or "cpu", uuid, caller)
+                    self.warm.note(key, msg.function, msg.config)
+                    reqs = [replace(r, value=v if isinstance(v, dict) else {"value": v}, inputs=(),
+                                    init_env=dict(r.init_env) if r.init_env else None) for r, v in group]
+                    out += self.node.run_batch(key, spec, action, reqs, msg.action.timeout_ms, keep_alive)
                 elapsed_ms = (time.perf_counter() - t0) * 1000
-                overlapped = self.node.pool.starts_since(starts) > 0
+                # a batch split by namespace is not one run of its configuration: nothing learns from it
+                overlapped = self.node.pool.starts_since(starts) > 0 or len(groups) > 1
             finally:
                 self.vcpus.release(ids)
         finally:
@@ -162,16 +168,27 @@ class BatchRunner:
             if ids is None:
                 return PrewarmOutcome(error=f"{msg.config.vcpus} vCPUs not free within {PREWARM_VCPU_WAIT_S:.0f} s")
             try:
-                key = WorkerKey(action.fqn, action.revision, msg.config.gpu or "cpu", uuid)
+                key = WorkerKey(action.fqn, action.revision, msg.config.gpu or "cpu", uuid,
+                                msg.namespace or msg.action.namespace)
                 spec = WorkerSpec(self.vcpus.host_ids(ids), uuid, msg.action.memory_mb, msg.config)
                 self.warm.note(key, msg.function, msg.config)
                 return self.node.pool.prewarm(key, spec, action,
                                               None if msg.keep_alive_ms is None else msg.keep_alive_ms / 1000,
-                                              dict(msg.init_env) if msg.init_env else None, msg.action.timeout_ms)
+                                              dict(msg.init_env) if msg.init_env else None, msg.action.timeout_ms,
+                                              msg.api_key)
             finally:
                 self.vcpus.release(ids)
         finally:
             self.slices.release(uuid)
+
+
+def by_caller(runnable: list, action_namespace: str) -> dict[str, list]:
+    """``(request, input)`` pairs grouped by the namespace that called them (a request that does not say:
+    the action's own), in the order the namespaces first appear."""
+    groups: dict[str, list] = {}
+    for pair in runnable:
+        groups.setdefault(pair[0].namespace or action_namespace, []).append(pair)
+    return groups
 
 
 def _result(r: rt.RuntimeResult) -> RunResult:

@@ -3,24 +3,36 @@
 Each worker is one container of the action kind's runtime image (``openwhisk/action-python-v3.11`` for
 ``python:3.11``, the action's own image for ``blackbox``), limited with ``nano_cpus`` and pinned with
 ``cpuset_cpus`` to its vCPU ids, given its MIG slice with a ``device_requests`` entry naming the MIG UUID
-(the NVIDIA container runtime then sets ``NVIDIA_VISIBLE_DEVICES``), and its port 8080 published on
-127.0.0.1 only. It speaks the same /init + /run protocol through
-:class:`invoker_agent.runtime_client.RuntimeClient`, so :class:`invoker_agent.runner.WorkerPool` drives it
-unchanged (``WorkerPool(factory=DockerWorkerFactory())``).
+(the NVIDIA container runtime then sets ``NVIDIA_VISIBLE_DEVICES``). It speaks the same /init + /run
+protocol through :class:`invoker_agent.runtime_client.RuntimeClient`, so
+:class:`invoker_agent.runner.WorkerPool` drives it unchanged (``WorkerPool(factory=DockerWorkerFactory(node))``).
+
+**Hardening**, as OpenWhisk's invoker starts its action containers (``InvokerReactive``,
+``DockerContainer.create``) and beyond it where it costs a runtime nothing (:func:`container_options`):
+every capability dropped (OpenWhisk drops ``NET_RAW`` and ``NET_ADMIN``) and ``no-new-privileges``; a
+pids limit of 1024 and ``nofile`` 1024:1024; the action's memory limit with no swap (``--memory`` =
+``--memory-swap``); and a network of its own, :data:`NETWORK` (created by the agent if missing, as an
+*internal* bridge with inter-container traffic off): no route out, none to another action's container,
+none to Redis, Kafka or CouchDB. The agent reaches each container's runtime at its address on that
+network, so it runs on the host (or with the host's network). Containers are named and labelled by node;
+those a previous agent of the node left are removed when the factory starts and when it closes, as
+OpenWhisk's invoker removes its ``wsk{N}_`` containers.
 
 Stock runtime images know nothing of the batch entry point, so batches run one ``/run`` per request on
-the warm container. A node without a reachable Docker engine gets a :class:`WorkerStartError` naming it.
+the warm container. A node without a reachable Docker engine gets a :class:`WorkerStartError` naming it;
+an action kind with no runtime image is the developer's error naming the kind.
 """
 
 from __future__ import annotations
 
 import socket
 import time
+import uuid
 from typing import Any
 
 from invoker_agent.actions import ActionCode
 from invoker_agent.runner import WorkerSpec, check_vcpus
-from invoker_agent.runtime_client import RuntimeClient, WorkerStartError
+from invoker_agent.runtime_client import RuntimeClient, UnsupportedKind, WorkerStartError
 from invoker_agent.whole_gpu import cuda_device
 
 RUNTIME_IMAGES = {
@@ -33,24 +45,32 @@ RUNTIME_IMAGES = {
     "nodejs:20": "openwhisk/action-nodejs-v20",
 }
 RUNTIME_PORT = 8080
+#: The network action containers join: internal (no route out), no traffic between containers.
+NETWORK = "esg-actions"
+#: OpenWhisk's limits for action containers (``InvokerReactive``).
+PIDS_LIMIT = 1024
+NOFILE = 1024
+LABEL = "esg.worker"
+NODE_LABEL = "esg.node"
 
 
 def runtime_image(kind: str, image: str | None = None) -> str:
     """The runtime image for an action kind (``blackbox`` actions name their own image)."""
     if kind == "blackbox":
         if not image:
-            raise WorkerStartError("a blackbox action must name its image")
+            raise UnsupportedKind("a blackbox action must name its image")
         return image
     try:
         return RUNTIME_IMAGES[kind]
     except KeyError:
-        raise WorkerStartError(f"no runtime image known for action kind {kind!r} "
-                               f"(known: {', '.join(sorted(RUNTIME_IMAGES))})") from None
+        raise UnsupportedKind(f"action kind {kind!r} is not supported by this invoker: --runner docker has "
+                              f"runtime images for {', '.join(sorted(RUNTIME_IMAGES))} and blackbox") from None
 
 
-def container_options(spec: WorkerSpec, image: str, name: str | None = None) -> dict[str, Any]:
+def container_options(spec: WorkerSpec, image: str, name: str | None = None, network: str = NETWORK,
+                      node: str = "") -> dict[str, Any]:
     """The keyword arguments of ``client.containers.run`` for a worker (pure: unit-tested)."""
-    from docker.types import DeviceRequest
+    from docker.types import DeviceRequest, Ulimit
 
     if not spec.vcpus:
         raise WorkerStartError("a worker needs at least one vCPU")
@@ -61,8 +81,13 @@ def container_options(spec: WorkerSpec, image: str, name: str | None = None) -> 
         "nano_cpus": int(len(spec.vcpus) * 1e9),
         "cpuset_cpus": ",".join(str(c) for c in spec.vcpus),
         "mem_limit": f"{spec.memory_mb}m",
-        "ports": {f"{RUNTIME_PORT}/tcp": ("127.0.0.1", None)},
-        "labels": {"esg.worker": "1", "esg.mig": spec.mig_uuid or ""},
+        "memswap_limit": f"{spec.memory_mb}m",          # no swap beyond the memory limit
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "pids_limit": PIDS_LIMIT,
+        "ulimits": [Ulimit(name="nofile", soft=NOFILE, hard=NOFILE)],
+        "network": network,
+        "labels": {LABEL: "1", NODE_LABEL: node, "esg.mig": spec.mig_uuid or ""},
         "environment": {"OMP_NUM_THREADS": str(len(spec.vcpus))},
     }
     if spec.mig_uuid:
@@ -73,6 +98,12 @@ def container_options(spec: WorkerSpec, image: str, name: str | None = None) -> 
     if name:
         opts["name"] = name
     return opts
+
+
+def network_options(name: str = NETWORK) -> dict[str, Any]:
+    """The keyword arguments of ``client.networks.create`` for the actions' network (pure)."""
+    return {"name": name, "driver": "bridge", "internal": True, "labels": {LABEL: "1"},
+            "options": {"com.docker.network.bridge.enable_icc": "false"}}
 
 
 def docker_client():
@@ -95,9 +126,13 @@ class DockerWorker:
     """One OpenWhisk runtime container."""
 
     def __init__(self, spec: WorkerSpec, kind: str = "python:3.11", image: str | None = None,
-                 client=None, start_timeout_s: float = 60.0) -> None:
+                 client=None, start_timeout_s: float = 60.0, network: str = NETWORK, node: str = "",
+                 name: str | None = None) -> None:
         self.spec = spec
         self.image = runtime_image(kind, image)
+        self.network = network
+        self.node = node
+        self.name = name
         self._client = client
         self.start_timeout_s = start_timeout_s
         self.container = None
@@ -110,25 +145,25 @@ class DockerWorker:
         client = self._client or docker_client()
         from docker.errors import DockerException
         try:
-            self.container = client.containers.run(**container_options(self.spec, self.image))
+            self.container = client.containers.run(**container_options(self.spec, self.image, self.name,
+                                                                       self.network, self.node))
             self.container.reload()
-            binding = self.container.attrs["NetworkSettings"]["Ports"][f"{RUNTIME_PORT}/tcp"][0]
-            port = int(binding["HostPort"])
+            host = self.container.attrs["NetworkSettings"]["Networks"][self.network]["IPAddress"]
         except (DockerException, KeyError, IndexError, TypeError) as e:
             self.kill()
             raise WorkerStartError(f"could not start runtime container {self.image}: {e}") from None
         deadline = time.monotonic() + self.start_timeout_s
         while True:                       # the runtime proxy listens a moment after the container starts
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                with socket.create_connection((host, RUNTIME_PORT), timeout=1):
                     break
             except OSError:
                 if time.monotonic() > deadline or not self.alive():
                     self.kill()
-                    raise WorkerStartError(f"runtime container {self.image} never listened on :{RUNTIME_PORT}") \
+                    raise WorkerStartError(f"runtime container {self.image} never listened on {host}:{RUNTIME_PORT}") \
                         from None
                 time.sleep(0.05)
-        self.rt = RuntimeClient(f"http://127.0.0.1:{port}")
+        self.rt = RuntimeClient(f"http://{host}:{RUNTIME_PORT}")
 
     def init(self, payload: dict[str, Any], timeout_s: float) -> tuple[int, Any]:
         return self.rt.post("/init", payload, timeout_s)
@@ -174,13 +209,51 @@ class DockerWorker:
 
 
 class DockerWorkerFactory:
-    """``WorkerPool(factory=DockerWorkerFactory())``: one engine client shared by its workers."""
+    """``WorkerPool(factory=DockerWorkerFactory(node))``: one engine client shared by the node's workers.
+    Starting it checks the engine, makes the actions' network if missing, and removes the node's
+    containers a previous agent left; :meth:`cleanup` removes them again when the agent stops."""
 
-    def __init__(self) -> None:
-        self._client = None
+    def __init__(self, node: str = "", network: str = NETWORK, client=None) -> None:
+        self.node = node
+        self.network = network
+        self._client = client or docker_client()
+        self._count = 0
+        ensure_network(self._client, network)
+        self.cleanup()
 
     def __call__(self, spec: WorkerSpec, action: ActionCode) -> DockerWorker:
-        image = runtime_image(action.kind or "python:3", action.image)
-        if self._client is None:
-            self._client = docker_client()
-        return DockerWorker(spec, action.kind or "python:3", image, client=self._client)
+        kind = action.kind or "python:3"
+        image = runtime_image(kind, action.image)
+        self._count += 1
+        name = f"esg_{self.node}_{self._count}_{uuid.uuid4().hex[:8]}" if self.node else None
+        return DockerWorker(spec, kind, image, client=self._client, network=self.network, node=self.node,
+                            name=name)
+
+    def cleanup(self) -> int:
+        """Remove every container of this node's workers (running or not); how many went."""
+        from docker.errors import DockerException
+        try:
+            leftovers = self._client.containers.list(all=True, filters={"label": [f"{LABEL}=1",
+                                                                                  f"{NODE_LABEL}={self.node}"]})
+        except DockerException:
+            return 0
+        for c in leftovers:
+            try:
+                c.remove(force=True)
+            except DockerException:
+                pass
+        return len(leftovers)
+
+
+def ensure_network(client, name: str = NETWORK) -> None:
+    """The actions' network, created (:func:`network_options`) when the engine has none of that name."""
+    from docker.errors import DockerException, NotFound
+    try:
+        client.networks.get(name)
+    except NotFound:
+        try:
+            client.networks.create(**network_options(name))
+        except DockerException as e:
+            raise WorkerStartError(f"--runner docker: cannot create the actions' network {name}: {e}") from None
+    except DockerException as e:
+        raise WorkerStartError(f"--runner docker: cannot read the actions' network {name}: {e}") from None

@@ -1,7 +1,9 @@
 """The reconciler's crash journal: the MIG step in progress on each GPU, in one JSON file.
 
 An entry is written (temporary file, fsync, atomic rename) *before* each step and cleared after it,
-so after a crash the file names exactly the step that may be half done.
+so after a crash the file names exactly the step that may be half done. The file is the agent's alone
+(mode 0600), and no worker's sandbox mounts it: no action can rewrite it to keep the agent from
+restarting.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ class Journal:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             json.dump({"version": 1, "gpus": {str(k): v for k, v in self._entries.items()}}, f)
             f.flush()
             os.fsync(f.fileno())

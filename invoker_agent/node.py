@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 from agent_channel.protocol import RunRequest
@@ -21,9 +22,10 @@ from invoker_agent.actions import ActionCode
 from invoker_agent.mig_backend import GpuInfo, MigBackend, MigOperationError
 from invoker_agent.nvml_backend import open_backend
 from invoker_agent.reconcile import DesiredLayout, GpuReport, Reconciler
-from invoker_agent.runner import ProcessWorker, WorkerFactory, WorkerKey, WorkerPool, WorkerSpec
+from invoker_agent.runner import DeviceLookup, ProcessWorker, WorkerFactory, WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.runtime_client import RuntimeResult
-from invoker_agent.whole_gpu import WholeGpuBackend
+from invoker_agent.sandbox import Mount, gpu_devices, sandbox
+from invoker_agent.whole_gpu import WholeGpuBackend, cuda_device
 
 
 class NodeAgent:
@@ -51,11 +53,11 @@ class NodeAgent:
                 raise ValueError("--runner twin needs its profiles (--profiles DIR)")
             factory = worker_factory
         elif runner == "process":
-            factory = ProcessWorker
+            sandbox()                             # fail at start-up, by name, where no sandbox can be made
+            factory = partial(ProcessWorker, devices=_device_lookup(backend))
         elif runner == "docker":
-            from invoker_agent.docker_runner import DockerWorkerFactory, docker_client
-            docker_client()                       # fail at start-up, by name, if no engine answers
-            factory = DockerWorkerFactory()
+            from invoker_agent.docker_runner import DockerWorkerFactory
+            factory = DockerWorkerFactory(name)   # fails at start-up, by name, if no engine answers
         else:
             raise ValueError(f"unknown runner {runner!r} (process, docker or twin)")
         slice_exists = _slice_checker(backend)
@@ -117,6 +119,28 @@ class NodeAgent:
 
     def close(self) -> None:
         self.pool.shutdown()
+        cleanup = getattr(self.pool.factory, "cleanup", None)   # the docker runner's leftover containers
+        if cleanup is not None:
+            cleanup()
+
+
+def _device_lookup(backend: MigBackend) -> DeviceLookup:
+    """The device nodes a sandboxed worker needs for a MIG instance (or a whole GPU's slot), by its UUID:
+    those of its GPU and of that instance alone (:func:`invoker_agent.sandbox.gpu_devices`; none on the
+    fake)."""
+    def lookup(uuid: str) -> list[Mount]:
+        try:
+            for g in backend.gpus():
+                if g.uuid == cuda_device(uuid):
+                    return gpu_devices(g.index)
+                if g.mig_enabled:
+                    for c in backend.compute_instances(g.index):
+                        if c.mig_uuid == uuid:
+                            return gpu_devices(g.index, c.gi_id, c.ci_id)
+        except MigOperationError:
+            pass
+        return []
+    return lookup
 
 
 def _slice_checker(backend: MigBackend):

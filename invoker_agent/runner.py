@@ -1,9 +1,12 @@
 """Warm workers pinned to a MIG slice and vCPUs, and the pool that runs batches on them.
 
-``--runner process``: a worker is a subprocess (:mod:`invoker_agent.action_worker`) speaking OpenWhisk's
-action runtime protocol over HTTP on a loopback port. Its environment gets
-``CUDA_VISIBLE_DEVICES=MIG-<uuid>`` (empty for CPU-only work, hiding every GPU) before anything starts
-in it, and its CPU affinity is set with ``os.sched_setaffinity`` to the assigned vCPU ids.
+``--runner process``: a worker is a runtime process -- :mod:`invoker_agent.action_worker` for Python kinds,
+``node_runtime.js`` for Node.js kinds (:mod:`invoker_agent.runtimes`) -- in a sandbox of its own
+(:mod:`invoker_agent.sandbox`: its own uid and namespaces, no network, the action's memory limit, a
+seccomp filter), speaking OpenWhisk's action runtime protocol over HTTP on a Unix socket. Its
+environment gets ``CUDA_VISIBLE_DEVICES=MIG-<uuid>`` (empty for CPU-only work, hiding every GPU) and
+nothing of the agent's; its processes are pinned to the assigned vCPU ids. A kind the runner has no
+runtime for is the developer's error naming it (status 2), never a fault of the invoker.
 ``--runner docker`` uses :class:`invoker_agent.docker_runner.DockerWorker` behind the same pool.
 
 **Batches.** If the action defines ``main_batch(list_of_args) -> list_of_results`` (``<main>_batch``
@@ -12,11 +15,13 @@ and whose result is ``{"__esg_batch__": [results, ...]}``, under one time limit 
 Otherwise the batch runs as one ``/run`` per request on the same warm worker, each with the action's
 time limit. Each request gets its own :class:`RuntimeResult` (OpenWhisk's status codes, :mod:`agent_channel.protocol`).
 
-**Failures never kill the agent.** A time limit exceeded kills the worker (result 2, ``timeout``); a
-worker that dies or replies garbage gives result 3 and is replaced on the next request; an /init failure
+**Failures never kill the agent.** A time limit exceeded kills the worker (result 2, ``timeout``) and
+every process it started; a worker that dies or replies garbage gives result 2 and is replaced on the
+next request; an /init failure
 (e.g. an import error) gives result 2 naming it, and the pool keeps working.
 
-:class:`WorkerPool` keys warm workers by :class:`WorkerKey` (action, revision, config, slice UUID),
+:class:`WorkerPool` keys warm workers by :class:`WorkerKey` (calling namespace, action, revision, config,
+slice UUID),
 reuses idle ones, evicts those idle longer than their TTL, and reports which MIG slices are busy (the
 reconciler never destroys those). Each worker has its own TTL: the keep-alive of the batch (or
 pre-warm) that last left it idle, else the pool's ``idle_ttl_s``. :meth:`WorkerPool.prewarm` starts
@@ -30,14 +35,12 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from agent_channel.protocol import RunRequest
@@ -45,7 +48,6 @@ from esg.model import Config
 from invoker_agent import scratch
 from invoker_agent.action_worker import log_line
 from invoker_agent.actions import ActionCode
-from invoker_agent.lifetime import die_with_parent
 from invoker_agent.runtime_client import (
     BATCH_KEY,
     SENTINEL,
@@ -53,29 +55,39 @@ from invoker_agent.runtime_client import (
     RuntimeCrashed,
     RuntimeResult,
     RuntimeTimeout,
+    UnsupportedKind,
     Worker,
     WorkerStartError,
     classify,
     crash_result,
     timeout_result,
 )
+from invoker_agent.runtimes import runtime_for
+from invoker_agent.sandbox import Limits, Mount, pin_tree, sandbox, tree
 from invoker_agent.whole_gpu import cuda_device
 from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
-WORKER_SCRIPT = Path(__file__).with_name("action_worker.py")
 #: How much of a worker's log one read takes (reads go on while they come back full).
 LOG_READ = 1 << 16
-_INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "SYSTEMROOT")
+#: A worker's log file, once read past this, is emptied (what one run may write is bounded by its
+#: sandbox's file-size limit, :class:`invoker_agent.sandbox.Limits`).
+LOG_KEEP = 1 << 20
+_INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+#: What a worker's MIG slice needs mounted: its device nodes, by MIG UUID (:func:`invoker_agent.sandbox.gpu_devices`).
+DeviceLookup = Callable[[str], list[Mount]]
 
 
 @dataclass(frozen=True)
 class WorkerKey:
-    """Warm workers are shared only between requests with the same key."""
+    """Warm workers are shared only between requests with the same key: as OpenWhisk keys its
+    containers, by the calling namespace, the action and its revision (and here the slice), so a worker
+    that served one namespace never serves another."""
 
     action: str                 # fully qualified action name
     revision: str
     config: str                 # e.g. "2c/3g.20gb": vCPUs and MIG profile (any batch size runs on it)
     slice_uuid: str | None      # MIG UUID, None for CPU only
+    namespace: str = ""         # the calling namespace (the activation's user's, not the action's)
 
 
 @dataclass(frozen=True)
@@ -90,8 +102,10 @@ class WorkerSpec:
 
 
 def worker_env(spec: WorkerSpec, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """A worker's whole environment: a few inherited basics, GPU visibility and thread counts."""
+    """A worker's whole environment: a few inherited basics (never a secret of the agent's), its private
+    ``/tmp``, GPU visibility and thread counts."""
     env = {k: os.environ[k] for k in _INHERITED_ENV if k in os.environ}
+    env.update(HOME="/tmp", TMPDIR="/tmp")          # the sandbox's own, private /tmp
     env["CUDA_VISIBLE_DEVICES"] = cuda_device(spec.mig_uuid)
     env["PYTHONUNBUFFERED"] = "1"
     n = str(max(1, len(spec.vcpus)))
@@ -110,47 +124,49 @@ def check_vcpus(vcpus: tuple[int, ...]) -> None:
 
 
 class ProcessWorker:
-    """A subprocess runtime on a loopback port (``--runner process``)."""
+    """A runtime process in a sandbox of its own (``--runner process``, :mod:`invoker_agent.sandbox`),
+    reached on a Unix socket in its directory."""
 
     def __init__(self, spec: WorkerSpec, action: ActionCode | None = None, start_timeout_s: float = 20.0,
-                 extra_env: dict[str, str] | None = None) -> None:
-        if action is not None and action.kind and not action.kind.startswith("python"):
-            raise WorkerStartError(f"--runner process runs Python actions only, not {action.kind!r} "
-                                   f"({action.fqn}); an agent started as 'esg agent --runner docker' runs the "
-                                   "other kinds in OpenWhisk's runtime images")
+                 extra_env: dict[str, str] | None = None, devices: DeviceLookup | None = None) -> None:
+        self.runtime = runtime_for(action.kind if action is not None else "python:3")    # UnsupportedKind
         self.spec = spec
         self.start_timeout_s = start_timeout_s
         self.extra_env = dict(extra_env or {})   # e.g. ESG_ACTION_THREADS, set before the worker starts
+        self.devices = devices
         self.init_ms: float | None = None
         self.batch_capable = False
         self.proc: subprocess.Popen | None = None
         self.client: RuntimeClient | None = None
-        # owned by this agent: if the agent is killed before the worker runs (and could remove it on its
-        # way out), the next agent's start, or its next worker's, sweeps it
+        self.uid: int | None = None
+        # Owned by this agent: its log (outside the sandbox, written by the worker's inherited descriptor)
+        # and ``run/`` for the runtime's socket, the one directory the sandbox shares. If the agent is killed
+        # the worker dies with it and the next agent's start, or its next worker's, sweeps the directory.
         self.dir = scratch.make("worker-")
+        self.dir.chmod(0o711)           # the worker's uid may pass through to run/, not list or read
+        self.run_dir = self.dir / "run"
+        self.run_dir.mkdir()
         self.log_path = self.dir / "action.log"
         self._log_offset = 0
         self._log_fd: int | None = None
+        self._sandbox = None
 
     def start(self) -> None:
         check_vcpus(self.spec.vcpus)
-        port_file = self.dir / "port"
-        # The worker's temporary files (an unpacked zip action, whatever the action writes) go in its own
-        # directory, removed with it; if the agent dies, the worker removes it on the way out.
-        env = worker_env(self.spec, {**self.extra_env, "TMPDIR": str(self.dir)})
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-u", str(WORKER_SCRIPT), "--port-file", str(port_file),
-                 "--remove-on-exit", str(self.dir)],
-                env=env, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent(hold=True))
+        box = sandbox()
+        limits = Limits(self.spec.memory_mb, self.spec.vcpus)
+        env = worker_env(self.spec, self.extra_env)
+        devices = self.devices(self.spec.mig_uuid) if self.devices is not None and self.spec.mig_uuid else []
+        log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         try:
-            os.sched_setaffinity(self.proc.pid, self.spec.vcpus)
-        except OSError as e:
-            self.kill()
-            raise WorkerStartError(f"cannot pin worker to vCPUs {list(self.spec.vcpus)}: {e}") from e
+            self.proc, self.uid = box.start(self.runtime.command, self.run_dir, [*self.runtime.mounts, *devices],
+                                            limits, env, log)
+        finally:
+            os.close(log)
+        self._sandbox = box
+        ready = self.run_dir / "ready"
         deadline = time.monotonic() + self.start_timeout_s
-        while not port_file.exists():
+        while not ready.exists():
             if self.proc.poll() is not None:
                 raise WorkerStartError(f"worker exited at start with code {self.proc.returncode}: "
                                        f"{self.log_tail()}")
@@ -158,12 +174,12 @@ class ProcessWorker:
                 self.kill()
                 raise WorkerStartError(f"worker not ready after {self.start_timeout_s:.0f} s")
             time.sleep(0.002)
-        self.client = RuntimeClient(f"http://127.0.0.1:{int(port_file.read_text())}")
+        self.client = RuntimeClient(f"unix:{self.run_dir / 'rt.sock'}")
 
     def pin(self, vcpus: tuple[int, ...]) -> None:
         if self.proc is not None and vcpus != self.spec.vcpus:
             check_vcpus(vcpus)
-            os.sched_setaffinity(self.proc.pid, vcpus)
+            pin_tree(self.proc.pid, vcpus)
             self.spec = WorkerSpec(vcpus, self.spec.mig_uuid, self.spec.memory_mb)
 
     def init(self, payload: dict[str, Any], timeout_s: float) -> tuple[int, Any]:
@@ -210,6 +226,12 @@ class ProcessWorker:
                     break
         except OSError:
             pass
+        if self._log_offset > LOG_KEEP:     # read: the file starts again (the worker appends), so what it
+            try:                            # prints over its life never fills the disk, only one run can
+                os.truncate(self.log_path, 0)
+                self._log_offset = 0
+            except OSError:
+                pass
         data = b"".join(chunks)
         lines = [ln for ln in data.decode(errors="replace").splitlines() if ln != SENTINEL]
         return stamped(lines[-limit:])
@@ -221,14 +243,20 @@ class ProcessWorker:
             os.close(self._log_fd)
             self._log_fd = None
         if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            # bwrap's death kills the sandbox's first process, and with it the whole PID namespace; each
+            # is killed here too, so none is left when this returns (the kernel's part is asynchronous)
+            for pid in reversed(tree(self.proc.pid)):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
+        if self.uid is not None and self._sandbox is not None:
+            self._sandbox.uids.give_back(self.uid)
+            self.uid = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -442,7 +470,8 @@ class WorkerPool:
         return self._starts.since(mark)
 
     def prewarm(self, key: WorkerKey, spec: WorkerSpec, action: ActionCode, keep_alive_s: float | None,
-                init_env: dict[str, Any] | None = None, time_limit_ms: int | None = None) -> PrewarmOutcome:
+                init_env: dict[str, Any] | None = None, time_limit_ms: int | None = None,
+                api_key: str | None = None) -> PrewarmOutcome:
         """Start and ``/init`` a worker for ``key`` without running anything; it then waits idle for at
         most ``keep_alive_s`` (None: the pool's ``idle_ttl_s``). An idle worker of ``key`` already there is
         left as it is (``warm``), kept at least that long."""
@@ -460,7 +489,7 @@ class WorkerPool:
             return PrewarmOutcome(error=f"MIG slice {key.slice_uuid} does not exist on this node")
         limit_ms = int(time_limit_ms or action.timeout_ms)
         with self._slice_busy(key):
-            entry, init_ms, failure = self._ready_worker(key, spec, action, limit_ms, init_env)
+            entry, init_ms, failure = self._ready_worker(key, spec, action, limit_ms, init_env, api_key)
         if failure is not None:
             return PrewarmOutcome(init_ms=init_ms, error=str(failure[1].get("error", failure[1])))
         if init_ms is None:         # an idle worker appeared meanwhile and was taken: back idle, kept this long
@@ -488,7 +517,8 @@ class WorkerPool:
         results: list[RuntimeResult] = []
         pending = list(requests)
         while pending:
-            entry, init_ms, failure = self._ready_worker(key, spec, action, limit_ms, pending[0].init_env)
+            entry, init_ms, failure = self._ready_worker(key, spec, action, limit_ms, pending[0].init_env,
+                                                         pending[0].api_key)
             if failure is not None:
                 code, body, timed_out = failure
                 results += [_fail(r, code, body, len(requests), timeout=timed_out, init_ms=init_ms)
@@ -507,10 +537,11 @@ class WorkerPool:
             self._checkin(key, entry, keep=alive, ttl_s=keep_alive_s)
         return results
 
-    def _ready_worker(self, key, spec, action, limit_ms, init_env=None):
+    def _ready_worker(self, key, spec, action, limit_ms, init_env=None, api_key: str | None = None):
         """A warm worker, or a new one started and /init-ed (with its cold start time), or a failure.
         A new worker's environment is ``init_env`` (the activation's init arguments) and OpenWhisk's
-        ``__OW_*`` values, which win (``ContainerProxy``: ``env ++ owEnv``); a warm one keeps its own."""
+        ``__OW_*`` values -- the key's calling namespace, the caller's ``api_key`` where the action is
+        given it -- which win (``ContainerProxy``: ``env ++ owEnv``); a warm one keeps its own."""
         entry = self._checkout(key)
         if entry is not None:
             try:
@@ -526,6 +557,9 @@ class WorkerPool:
             worker = self.factory(spec, action)
             with self._starts.starting(getattr(worker, "start_loads_host", True)):
                 worker.start()
+        except UnsupportedKind as e:       # the action's kind: the developer's error, not the invoker's
+            _discard(worker)
+            return None, None, (STATUS_DEVELOPER_ERROR, {"error": str(e)}, False)
         except WorkerStartError as e:
             _discard(worker)
             return None, None, (STATUS_WHISK_ERROR, {"error": f"could not start a worker: {e}"}, False)
@@ -535,7 +569,7 @@ class WorkerPool:
                                 False)
         self.cold_starts += 1
         payload = {"value": {"name": action.name, "main": action.main, "binary": action.binary,
-                             "code": action.code, "env": {**(init_env or {}), **_init_env(action)}}}
+                             "code": action.code, "env": {**(init_env or {}), **_init_env(action, key.namespace, api_key)}}}
         try:
             status, body = worker.init(payload, limit_ms / 1000)
         except RuntimeTimeout:
@@ -639,15 +673,34 @@ def _fail(req: RunRequest, code: int, body: dict, batch_size: int, timeout: bool
                      {"timeout": True} if timeout else {}, started_ms=_epoch_ms(t0))
 
 
-def _init_env(action: ActionCode) -> dict[str, str]:
-    return {"__OW_NAMESPACE": action.namespace, "__OW_ACTION_NAME": action.fqn,
-            "__OW_ACTION_VERSION": action.revision}
+def provides_api_key(action: ActionCode) -> bool:
+    """Whether the action is given its caller's API key: OpenWhisk's ``provide-api-key`` annotation,
+    truthy or absent (``ContainerProxy``; the controller adds it as false to actions it creates)."""
+    if "provide-api-key" not in action.annotations:
+        return True
+    value = action.annotations["provide-api-key"]
+    if isinstance(value, str):
+        return value != ""
+    return bool(value) if isinstance(value, bool | int | float) or value is None else True
+
+
+def _init_env(action: ActionCode, namespace: str = "", api_key: str | None = None) -> dict[str, str]:
+    """OpenWhisk's ``__OW_*`` values at ``/init``: ``namespace`` is the caller's (the action's own when
+    not said)."""
+    env = {"__OW_NAMESPACE": namespace or action.namespace, "__OW_ACTION_NAME": action.fqn,
+           "__OW_ACTION_VERSION": action.revision}
+    if api_key and provides_api_key(action):
+        env["__OW_API_KEY"] = api_key
+    return env
 
 
 def _run_body(action: ActionCode, req: RunRequest, value: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"value": value, "namespace": action.namespace, "action_name": action.fqn,
+    """A ``/run`` body, as ``ContainerProxy`` sends it: ``namespace`` is the caller's."""
+    body: dict[str, Any] = {"value": value, "namespace": req.namespace or action.namespace, "action_name": action.fqn,
                             "action_version": action.revision, "activation_id": req.activation_id,
                             "transaction_id": req.transaction_id}
     if req.time_limit_at_ms is not None:
         body["deadline"] = str(int(req.time_limit_at_ms))
+    if req.api_key and provides_api_key(action):
+        body["api_key"] = req.api_key
     return body

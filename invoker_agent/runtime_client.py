@@ -33,6 +33,11 @@ class WorkerStartError(RuntimeError):
     """A worker could not be started (bad vCPU ids, missing engine, runtime never became ready)."""
 
 
+class UnsupportedKind(WorkerStartError):
+    """The action's kind is one this runner has no runtime for: the developer's error (status 2) naming
+    the kind, never the invoker's fault, so no tenant can make an invoker look unhealthy with it."""
+
+
 @dataclass
 class RuntimeResult:
     """What the runtime answered for one activation, as the agent measured it; the agent's data plane
@@ -106,8 +111,27 @@ class _Connection(http.client.HTTPConnection):
             super().send(data)
 
 
+class _UnixConnection(_Connection):
+    """The same, to a runtime's Unix socket (a sandboxed worker's: it has no network of the host's)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
 class RuntimeClient:
-    """HTTP client of one runtime endpoint (``http://127.0.0.1:PORT``), one kept-alive connection.
+    """HTTP client of one runtime endpoint (``http://127.0.0.1:PORT``, or ``unix:PATH`` for a socket),
+    one kept-alive connection.
 
     The standard library's client: a /run is on every batch's path, and a general-purpose HTTP library
     costs a millisecond of CPU per call where this costs a tenth of that. A failed call drops the
@@ -116,9 +140,11 @@ class RuntimeClient:
 
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url.rstrip("/")
-        parts = urlsplit(self.base_url)
-        self.host = parts.hostname or "127.0.0.1"
-        self.port = parts.port or 80
+        self.unix_path = base_url[len("unix:"):] if base_url.startswith("unix:") else None
+        self.host, self.port = "localhost", 0
+        if self.unix_path is None:
+            parts = urlsplit(self.base_url)
+            self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self._conn: _Connection | None = None
         self.last_body = b""
         """The bytes of the last reply (its JSON as the runtime wrote it)."""
@@ -151,14 +177,16 @@ class RuntimeClient:
     def _connect(self, timeout_s: float) -> _Connection:
         if self._conn is not None:
             return self._conn
-        conn = _Connection(self.host, self.port, timeout=timeout_s)
+        conn = (_Connection(self.host, self.port, timeout=timeout_s) if self.unix_path is None
+                else _UnixConnection(self.unix_path, timeout_s))
         try:
             conn.connect()
         except TimeoutError:
             raise RuntimeCrashed(f"connect to {self.base_url} timed out") from None
         except OSError as e:
             raise RuntimeCrashed(type(e).__name__) from None
-        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.unix_path is None:
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._conn = conn
         return conn
 

@@ -25,7 +25,13 @@ matched by exactly one rule of :data:`RULES`, which says how it is exercised:
 * ``external``: Docker, ``kubectl``, ``helm`` or ``curl`` against a real OpenWhisk, which this machine lacks:
   the deployment files they name must exist (``tests/deploy/`` validates those files offline);
 * ``key``: a shell variable holding an API key: it must be OpenWhisk's public guest key, which the
-  stand-in and OpenWhisk's own deployments know.
+  stand-in and OpenWhisk's own deployments know;
+* ``env``: ``export`` of settings (secrets go in the environment or in files, never on a command line):
+  each variable must be one the code reads, or its ``_FILE`` form.
+
+Variables set before a command (``VAR=value esg ...``) or exported earlier in its block are its
+environment: the rules above see the command without them, and ``checked`` and ``deploy`` run with them
+(a ``_FILE`` variable pointing at a file that holds a value of the right form).
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ RULES: list[tuple[str, str]] = [           # (regular expression on the command,
     (r"^esg (replay|status) .*\[", "synopsis"),
     (r"^esg (plan|mig layouts) ", "run"),
     (r"^esg (bench search|emulate --|profile )", "small"),
-    (r"^(scripts/)?esg (up|agent --redis)", "checked"),
+    (r"^(scripts/)?esg (up|agent --openwhisk-api)", "checked"),
     (r"^esg COMMAND --help$", "every help"),
     (r"^esg (agent|scheduler|bench search|emulate|plan|profile|up|status)( --fake-gpu \S+)?$", "parsed"),
     (r"^wsk ", "wsk"),
@@ -73,24 +79,71 @@ RULES: list[tuple[str, str]] = [           # (regular expression on the command,
     (r"^python -m actions\.deploy$", "help"),
     (r"^(docker|kubectl|helm|curl) ", "external"),
     (r"^KEY=", "key"),
+    (r"^export ", "env"),
 ]
+#: Values of the settings the README's variables hold, for the commands checked with them.
+SETTING_VALUES = {"ESG_REDIS": "redis://:pw@127.0.0.1:1/0", "ESG_OPENWHISK_AUTH": GUEST_KEY,
+                  "ESG_ACTIVATION_STORE": "http://u:pw@127.0.0.1:1/whisk_local_activations"}
+ASSIGNMENT = re.compile(r"^\[?(ESG_[A-Z0-9_]*)=(\S*?)\]?$")
 INLINE = re.compile(r"`((?:esg |scripts/|python -m |PYTHONPATH=|wsk )[^`]*)`")
 
 
+ENVS: dict[str, dict[str, str]] = {}
+"""Each command's environment: the variables set before it and those its block exported earlier."""
+
+
 def readme_commands() -> list[str]:
-    """Each command line of the README's ``sh`` blocks (continuations joined, comments dropped), then the
-    commands written inline in its prose."""
+    """Each command line of the README's ``sh`` blocks (continuations joined, comments dropped, variables
+    set before it moved to :data:`ENVS`), then the commands written inline in its prose."""
     text = README.read_text()
     out: list[str] = []
     for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        exported: dict[str, str] = {}
         # a line ending in a backslash, or followed by an indented line, goes on on the next one
         for line in re.sub(r"\\\n|\n(?=[ \t]+\S)", " ", block).splitlines():
             words = shlex.split(line, comments=True)
-            if words:
+            if not words:
+                continue
+            if words[0] == "export":
+                exported.update(_assignments(words[1:]))
                 out.append(shlex.join(words))
+                continue
+            env = dict(exported)
+            while words and ASSIGNMENT.match(words[0]) and len(words) > 1:
+                env.update(_assignments(words[:1]))
+                words = words[1:]
+            command = shlex.join(words)
+            out.append(command)
+            ENVS.setdefault(command, {}).update(env)
     prose = re.sub(r"```.*?```", "", text, flags=re.S)
-    out += [" ".join(m.split()) for m in INLINE.findall(prose)]
+    for m in INLINE.findall(prose):
+        words = m.split()
+        env = {}
+        while words and ASSIGNMENT.match(words[0]) and len(words) > 1:
+            env.update(_assignments(words[:1]))
+            words = words[1:]
+        out.append(" ".join(words))
+        ENVS.setdefault(" ".join(words), {}).update(env)
     return list(dict.fromkeys(out))
+
+
+def _assignments(words: list[str]) -> dict[str, str]:
+    return {m.group(1): m.group(2) for m in map(ASSIGNMENT.match, words) if m}
+
+
+def _environment(command: str, tmp: Path) -> dict[str, str]:
+    """The command's README variables with values of their form (a ``_FILE`` one names a file holding one)."""
+    env = {}
+    for name in ENVS.get(command, {}):
+        setting = name.removesuffix("_FILE")
+        value = SETTING_VALUES.get(setting, "x")
+        if name.endswith("_FILE"):
+            path = tmp / setting
+            path.write_text(value + "\n")
+            env[name] = str(path)
+        else:
+            env[name] = value
+    return env
 
 
 def rule(command: str) -> str | None:
@@ -125,11 +178,13 @@ def test_run(command, tmp_path):
 
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if rule(c) == "checked"])
-def test_checked(command, monkeypatch):
+def test_checked(command, monkeypatch, tmp_path):
     import importlib
 
     for k in [k for k in __import__("os").environ if k.startswith("ESG_")]:
         monkeypatch.delenv(k)
+    for k, v in _environment(command, tmp_path).items():
+        monkeypatch.setenv(k, v)
     words = shlex.split(command)
     assert words[0] in ("esg", "scripts/esg")
     args = _parse(words[1:])
@@ -228,7 +283,7 @@ def test_wsk_commands_declare_an_app_the_scheduler_plans():
 
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if rule(c) == "deploy"])
-def test_deploy_against_the_standin(command):
+def test_deploy_against_the_standin(command, tmp_path):
     with OpenWhiskStandIn() as api:
         words = shlex.split(command)
         for i, w in enumerate(words[:-1]):
@@ -237,7 +292,8 @@ def test_deploy_against_the_standin(command):
             elif w == "--auth":
                 words[i + 1] = GUEST_KEY
         r = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                           env=dict(__import__("os").environ, PYTHONPATH=str(ROOT)))
+                           env=dict(__import__("os").environ, PYTHONPATH=str(ROOT),
+                                    **_environment(command, tmp_path)))
         assert r.returncode == 0, r.stderr[-2000:]
         apps = sorted(json.loads(p.read_text())["name"] for p in (ROOT / "apps").glob("*.json"))
         assert all(api.store.lookup(f"guest/{a}") is not None for a in apps)
@@ -254,6 +310,20 @@ def test_external_commands_name_files_that_exist(command):
 @pytest.mark.parametrize("command", [c for c in COMMANDS if rule(c) == "key"])
 def test_key_is_the_public_guest_key(command):
     assert command.split("=", 1)[1] == GUEST_KEY
+
+
+def _settings_read() -> set[str]:
+    """The environment variables the entry points read (``ESG_...`` named in their sources)."""
+    sources = [*(ROOT / "esg_cli").glob("*.py"), ROOT / "actions" / "deploy.py"]
+    return {m for p in sources for m in re.findall(r"\bESG_[A-Z0-9_]+", p.read_text())}
+
+
+@pytest.mark.parametrize("command", sorted({c for c in COMMANDS if rule(c) == "env"}
+                                           | {c for c in COMMANDS if ENVS.get(c)}))
+def test_variables_are_settings_the_code_reads(command):
+    named = set(_assignments(shlex.split(command)[1:])) if command.startswith("export ") else set(ENVS[command])
+    unknown = {n for n in named if n.removesuffix("_FILE") not in _settings_read()}
+    assert named and not unknown, f"{command}: {sorted(unknown)} is no setting of the code"
 
 
 # -- the docs' numbers -------------------------------------------------------------------------------

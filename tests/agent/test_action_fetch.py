@@ -76,7 +76,7 @@ def test_404_names_the_action_and_the_key_never_leaks(api, caplog):
     with pytest.raises(ActionNotFound, match="/guest/nope") as e:
         f.get("/guest/nope")
     assert KEY not in str(e.value) and KEY not in repr(f) and KEY not in caplog.text
-    with pytest.raises(ActionFetchError, match="refused the credentials") as e:
+    with pytest.raises(ActionFetchError, match="refused the agent's credentials") as e:
         ActionFetcher(api, "u:wrong-key").get("/guest/resize")
     assert "wrong-key" not in str(e.value)
     with pytest.raises(ActionFetchError, match="sequence"):

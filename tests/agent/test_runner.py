@@ -18,8 +18,11 @@ pytestmark = pytest.mark.timeout(60)
 
 CPU = (sorted(os.sched_getaffinity(0))[0],)
 
+# "pid": which worker answered. Each worker has a PID namespace of its own, where its runtime's process id
+# is the same in every worker: a token drawn when the worker loads the action tells them apart.
 ECHO = """
 import os
+WORKER = os.urandom(8).hex()
 def main(args):
     if args.get("fail"):
         return {"error": "bad input " + str(args["fail"])}
@@ -31,7 +34,7 @@ def main(args):
         os._exit(7)
     if args.get("not_dict"):
         return [1, 2]
-    return {"x": args.get("x"), "pid": os.getpid(), "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    return {"x": args.get("x"), "pid": WORKER, "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "cpus": sorted(os.sched_getaffinity(0)), "activation": os.environ.get("__OW_ACTIVATION_ID"),
             "omp": os.environ.get("OMP_NUM_THREADS")}
 """
@@ -381,6 +384,7 @@ def test_each_run_gets_the_lines_it_printed_however_long_and_the_worker_replies_
     """The log is read from where the last run's lines ended (a kept descriptor, reads until one comes
     back short); the runtime's reply has Date, Content-Type and Content-Length, and no Server header."""
     import http.client
+    import socket
     a = action(PRINTER, name="printer")
     runs = [("a", 5), ("b", 200_000), ("c", 3)]                 # the second more than one read (64 KiB)
     for text, times in runs:
@@ -390,7 +394,9 @@ def test_each_run_gets_the_lines_it_printed_however_long_and_the_worker_replies_
         assert printed == text * times and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z", stamp)
     worker = next(iter(pool._workers.values())).entries[0].worker
     worker.client.close()                   # the worker serves one connection at a time
-    conn = http.client.HTTPConnection(worker.client.host, worker.client.port, timeout=5)
+    conn = http.client.HTTPConnection("localhost", timeout=5)      # on the worker's Unix socket
+    conn.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.sock.connect(worker.client.unix_path)
     conn.request("POST", "/run", b'{"value": {"text": "d", "times": 1}}', {"Content-Type": "application/json"})
     resp = conn.getresponse()
     assert resp.status == 200 and resp.read() == b'{"ok": true}'

@@ -171,7 +171,7 @@ def test_a_prewarm_with_no_keep_alive_of_its_policy_leaves_it_to_the_agent_and_s
     meta = SimpleNamespace(path="guest", name="f", version="0.0.1", kind="python:3", timeout_ms=60000, memory_mb=256)
     app = App("one", 1000.0, ("f",), ())
     w._registered["one"] = SimpleNamespace(app=app, functions={"f": SimpleNamespace(action=meta)})
-    w._callers["one"] = ("u:k", None)
+    w._callers["one"] = ("u:k", None, "guest")
     m = w._prewarm_message(Prewarm("inc-p0", "one", "f", Config(1, 1, None), Fit("n0"), None), 5_000)
     assert m is not None and m.keep_alive_ms is None and m.sent_ms == 5_000
     kept = w._prewarm_message(Prewarm("inc-p1", "one", "f", Config(1, 1, None), Fit("n0"), 1500.2), 5_000)

@@ -24,10 +24,10 @@ def learn_the_grid(driver, store: OnlineStore, want: set[Config], rounds: int) -
     ``want`` has its warm batches (at most ``rounds`` bursts); its statistics."""
     for _ in range(rounds):
         assert all(r["response"]["statusCode"] == 0 for r in burst(driver, "guest/newfn", 8))
-        stats = store.stats("newfn")
+        stats = store.stats("guest/newfn")
         if all(c in stats and stats[c].samples >= MIN_SAMPLES for c in want):
             break
-    stats = store.stats("newfn")
+    stats = store.stats("guest/newfn")
     missing = [c.label() for c in want if c not in stats or stats[c].samples < MIN_SAMPLES]
     assert not missing, f"never measured: {missing}"
     return stats
@@ -101,7 +101,7 @@ def test_drift_moves_the_table_and_the_plan(service_factory, agent_factory, driv
     for i in range(40):
         assert driver.invoke("guest/echo-fn", {"i": i}, timeout=20)["response"]["statusCode"] == 0
     assert svc.metrics.profile_events.labels("drift")._value.get() == 1
-    stats = OnlineStore(redis_client, prefix).stats("echo-fn")
+    stats = OnlineStore(redis_client, prefix).stats("guest/echo-fn")
     assert stats[c].median() == pytest.approx(20.0, rel=0.02)
     driver.invoke("guest/echo-fn", {"i": 99}, timeout=20)
     plan = svc.workflows._registered["guest/echo-fn"]

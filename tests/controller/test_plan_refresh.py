@@ -30,7 +30,7 @@ class SlowApi:
 
 
 MSG = SimpleNamespace(action=SimpleNamespace(qualified="guest/hello"), revision=None,
-                      user=SimpleNamespace(api_key=None, basic_auth=None))
+                      user=SimpleNamespace(api_key=None, basic_auth=None, namespace="guest"))
 
 
 def wait_for(cond, timeout=5.0):

@@ -161,6 +161,7 @@ def test_esg_services_match_the_controller(overrides):
 def test_scheduler_metrics_port_is_the_one_checked_and_published(gpu):
     s = gpu["services"]["scheduler"]
     port = s["command"][s["command"].index("--metrics-port") + 1]
+    assert s["command"][s["command"].index("--metrics-host") + 1] == "0.0.0.0"     # the published port reaches it
     assert s["healthcheck"]["test"][-1] == f"http://127.0.0.1:{port}/metrics"
     assert s["ports"] == [f"127.0.0.1:{port}:{port}"]
 
@@ -185,7 +186,9 @@ def test_agent_healthchecks_ask_the_controller_the_agents_talk_to(gpu, cpu):
 
 def test_the_gpu_agent_can_change_mig_and_the_cpu_variant_replaces_it(gpu, cpu):
     agent = gpu["services"]["agent-gpu0"]
-    assert agent["privileged"] is True and agent["user"] == "0"        # the image's own user is not root
+    assert agent["user"] == "0"                                          # the image's own user is not root
+    assert not agent.get("privileged") and agent["cap_drop"] == ["ALL"]
+    assert set(agent["cap_add"]) == {"SYS_ADMIN", "SETUID", "SETGID", "CHOWN", "KILL", "SYS_NICE"}
     devices = agent["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "capabilities": ["gpu"], "count": "all"}]
     assert service_env(agent)["NVIDIA_MIG_CONFIG_DEVICES"] == "all"
@@ -195,6 +198,7 @@ def test_the_gpu_agent_can_change_mig_and_the_cpu_variant_replaces_it(gpu, cpu):
     fake = running["agent-cpu0"]
     assert fake["command"][fake["command"].index("--fake-gpu") + 1] == "A100-40GB"
     assert "deploy" not in fake and not fake.get("privileged")
+    assert fake["cap_drop"] == ["ALL"] and not fake.get("cap_add")       # no MIG: the image's user, no capability
     gpu_env = {k: v for k, v in service_env(agent).items() if k.startswith("ESG_") and k != "ESG_AGENT_NAME"}
     cpu_env = {k: v for k, v in service_env(fake).items() if k.startswith("ESG_") and k != "ESG_AGENT_NAME"}
     assert gpu_env == cpu_env

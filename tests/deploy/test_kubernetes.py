@@ -4,7 +4,8 @@ The manifests against the Kubernetes API schemas of one pinned version (``kubern
 wheel carries the schemas, strict: unknown fields are errors); the openwhisk-deploy-kube overlay against
 the chart's own default values and ``values.schema.json`` (vendored, ``deploy/SOURCES.md``): every key it
 sets must exist in the chart, or Helm would ignore it silently. The rest are the properties the README
-promises: the agent only on labelled MIG nodes, privileged, no device-plugin GPUs; one scheduler at a
+promises: the agent only on labelled MIG nodes, with the capabilities MIG management and the worker
+sandbox need and no more (not privileged), no device-plugin GPUs; one scheduler at a
 time; addresses that are the ones the chart creates.
 """
 
@@ -79,13 +80,17 @@ def test_every_container_image_is_pinned_and_ours_carries_the_project_version():
                 assert tag == (f"{version}-gpu" if doc["kind"] == "DaemonSet" else version), c["image"]
 
 
-def test_the_agent_runs_privileged_on_labelled_mig_nodes_only():
+def test_the_agent_runs_unprivileged_with_the_capabilities_mig_and_the_sandbox_need_on_labelled_mig_nodes_only():
     agent = k8s_object("DaemonSet", "esg-agent")
     pod = agent["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == dict([MIG_NODE_LABEL])
     assert pod["runtimeClassName"] == "nvidia"
     c = pod_container(agent, "agent")
-    assert c["securityContext"] == {"runAsUser": 0, "privileged": True}     # the image's own user is not root
+    ctx = c["securityContext"]
+    assert ctx["runAsUser"] == 0                                             # the image's own user is not root
+    assert ctx["privileged"] is False and ctx["capabilities"]["drop"] == ["ALL"]
+    assert set(ctx["capabilities"]["add"]) == {"SYS_ADMIN", "SETUID", "SETGID", "CHOWN", "KILL", "SYS_NICE"}
+    assert ctx["procMount"] == "Unmasked"
     env = container_env(c, "node-a")
     assert env["NVIDIA_VISIBLE_DEVICES"] == env["NVIDIA_MIG_CONFIG_DEVICES"] == "all"
     assert env["ESG_AGENT_NAME"] == "node-a"
@@ -124,6 +129,7 @@ def test_a_leader_and_a_standby_rolled_one_at_a_time_and_their_probe_on_the_metr
     c = pod_container(dep, "scheduler")
     assert container_env(c, "node-a", pod_name="esg-scheduler-x1")["ESG_SCHEDULER_NAME"] == "esg-scheduler-x1"
     port = c["args"][c["args"].index("--metrics-port") + 1]
+    assert c["args"][c["args"].index("--metrics-host") + 1] == "0.0.0.0"          # the kubelet's probe reaches it
     assert [p["containerPort"] for p in c["ports"]] == [int(port)]
     assert c["readinessProbe"]["exec"]["command"][-1] == f"http://127.0.0.1:{port}/metrics"
     assert k8s_object("Service", "esg-scheduler")["spec"]["ports"][0]["port"] == int(port)

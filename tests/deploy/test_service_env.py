@@ -57,8 +57,10 @@ READY_TIMEOUT_S = 60.0
 
 
 def env_names_read_by(*modules: str) -> set[str]:
-    """The ``ESG_*`` names a subcommand's module reads (its argparse defaults and env fallbacks)."""
-    return {name for m in modules for name in re.findall(r'"(ESG_[A-Z_]+)"', (ROOT / m).read_text())}
+    """The ``ESG_*`` names a subcommand's module reads (its argparse defaults and env fallbacks), each with
+    its ``_FILE`` form (``checks.from_env`` reads that too)."""
+    names = {name for m in modules for name in re.findall(r'"(ESG_[A-Z_]+)"', (ROOT / m).read_text())}
+    return names | {f"{name}_FILE" for name in names}
 
 
 SCHEDULER_READS = env_names_read_by("esg_cli/scheduler.py")

@@ -116,13 +116,13 @@ def test_new_function_is_learned_online_like_an_offline_profile(tmp_path):
                 raise AssertionError(f"{exc}\n{_explain(procs, logs, rclient, ids)}") from None
             calls += len(recs)
             assert all(r["response"]["statusCode"] == 0 for r in recs), [r["response"] for r in recs]
-            stats = store.stats("sleepy")
+            stats = store.stats("guest/sleepy")
             if all(c in stats and stats[c].samples >= MIN_SAMPLES for c in want):
                 break
         out = tmp_path / "learned"
         assert esg_main(["profile", "export", "--redis", rserver.url, "--out", str(out)]) == 0
         batches = _batches(rclient)
-    learned = load_profile(out / "sleepy.json")
+    learned = load_profile(out / "guest" / "sleepy.json")    # learned for the namespace that ran it
     assert set(learned.configs) >= want, f"after {calls} calls: {sorted(c.label() for c in want - set(learned.configs))}"
     offline_dir = tmp_path / "offline"
     assert esg_main(["profile", str(source), *GRID, "--runs", "3", "--no-progress", "--out", str(offline_dir)]) == 0

@@ -117,6 +117,9 @@ class DispatchMessage:
     keep_alive_ms: int | None = None
     """How long the batch's worker may wait idle after it for the next batch (None: the agent's
     ``--idle-ttl-s``)."""
+    epoch: int = 0
+    """The leader epoch of the scheduler that sent it: an agent refuses it once its node has been told of
+    a newer one (``controller_plugin/lease.py``)."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,8 @@ class PrewarmMessage:
     namespace: str = ""
     """The namespace whose calls the worker will serve (the caller of ``api_key``; workers are keyed by it:
     empty, the action's own)."""
+    epoch: int = 0
+    """The leader epoch of the scheduler that sent it (as a dispatch's: its MIG destroy list is fenced too)."""
 
 
 @dataclass(frozen=True)
@@ -208,7 +213,7 @@ class IdleWorkers:
 
 
 #: What an agent did with a pre-warm (:attr:`PrewarmDone.outcome`).
-PREWARM_OUTCOMES = ("started", "warm", "failed", "expired", "repeated", "dropped")
+PREWARM_OUTCOMES = ("started", "warm", "failed", "expired", "repeated", "dropped", "revoked")
 
 
 @dataclass(frozen=True)
@@ -218,7 +223,8 @@ class PrewarmDone:
     and ``/init``-ed), ``warm`` (an idle worker was there already: its keep-alive was extended, nothing
     started), ``failed``, ``expired`` (taken after its keep-alive had run out since it was sent: not
     started), ``repeated`` (delivered again, or taken before a restart: not started) or ``dropped``
-    (the agent stopped before it could start it)."""
+    (the agent stopped before it could start it) or ``revoked`` (taken back by the scheduler, or sent by an
+    older leader than the node was told of: not started)."""
 
     prewarm_id: str
     outcome: str
@@ -246,6 +252,9 @@ class Heartbeat:
     """Batch ids the agent answered recently (their workers are idle above again)."""
     prewarmed: tuple[PrewarmDone, ...] = ()
     """The outcomes of the pre-warms among ``done`` (an older agent's heartbeats have none)."""
+    stream_recoveries: int = 0
+    """How often the agent found its dispatch stream's consumer group gone (Redis lost its data) and made
+    it again."""
 
     def node_state(self) -> NodeState:
         """The node as the scheduler plans on it (its slices copied: the scheduler's reservations mark
@@ -282,6 +291,8 @@ def to_dict(msg: Message) -> dict[str, Any]:
                "requests": [_request(r) for r in msg.requests]}
         if msg.keep_alive_ms is not None:
             out["keep_alive_ms"] = msg.keep_alive_ms
+        if msg.epoch:
+            out["epoch"] = msg.epoch
         return out
     if isinstance(msg, PrewarmMessage):
         out = {"type": "prewarm", "prewarm_id": msg.prewarm_id, "node": msg.node, "app": msg.app,
@@ -298,6 +309,8 @@ def to_dict(msg: Message) -> dict[str, Any]:
             out["api_key"] = msg.api_key
         if msg.namespace:
             out["namespace"] = msg.namespace
+        if msg.epoch:
+            out["epoch"] = msg.epoch
         return out
     if isinstance(msg, BatchResult):
         return {"type": "result", "batch_id": msg.batch_id, "node": msg.node, "error": msg.error,
@@ -313,7 +326,7 @@ def to_dict(msg: Message) -> dict[str, Any]:
                      for w in msg.idle],
             "running": list(msg.running), "done": list(msg.done),
             "prewarmed": [{"prewarm_id": p.prewarm_id, "outcome": p.outcome, "reconfigured": p.reconfigured}
-                          for p in msg.prewarmed]}
+                          for p in msg.prewarmed], "stream_recoveries": msg.stream_recoveries}
 
 
 def _action(a: ActionRef) -> dict[str, Any]:
@@ -431,7 +444,7 @@ def _prewarm(d: dict) -> PrewarmMessage:
                           _keep_alive(d, w, required=False), _need(d, "reply_to", str, w),
                           _opt_env(d.get("init_env"), w + ".init_env"), _opt_str(d.get("api_key"), w + ".api_key"),
                           _need(d, "sent_ms", int, w) if "sent_ms" in d else None,
-                          _need(d, "namespace", str, w) if "namespace" in d else "")
+                          _need(d, "namespace", str, w) if "namespace" in d else "", _epoch(d, w))
 
 
 def _slices(xs: Any, where: str) -> tuple[SliceRef, ...]:
@@ -462,7 +475,17 @@ def _dispatch(d: dict) -> DispatchMessage:
                            _opt_slice(d.get("slice"), w),
                            _slices(d.get("destroy", []), w), reqs,
                            _need(d, "reply_to", str, w), bool(d.get("return_output", True)), ttl,
-                           _keep_alive(d, w, required=False))
+                           _keep_alive(d, w, required=False), _epoch(d, w))
+
+
+def _epoch(d: dict, w: str) -> int:
+    """A message's leader ``epoch`` (absent: 0, an older scheduler's)."""
+    if "epoch" not in d:
+        return 0
+    v = _need(d, "epoch", int, w)
+    if v < 0:
+        raise ProtocolError(f"{w}: field 'epoch' must be >= 0")
+    return v
 
 
 def _time_limit_at(r: Any, where: str) -> int:
@@ -532,7 +555,8 @@ def _heartbeat(d: dict) -> Heartbeat:
                      _need(d, "memory_mb", int, w), d.get("gpu_model"), slices, warm,
                      bool(d.get("draining", False)), int(d.get("seq", 0)), int(d.get("sent_ms", 0)), idle,
                      _ids(d.get("running", []), w + ".running"), _ids(d.get("done", []), w + ".done"),
-                     tuple(_prewarm_done(x, w + ".prewarmed") for x in _list(d.get("prewarmed", []), w + ".prewarmed")))
+                     tuple(_prewarm_done(x, w + ".prewarmed") for x in _list(d.get("prewarmed", []), w + ".prewarmed")),
+                     _need(d, "stream_recoveries", int, w) if "stream_recoveries" in d else 0)
 
 
 def _list(xs: Any, where: str) -> list:

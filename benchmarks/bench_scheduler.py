@@ -209,8 +209,10 @@ def _forwarder_clients(kafka: str, prefix: str) -> tuple[KafkaProducer, KafkaCon
 
 
 # -- a fast echo agent (its own process) on the real channel ------------------------------------------
-def echo_agent(redis_url: str, prefix: str) -> None:
-    from agent_channel import protocol
+def echo_agent(redis_url: str, prefix: str, node: str = NODE) -> None:
+    """Answer every dispatch of ``node``'s stream at once (each read's answers in one round trip), after
+    claiming its batches as ``esg agent`` does; a batch whose claim it does not get is retired unrun."""
+    from agent_channel import claims, protocol
     from agent_channel.connect import connect
     from agent_channel.keys import Keys
     from invoker_agent.channel import AgentChannel
@@ -218,8 +220,8 @@ def echo_agent(redis_url: str, prefix: str) -> None:
 
     client = connect(redis_url)
     keys = Keys(prefix)
-    channel = AgentChannel(client, keys, NODE)
-    data = DataPlane(client, keys, LocalOutputs(64 << 20))
+    channel = AgentChannel(client, keys, node)
+    data = DataPlane(client, keys, LocalOutputs(64 << 20), node)
     seq, last = 0, 0.0
     earlier: list[str] = []    # batches answered before the last heartbeat, and since: each is named in two
     done: list[str] = []       # heartbeats, as a real agent names them (the scheduler's view forgets them then)
@@ -227,19 +229,26 @@ def echo_agent(redis_url: str, prefix: str) -> None:
     while True:
         if time.monotonic() - last > 0.5:
             seq += 1
-            channel.heartbeat(protocol.Heartbeat(NODE, 4096, 4096, 65536, None, seq=seq, done=(*earlier, *done)))
+            channel.heartbeat(protocol.Heartbeat(node, 4096, 4096, 65536, None, seq=seq, done=(*earlier, *done)))
             earlier, done = done, []
             last = time.monotonic()
         got = channel.take(1000, 100)
+        msgs = [protocol.decode(e.raw) for e in got]
+        # each batch claimed before it runs, as esg agent does (at most once): one script call for the read
+        verdicts = claims.claim(client, keys, node, [(m.batch_id, m.epoch, m.data_ttl_s) for m in msgs])
         pipe = client.pipeline(transaction=True)
-        for e in got:
-            msg = protocol.decode(e.raw)
+        for e, msg, verdict in zip(got, msgs, verdicts):
+            if verdict != claims.CLAIMED:
+                pipe.xack(channel.stream, "agents", e.id)
+                pipe.xdel(channel.stream, e.id)
+                continue
             now = int(time.time() * 1000)
             results = [protocol.RunResult(r.activation_id, 0, v, now, now)
                        for r, v in zip(msg.requests, data.inputs(msg))]
             results, writes = data.outputs(msg, results)
             channel.stage_answer(pipe, e.id, msg.reply_to, protocol.BatchResult(
-                msg.batch_id, NODE, tuple(results), None, msg.function, msg.config, 0.0), writes)
+                msg.batch_id, node, tuple(results), None, msg.function, msg.config, 0.0), writes,
+                claim_ttl_s=msg.data_ttl_s)
             done.append(msg.batch_id)
         if got:
             pipe.execute()  # every answer of this read in one round trip

@@ -3,19 +3,21 @@
 It owns the ledger's later states (``controller_plugin/ledger.py``) and the acks on their way out:
 
 1. :meth:`AckPipeline.answer` turns an :class:`Answer` into the WhiskActivation record and the ack's
-   bytes (Combined for a blocking call, Completion otherwise: ``controller_plugin/acks.py``). An
-   activation the ledger has not yet confirmed as new (:meth:`awaiting`) is held until it has
-   (:meth:`ledgered`): a redelivered one is never answered twice;
-2. :meth:`AckPipeline.produce` produces the acks; :meth:`AckPipeline.stage` then adds to the loop's
-   Redis pipeline, in the same turn, their ``acking`` entries (with the bytes and the activation
-   record), the deletion of the answered requests' intermediate data, and the ``done`` marks;
+   bytes (Combined for a blocking call, Completion otherwise: ``controller_plugin/acks.py``);
+2. :meth:`AckPipeline.stage` adds to the loop's Redis pipeline their ``acking`` entries (with the bytes
+   and the activation record, and the deletion of the answered requests' intermediate data: one fenced
+   script, so only the leader's pass) and the ``done`` marks; once that pipeline ran,
+   :meth:`AckPipeline.produce` produces the acks it wrote -- never one the ledger refused. The ack goes
+   to Kafka only after the leader's token was checked in Redis, in the same turn (``controller_plugin/lease.py``);
 3. :meth:`AckPipeline.confirm` collects the ``done`` marks of what the broker took (written with the
    next batch, or within :data:`DONE_EVERY_S`) and produces again what it refused.
 
-After a crash :meth:`AckPipeline.recover` looks up every ``open`` or ``acking`` entry on
-``completed{C}``: an ack found there went out (whatever the entry says), an ``acking`` one not found is
-sent from its stored bytes; never two acks, never none. Every ``acking`` entry's record is stored
-again. It returns the ``open`` entries without an ack, which the service runs again.
+After a crash, or when a standby takes over, the ``acking`` entries are resolved by
+:meth:`AckPipeline.resolve` (a little later: an ack a stalled former leader still held times out in its
+producer first): each is looked up on ``completed{C}`` (from where it stood when the activation was
+accepted): an ack found there went out, one not found is sent from its stored bytes; never two acks,
+never none. Every ``acking`` entry's record is stored again. ``open`` entries never had an ack: the
+service resumes them (:mod:`controller_plugin.takeover`).
 
 Health test actions are answered here too (:meth:`AckPipeline.health`), outside the ledger: the
 controller recognises their acks by the transid alone.
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,8 +77,14 @@ class _Pending:
 
 class AckPipeline:
     def __init__(self, bus: Bus, ledger: Ledger, topics: Topics, metrics: Metrics,
-                 records: RecordWriter | None = None) -> None:
+                 records: RecordWriter | None = None, on_done: Callable[[list[str]], None] | None = None) -> None:
         self.bus = bus
+        self.on_done = on_done
+        """Told the ids whose ``done`` marks were written (they are finished for good)."""
+        self.may_send: Callable[[], bool] = lambda: True
+        """Whether an ack refused by the broker may be produced again (this scheduler still leads)."""
+        self.completed_at = -1
+        """The offset after the last ack the broker took on ``completed{C}`` (-1: none seen yet)."""
         self.records = records
         self._unstored: set[str] = set()
         self._sent: set[str] = set()
@@ -84,39 +92,15 @@ class AckPipeline:
         self.topics = topics
         self.metrics = metrics
         self.count = 0
-        self._awaiting: set[str] = set()
-        self._held: dict[str, _Pending] = {}
         self._pending: list[_Pending] = []
-        self._produced: list[_Pending] = []
+        """Answered, their ``acking`` entries not yet written."""
+        self._ready: list[_Pending] = []
+        """Written to the ledger: to produce."""
         self._unconfirmed: list[tuple[Any, _Pending]] = []
         self._done: list[str] = []
         self._done_s = time.monotonic()
         self._staged = (0, 0)
         self._ack_topics: set[str] = {topics.completed}
-
-    def awaiting(self, activation_id: str) -> None:
-        """``activation_id`` is not known to be new yet: hold its ack until :meth:`ledgered` says so."""
-        self._awaiting.add(activation_id)
-
-    def holds(self, activation_id: str) -> bool:
-        """Whether an answer of ``activation_id`` would be held (the ledger's verdict not in yet)."""
-        return activation_id in self._awaiting
-
-    def ledgered(self, new: Iterable[str], known: Iterable[str]) -> list[str]:
-        """The ledger's verdict: release the held acks of the new ones, drop those of the known ones;
-        the known ids that were awaiting it (their runs are redeliveries, to drop too)."""
-        for a in new:
-            self._awaiting.discard(a)
-            held = self._held.pop(a, None)
-            if held is not None:
-                self._pending.append(held)
-        dropped = []
-        for a in known:
-            if a in self._awaiting:
-                self._awaiting.discard(a)
-                self._held.pop(a, None)
-                dropped.append(a)
-        return dropped
 
     def answer(self, a: Answer, instance: wire.InvokerInstance) -> None:
         record = acks.activation_record(a.msg, a.action, a.outcome)
@@ -124,11 +108,7 @@ class AckPipeline:
         data = acks.ack_bytes(a.msg, record, instance, record_json)
         topic = wire.completed_topic(a.msg.root_controller, self.topics.prefix)
         kind = "combined" if a.msg.blocking else "completion"
-        p = _Pending(a.entry, data, record, record_json, topic, kind, a.data_keys)
-        if a.entry.activation_id in self._awaiting:
-            self._held[a.entry.activation_id] = p
-        else:
-            self._pending.append(p)
+        self._pending.append(_Pending(a.entry, data, record, record_json, topic, kind, a.data_keys))
 
     def health(self, msg: wire.ActivationMessage, instance: wire.InvokerInstance) -> None:
         """Answer a health test action: identical transid, ``isSystemError: false``."""
@@ -137,14 +117,13 @@ class AckPipeline:
         self.bus.send(topic, acks.health_ack(msg, instance))
 
     def produce(self) -> None:
-        """Produce the acks answered since the last call."""
-        batch, self._pending = self._pending, []
+        """Produce the acks whose ``acking`` entries were written since the last call."""
+        batch, self._ready = self._ready, []
         if not batch:
             return
         self._ensure_topics({p.topic for p in batch})
         for p in batch:
             self._unconfirmed.append((self.bus.send(p.topic, p.data), p))
-        self._produced += batch
         t = now_ms()
         kinds: dict[str, int] = {}
         for p in batch:
@@ -155,9 +134,10 @@ class AckPipeline:
         self.count += len(batch)
 
     def stage(self, pipe) -> int:
-        """Add the ledger writes of the produced acks (and the due ``done`` marks) to ``pipe``; how many
-        commands. :meth:`written` forgets them once the pipeline ran; staging again repeats them."""
-        batch = list(self._produced)
+        """Add the ledger writes of the answered acks (and the due ``done`` marks) to ``pipe``; how many
+        commands. :meth:`written` passes them on to :meth:`produce` once the pipeline ran; staging again
+        repeats them."""
+        batch = list(self._pending)
         due = self._done and (batch or time.monotonic() - self._done_s >= DONE_EVERY_S)
         done = list(self._done) if due else []
         self._staged = (len(batch), len(done))
@@ -169,15 +149,26 @@ class AckPipeline:
     def written(self) -> None:
         n_batch, n_done = self._staged
         if self.records is not None:
-            for p in self._produced[:n_batch]:
+            for p in self._pending[:n_batch]:
                 if p.record is not None:
                     self._unstored.add(p.entry.activation_id)
                     self.records.put(p.record)
-        del self._produced[:n_batch]
+        self._ready += self._pending[:n_batch]
+        del self._pending[:n_batch]
         if n_done:
+            finished = self._done[:n_done]
             del self._done[:n_done]
             self._done_s = time.monotonic()
+            if self.on_done is not None:
+                self.on_done(finished)
         self._staged = (0, 0)
+
+    def drop_unwritten(self) -> int:
+        """Forget the answers whose ``acking`` entries were not written (this scheduler lost the lease: the
+        next leader answers them); how many."""
+        n = len(self._pending)
+        self._pending, self._staged = [], (0, 0)
+        return n
 
     def confirm(self, wait: bool = False) -> None:
         """Collect ``done`` marks for the acks the broker took; send again those it refused. ``wait``:
@@ -191,11 +182,16 @@ class AckPipeline:
             if not fut.is_done:
                 keep.append((fut, p))
             elif fut.succeeded():
+                if p.topic == self.topics.completed and fut.offset >= self.completed_at:
+                    self.completed_at = fut.offset + 1
                 self._acked(p.entry.activation_id)
-            else:
+            elif self.may_send():
                 log.warning("ack of %s not taken by Kafka (%s); sending it again", p.entry.activation_id,
                             type(fut.exception).__name__)
                 keep.append((self.bus.send(p.topic, p.data), p))
+            else:   # the lease is gone: the next leader finds its entry 'acking' and resolves it
+                log.warning("ack of %s not taken by Kafka (%s); left to the next leader", p.entry.activation_id,
+                            type(fut.exception).__name__)
         self._unconfirmed = keep
 
     def _acked(self, activation_id: str) -> None:
@@ -213,20 +209,22 @@ class AckPipeline:
                 self._done.append(a)
 
     def finish(self) -> None:
-        """On the way out: produce what is answered, write it and every ``done`` mark to the ledger."""
+        """On the way out: write what is answered to the ledger, produce it, then write every ``done``
+        mark."""
+        self._write_now()
         self.produce()
         self.confirm(wait=True)
         self._done_s = 0.0
+        self._write_now()
+        if self.records is not None and self.records.backlog():
+            self.stored(self.records.write_now())
+            self._write_now()
+
+    def _write_now(self) -> None:
         pipe = self.ledger.r.pipeline(transaction=False)
         if self.stage(pipe):
             pipe.execute()
         self.written()
-        if self.records is not None and self.records.backlog():
-            self.stored(self.records.write_now())
-            pipe = self.ledger.r.pipeline(transaction=False)
-            if self.stage(pipe):
-                pipe.execute()
-            self.written()
 
     def _ensure_topics(self, topics: set[str]) -> None:
         new = topics - self._ack_topics
@@ -234,36 +232,32 @@ class AckPipeline:
             self.bus.ensure_topics((t, "completed") for t in new)
             self._ack_topics |= new
 
-    # -- after a crash --------------------------------------------------------------------------------
-    def recover(self) -> list[LedgerEntry]:
-        """Finish the acks an earlier incarnation produced or stored; return the entries to run again."""
-        left = self.ledger.unfinished()
-        if not left:
-            return []
-        sent = self._acked_ids({e.activation_id for e in left})
-        resend = [e for e in left if e.state == "acking" and e.activation_id not in sent]
+    # -- after a crash, or a change of leader ---------------------------------------------------------
+    def resolve(self, acking: list[LedgerEntry]) -> int:
+        """Finish ``acking`` entries an earlier leader wrote: look each ack up on ``completed{C}``, send the
+        stored bytes of those not there, store every record again, mark them done; how many were sent.
+        The caller checked the lease just before (the resent acks go to Kafka at once)."""
+        if not acking:
+            return 0
+        starts = [e.completed_from for e in acking]
+        sent = self._acked_ids({e.activation_id for e in acking}, min(starts) if min(starts) >= 0 else 0)
+        resend = [e for e in acking if e.activation_id not in sent]
         for e in resend:
             topic = self.topics.completed
-            if e.raw is not None:
-                topic = wire.completed_topic(wire.parse_activation(e.raw).root_controller, self.topics.prefix)
+            if e.raw:
+                try:
+                    topic = wire.completed_topic(wire.parse_activation(e.raw).root_controller, self.topics.prefix)
+                except wire.WireError:
+                    pass
             self._ensure_topics({topic})
-            self.bus.send(topic, e.ack.encode())
+            self.bus.send(topic, (e.ack or "").encode())
         self.bus.flush()
-        reopened, finished = [], [e.activation_id for e in left if e.state == "acking" or e.activation_id in sent]
-        for e in left:
-            if e.state != "open" or e.activation_id in sent:
-                continue
-            try:
-                wire.parse_activation(e.raw or "")
-            except wire.WireError:
-                finished.append(e.activation_id)
-                continue
-            reopened.append(e)
-        finished = self._store_again([e for e in left if e.state == "acking"], finished)
+        finished = self._store_again(acking, [e.activation_id for e in acking])
         self.ledger.mark_done(finished)
-        log.info("recovery: %d activations to run again, %d acks already sent, %d acks resent",
-                 len(reopened), len(sent), len(resend))
-        return reopened
+        if self.on_done is not None:
+            self.on_done(finished)
+        log.info("recovery: %d acks of an earlier leader already sent, %d resent", len(sent), len(resend))
+        return len(resend)
 
     def _store_again(self, acking: list[LedgerEntry], finished: list[str]) -> list[str]:
         """Store the records of ``acking`` entries (once more, perhaps); ``finished`` without the ids whose
@@ -289,27 +283,35 @@ class AckPipeline:
             return [a for a in finished if a not in keep]
         return finished
 
-    def _acked_ids(self, wanted: set[str]) -> set[str]:
-        """The ids among ``wanted`` that already have an ack on ``completed{C}`` (read from the start)."""
-        consumer = self.bus.consumer(None)
-        tp = TopicPartition(self.topics.completed, 0)
-        found: set[str] = set()
-        try:
-            consumer.assign([tp])
+    def _acked_ids(self, wanted: set[str], start: int = 0) -> set[str]:
+        """The ids among ``wanted`` that already have an ack on ``completed{C}`` (read from ``start``)."""
+        return acked_ids(self.bus, self.topics.completed, wanted, start)
+
+
+def acked_ids(bus: Bus, topic: str, wanted: set[str], start: int = 0) -> set[str]:
+    """The ids among ``wanted`` that have an ack on ``topic`` (a ``completed{C}``), read from ``start``."""
+    consumer = bus.consumer(None)
+    tp = TopicPartition(topic, 0)
+    found: set[str] = set()
+    try:
+        consumer.assign([tp])
+        if start > 0:
+            consumer.seek(tp, start)
+        else:
             consumer.seek_to_beginning(tp)
-            end = consumer.end_offsets([tp])[tp]
-            deadline = time.monotonic() + 60
-            while consumer.position(tp) < end and time.monotonic() < deadline:
-                for recs in consumer.poll(timeout_ms=200).values():
-                    for rec in recs:
-                        try:
-                            ack = wire.parse_ack(rec.value)
-                        except wire.WireError:
-                            continue
-                        aid = getattr(ack, "activation_id", None) or (
-                            ack.response if isinstance(ack.response, str) else ack.response["activationId"])
-                        if aid in wanted:
-                            found.add(aid)
-        finally:
-            consumer.close(autocommit=False)
-        return found
+        end = consumer.end_offsets([tp])[tp]
+        deadline = time.monotonic() + 60
+        while consumer.position(tp) < end and time.monotonic() < deadline:
+            for recs in consumer.poll(timeout_ms=200).values():
+                for rec in recs:
+                    try:
+                        ack = wire.parse_ack(rec.value)
+                    except wire.WireError:
+                        continue
+                    aid = getattr(ack, "activation_id", None) or (
+                        ack.response if isinstance(ack.response, str) else ack.response["activationId"])
+                    if aid in wanted:
+                        found.add(aid)
+    finally:
+        consumer.close(autocommit=False)
+    return found

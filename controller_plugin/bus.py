@@ -88,19 +88,23 @@ class Delivery:
     """The broker's answer to one produced message, once the producer's delivery report came in:
     ``is_done``, then ``exception`` (None: the broker took it)."""
 
-    __slots__ = ("is_done", "exception")
+    __slots__ = ("is_done", "exception", "offset")
 
     def __init__(self) -> None:
         self.is_done = False
         self.exception: Exception | None = None
+        self.offset = -1
+        """Where the broker put it (-1: not known)."""
 
     def succeeded(self) -> bool:
         return self.is_done and self.exception is None
 
-    def report(self, err, _msg) -> None:
+    def report(self, err, msg) -> None:
         """The producer's delivery callback (run by :meth:`Bus.poll` or :meth:`Bus.flush`)."""
         if err is not None:
             self.exception = KafkaException(err)
+        elif msg is not None:
+            self.offset = msg.offset()
         self.is_done = True
 
 

@@ -12,10 +12,13 @@ start or a MIG change at the agent, which says so in its result.
 
 * :meth:`Dispatcher.stage` puts a step's batches and pre-warms on their nodes' streams (in the loop's
   pipeline) and :meth:`Dispatcher.sent` records them in flight;
-* :meth:`Dispatcher.complete` matches a result to its batch (results of other incarnations, and
-  duplicates, are ignored);
-* :meth:`Dispatcher.expire` finds agents silent past the agent timeout and hands back their batches,
-  taken back from the streams, for the caller to run again or fail;
+* :meth:`Dispatcher.complete` matches a result to its batch (results of batches not in flight, and
+  duplicates, are ignored; a batch a former leader sent and this one adopted is in flight);
+* :meth:`Dispatcher.expire` finds agents silent past the agent timeout (:mod:`controller_plugin.health`:
+  measured by reads, not by the clock) and revokes their batches (:mod:`agent_channel.claims`): those
+  that had not started are handed back to run elsewhere, those that had are handed back to be answered
+  with an error -- never run twice -- and those already answered stay in flight for their result;
+* :meth:`Dispatcher.adopt` takes over a batch a former leader sent that its agent had started;
 * :meth:`Dispatcher.read_loop` is the body of the thread that reads results and heartbeats.
 
 **Pre-warms** are kept on their nodes' views as batches are -- their slice and vCPUs held while the
@@ -32,11 +35,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
-from agent_channel import protocol
+from agent_channel import claims, protocol
 from controller_plugin.channel import SchedulerChannel, Staged
 from controller_plugin.deadletters import DeadLetters
 from controller_plugin.health import Agent, AgentRegistry
@@ -71,9 +74,37 @@ class Warmed:
 
 @dataclass(frozen=True)
 class Delivered:
-    """One read's results and heartbeats, in the order they were read: one inbox item per read."""
+    """One read's results and heartbeats, in the order they were read: one inbox item per read, even an
+    empty one (its start time moves the horizon silent agents are measured against)."""
 
     messages: tuple[protocol.Heartbeat | protocol.BatchResult, ...]
+    started_s: float = 0.0
+    """When the read started (monotonic s)."""
+    caught_up: bool = True
+    results_at: dict[str, str] = field(default_factory=dict)
+    """Per node, the id of the last result read up to and with this read (the results streams are
+    trimmed to it once the ledger recorded what came before)."""
+
+
+@dataclass(frozen=True)
+class ReadMark:
+    """Put before a read's messages in the main loop's turn: when that read started, whether it caught up,
+    and how far it read each node's results stream."""
+
+    started_s: float
+    caught_up: bool
+    results_at: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Lost:
+    """An agent found silent, and what became of its batches."""
+
+    agent: Agent
+    rerun: list[Dispatch]
+    """Revoked before they started: to run again elsewhere."""
+    started: list[Dispatch]
+    """Started there: answered with an error, never run again."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +114,8 @@ class InFlight:
     """The dispatch's entry in its node's stream."""
     claim: Claim
     """What the snapshot keeps on the node for it (made once, not at every turn)."""
+    ttl_s: int = 600
+    """How long its claim is kept (its data's TTL: past the controller's deadline)."""
 
 
 class Dispatcher:
@@ -107,6 +140,9 @@ class Dispatcher:
         one of these is in the report already, so not finished again)."""
         self._stale: set[str] = set()
         """Nodes of the view to build again from their latest report (and claims) at the next snapshot."""
+        self._revoking: dict[str, Agent] = {}
+        self._read_results: dict[str, str] = {}
+        """Agents found lost whose batches are still to be revoked (Redis failed the last try)."""
         self.warmed: list[Warmed] = []
         """Pre-warms heartbeats named done since the caller last took them (:meth:`take_warmed`)."""
         self.count = 0
@@ -140,24 +176,46 @@ class Dispatcher:
                 self._stale.add(self.prewarming.pop(p)[0].node)
         return joined
 
-    def expire(self, mono: float) -> list[tuple[Agent, list[Dispatch]]]:
-        """Agents that went silent, each with its unanswered batches (taken back from its stream)."""
-        out = []
-        for agent in self.registry.expire(mono):
+    def expire(self, horizon_s: float) -> list[Lost]:
+        """Agents silent as of the read that started at ``horizon_s``, each with its unanswered batches
+        revoked (:meth:`revoke`). Raises what revoking raised (Redis failing: the agent stays lost and its
+        batches are revoked at the next call; fenced: this scheduler no longer leads)."""
+        for agent in self.registry.expire(horizon_s):
             self._view = None
-            lost = [f for f in self.inflight.values() if f.dispatch.node == agent.node]
-            for f in lost:
-                del self.inflight[f.dispatch.batch_id]
+            self._revoking[agent.node] = agent
             for b in [b for b, (d, _, _) in self.finished.items() if d.node == agent.node]:
                 del self.finished[b]
             for p in [p for p, (w, _, _) in self.prewarming.items() if w.node == agent.node]:
                 del self.prewarming[p]
-            try:
-                self.channel.retract(agent.node, [f.entry_id for f in lost])
-            except redis.RedisError as exc:  # the agent may still run them: their results are ignored
-                log.warning("could not take back %d batches from %s: %s", len(lost), agent.node, exc)
-            out.append((agent, [f.dispatch for f in lost]))
+        out = []
+        for node, agent in list(self._revoking.items()):
+            rerun, started = self.revoke([f for f in self.inflight.values() if f.dispatch.node == node])
+            del self._revoking[node]
+            out.append(Lost(agent, rerun, started))
         return out
+
+    def revoke(self, flights: list[InFlight]) -> tuple[list[Dispatch], list[Dispatch]]:
+        """Take ``flights`` back from their agents: (those revoked before they started, to run again; those
+        that had started, to answer with an error). Those already answered stay in flight: their result
+        is in the node's results stream."""
+        rerun: list[Dispatch] = []
+        started: list[Dispatch] = []
+        by_node: dict[str, list[InFlight]] = {}
+        for f in flights:
+            by_node.setdefault(f.dispatch.node, []).append(f)
+        for node, fs in by_node.items():
+            verdicts = self.channel.revoke(node, [(f.dispatch.batch_id, f.entry_id, f.ttl_s) for f in fs], give_up=True)
+            for f, v in zip(fs, verdicts):
+                if v == claims.DONE:
+                    continue
+                del self.inflight[f.dispatch.batch_id]
+                (rerun if v == claims.REVOKED else started).append(f.dispatch)
+        return rerun, started
+
+    def adopt(self, d: Dispatch, entry_id: str, ttl_s: int) -> None:
+        """A batch a former leader sent that its agent took: in flight here now, its result awaited."""
+        self.inflight[d.batch_id] = InFlight(d, entry_id, Claim(d.batch_id, d.function, d.config, d.fit), ttl_s)
+        self._view = None
 
     def snapshot(self) -> ClusterSnapshot:
         """The live agents as their heartbeats report them, with this process's batches the reports do
@@ -223,7 +281,8 @@ class Dispatcher:
         for s, entry_id in zip(sends, entry_ids):
             entry_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
             d = s.dispatch
-            self.inflight[d.batch_id] = InFlight(d, entry_id, Claim(d.batch_id, d.function, d.config, d.fit))
+            ttl = s.message.data_ttl_s if s.message is not None else InFlight.ttl_s
+            self.inflight[d.batch_id] = InFlight(d, entry_id, Claim(d.batch_id, d.function, d.config, d.fit), ttl)
         if sends:
             self.metrics.sent([s.dispatch for s in sends])
         self.count += len(sends)
@@ -233,13 +292,15 @@ class Dispatcher:
         return out
 
     def complete(self, rm: protocol.BatchResult) -> Dispatch | None:
-        """The batch ``rm`` answers, if this incarnation is still waiting for it."""
-        if not rm.batch_id.startswith(self.incarnation + "-"):
+        """The batch ``rm`` answers, if this scheduler is still waiting for it (from the node it was sent to)."""
+        flight = self.inflight.get(rm.batch_id)
+        if flight is None or flight.dispatch.node != rm.node:
+            if flight is not None:
+                log.warning("result of batch %s came from node %s, but it was sent to %s: ignored", rm.batch_id,
+                            rm.node, flight.dispatch.node)
             self.ignored += 1
-            return None  # a batch of an earlier incarnation: its activations are being finished anew
-        flight = self.inflight.pop(rm.batch_id, None)
-        if flight is None:
-            return None  # a duplicate, or declared lost
+            return None  # a duplicate, a batch taken back, or one of a scheduler that did not hand it on
+        del self.inflight[rm.batch_id]
         d = flight.dispatch
         c = flight.claim    # built, not dataclasses.replace'd: that reads the fields' list at every call
         self.finished[d.batch_id] = (d, time.monotonic(), Claim(c.batch_id, c.function, c.config, c.fit, True))
@@ -254,14 +315,6 @@ class Dispatcher:
                      "started a new worker" if cold_miss else f"carved its slice ({rm.reconfigured} MIG change(s))")
         return d
 
-    def purge_earlier(self, nodes: Sequence[str]) -> None:
-        """Take back what earlier incarnations of this scheduler left in the nodes' streams."""
-        mine = self.channel.reply_to
-        gone = self.channel.purge(nodes, lambda m: m.reply_to == mine
-                                  and not m.batch_id.startswith(self.incarnation + "-"))
-        if gone:
-            log.info("recovery: took back %d dispatches of an earlier incarnation", gone)
-
     # -- the reader thread ----------------------------------------------------------------------------
     def read_loop(self, stop: threading.Event, deliver: Callable[[object], None], dead_letters: DeadLetters) -> None:
         """Results and heartbeats to ``deliver`` (the main loop's inbox), each read's in one
@@ -269,7 +322,7 @@ class Dispatcher:
         failing = False
         while not stop.is_set():
             try:
-                got = self.channel.read(READ_BLOCK_MS)
+                read = self.channel.read(READ_BLOCK_MS)
                 failing = False
             except redis.RedisError as exc:
                 if not failing:
@@ -278,15 +331,22 @@ class Dispatcher:
                 stop.wait(0.5)
                 continue
             messages: list[protocol.Heartbeat | protocol.BatchResult] = []
-            for e in got:
+            for e in read.entries:
                 try:
                     m = protocol.decode(e.raw or b"")
                 except protocol.ProtocolError as exc:
                     dead_letters.put(e.raw, str(exc), e.stream, e.id)
                     continue
-                if isinstance(m, protocol.Heartbeat | protocol.BatchResult):
-                    messages.append(m)
+                if isinstance(m, protocol.Heartbeat | protocol.BatchResult) and self.channel.believe(e, m):
+                    messages.append(self.channel.sanitize(m) if isinstance(m, protocol.BatchResult) else m)
+                    if isinstance(m, protocol.BatchResult):
+                        self._read_results[m.node] = e.id
+                elif isinstance(m, protocol.Heartbeat | protocol.BatchResult):
+                    log.warning("a %s naming node %r on %s, which is not that node's: set aside as forged",
+                                type(m).__name__, m.node, e.stream)
+                    dead_letters.put(e.raw, f"a {type(m).__name__} naming node {m.node!r} on {e.stream}",
+                                     e.stream, e.id)
                 else:
                     dead_letters.put(e.raw, f"unexpected {type(m).__name__} on {e.stream}", e.stream, e.id)
-            if messages:
-                deliver(Delivered(tuple(messages)))
+            if messages or not stop.is_set():
+                deliver(Delivered(tuple(messages), read.started_s, read.caught_up, dict(self._read_results)))

@@ -15,15 +15,17 @@ from __future__ import annotations
 import queue
 
 from controller_plugin.activations import Polled
-from controller_plugin.dispatcher import Delivered
+from controller_plugin.dispatcher import Delivered, ReadMark
 
 
 def unpack(item: object, into: list[object]) -> int:
-    """``item`` into ``into``: a poll's or a read's messages one by one, in order; how many."""
+    """``item`` into ``into``: a poll's or a read's messages one by one, in order (a read's after a
+    :class:`~controller_plugin.dispatcher.ReadMark` saying when it started); how many messages."""
     if isinstance(item, Polled):
         into.extend(item.items)
         return len(item.items)
     if isinstance(item, Delivered):
+        into.append(ReadMark(item.started_s, item.caught_up, item.results_at))
         into.extend(item.messages)
         return len(item.messages)
     into.append(item)

@@ -121,6 +121,19 @@ class Metrics:
         self.acks = Counter("esg_acks_total", "Acks produced by kind", ["kind"], registry=r)
         self.dead_letters = Counter("esg_dead_letters_total", "Malformed messages set aside", ["topic"],
                                     registry=r)
+        self.leader = Gauge("esg_leader", "1 while this scheduler holds the leader lease", registry=r)
+        self.epoch = Gauge("esg_leader_epoch", "The leader epoch this scheduler leads with (0: standing by)",
+                           registry=r)
+        self.ready = Gauge("esg_scheduler_ready", "1 for the leader and for a standby synced enough to take over",
+                           registry=r)
+        self.standby_lag = Gauge("esg_standby_lag_seconds", "How far this standby's reading of the agents' "
+                                 "streams is behind (0 for the leader, -1 before its first read)", registry=r)
+        self.standbys_lag = Gauge("esg_standbys_lag_seconds", "Each standby's lag, as the leader sees it",
+                                  ["standby"], registry=r)
+        self.leader_changes = Counter("esg_leader_takeovers_total", "Times this process took the lead", registry=r)
+        self.ledger_losses = Counter("esg_ledger_losses_total", "Ledgers found lost at a takeover (Redis lost "
+                                     "its data)", registry=r)
+        self._standbys: set[str] = set()
         self._apps: dict[str, _AppSeries] = {}
         self._functions: dict[tuple[str, str], _FunctionSeries] = {}
         self._mig = Children(self.mig_changes)
@@ -226,6 +239,12 @@ class Metrics:
             self.queue_length.labels(*key).set(n)
             self.queue_head_age.labels(*key).set(ages[key])
         self._queues |= lengths.keys()
+
+    def show_standbys(self, names: set[str]) -> None:
+        """Keep the standbys' lag only for those still there."""
+        for gone in self._standbys - names:
+            self.standbys_lag.remove(gone)
+        self._standbys = set(names)
 
     def set_waiting(self, waiting: dict) -> None:
         counts = dict.fromkeys((*WAIT_REASONS.values(), "other"), 0)

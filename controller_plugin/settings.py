@@ -7,6 +7,7 @@ activation store's URL without its credentials and the OpenWhisk key only as its
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,11 @@ class Settings:
     #: Let the policy start workers ahead of their batches and set its keep-alive (``esg emulate
     #: --no-prewarm`` is the emulator's off switch); off: no pre-warms, every worker the agent's TTL.
     prewarm: bool = True
+    #: How long the leader lease lasts unless renewed (renewed every quarter of it): how soon a standby
+    #: takes over from a leader that stopped.
+    lease_s: float = 2.0
+    #: This scheduler's name among the deployment's schedulers (status, metrics): by default the host's.
+    name: str = field(default_factory=lambda: socket.gethostname() or "scheduler")
 
     def describe(self) -> str:
         """One log line of the settings with every secret removed."""
@@ -87,7 +93,7 @@ class Settings:
                 f"explore_fraction={self.explore_fraction} admission_control={self.admission_control} "
                 f"stage_overhead_ms={self.stage_overhead_ms:g} "
                 f"agent_timeout_s={self.agent_timeout_s} prewarm={self.prewarm} "
-                f"incarnation={self.incarnation} "
+                f"incarnation={self.incarnation} name={self.name} lease_s={self.lease_s:g} "
                 f"activation_store={redact(self.activation_store) if self.activation_store else 'none'} "
                 f"parameter_keys={','.join(sorted(self.parameter_keys.keys)) or 'none'}")
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent_channel import protocol
@@ -37,7 +38,7 @@ from controller_plugin.requests_state import FunctionResult, Outcome, Run
 from controller_plugin.settings import Deadline
 from esg.cluster import ClusterSnapshot
 from esg.defaults import is_default
-from esg.events import Arrival, BatchDone, BatchLost, Cancel, Dispatch, Prewarm, Request
+from esg.events import Arrival, BatchDone, BatchLost, Cancel, Dispatch, Prewarm, Request, Resume
 from esg.online import Observation
 from esg.scheduler import Scheduler
 from openwhisk_status import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
@@ -82,11 +83,14 @@ def keep_alive_ms(ms: float | None) -> int | None:
 
 
 class Workflows:
-    def __init__(self, scheduler: Scheduler, reply_to: str, metrics: Metrics, deadline_margin_s: float,
-                 deadline: Deadline = OPENWHISK_DEADLINE) -> None:
+    def __init__(self, scheduler: Scheduler, reply_to: Callable[[str], str], metrics: Metrics,
+                 deadline_margin_s: float, deadline: Deadline = OPENWHISK_DEADLINE) -> None:
         self.scheduler = scheduler
         self.deadline = deadline
         self.reply_to = reply_to
+        """A node's results stream of this controller: where its agent answers."""
+        self.epoch = 0
+        """The leader epoch the messages carry."""
         self.metrics = metrics
         self.margin_ms = int(deadline_margin_s * 1000)
         self.runs: dict[str, Run] = {}
@@ -106,6 +110,9 @@ class Workflows:
         self.unsent_prewarms = 0
         """Pre-warms the last step decided and :meth:`step` could not send (no plan for their app)."""
         self._poked = False
+        self.progress: list[tuple[str, str, FunctionResult]] = []
+        """Functions of multi-function apps finished since the service last took them: ``(activation id,
+        function, result)``, for the ledger (a scheduler taking over resumes the app from there)."""
 
     def poke(self) -> None:
         """Have the next turn step although nothing arrived: the cluster changed in a way a policy acts
@@ -140,10 +147,30 @@ class Workflows:
         self._events.append(Arrival(Request(aid, plan.app.name, float(item.entry.accepted_ms))))
         return None
 
-    def drop(self, activation_id: str) -> None:
-        """Forget an activation without answering it (a redelivery of one already answered)."""
-        if self.runs.pop(activation_id, None) is not None:
-            self._events.append(Cancel(activation_id))
+    def resume(self, item: Accepted, results: dict[str, FunctionResult], running: list[Dispatch],
+               now_ms: int) -> Answer | None:
+        """Carry on an activation a former leader started (:mod:`controller_plugin.takeover`): ``results``
+        of its finished functions, ``running`` its batches still running there; the answer at once if it
+        cannot run, or if one of its functions failed already."""
+        aid = item.msg.activation_id
+        if aid in self.runs:
+            return None
+        if item.error is not None or item.plan is None:
+            return self.accept(item, now_ms)
+        plan = item.plan
+        if self._registered.get(plan.app.name) is not plan:
+            self.scheduler.add_app(plan.app, plan.profiles, plan.specs)
+            self._registered[plan.app.name] = plan
+        results = {f: r for f, r in results.items() if f in plan.functions}
+        run = Run(item.msg, plan, item.entry, args=item.args, init_env=item.init_env, results=dict(results))
+        failed = next((f for f, r in results.items() if r.run.status_code != 0), None)
+        if failed is not None:
+            return self._finish(run, run.failed(failed))
+        self.runs[aid] = run
+        self._callers[plan.app.name] = (item.msg.user.basic_auth, item.init_env, item.msg.user.namespace)
+        self._events.append(Resume(Request(aid, plan.app.name, float(item.entry.accepted_ms)),
+                                   tuple((f, r.node) for f, r in results.items()), tuple(running)))
+        return None
 
     def record(self, d: Dispatch, rm: protocol.BatchResult, now_ms: int) -> list[Answer]:
         """Fold in a batch's result; the activations it ends (a function failed: the app fails)."""
@@ -159,6 +186,8 @@ class Workflows:
                 continue
             res = self._function_result(run, d, rm, by_id.get(job.request_id), now_ms)
             run.record(d.function, res)
+            if len(run.plan.functions) > 1:
+                self.progress.append((run.activation_id, d.function, res))
             if res.run.status_code != 0:
                 self._events.append(Cancel(run.activation_id))
                 out.append(self._finish(run, run.failed(d.function)))
@@ -207,6 +236,21 @@ class Workflows:
             if now_ms + self.margin_ms + timeout > controller_deadline_ms(run.msg, timeout, now_ms, self.deadline):
                 short = run.plan.functions[d.function].short
                 out.append(self._fail(run, f"agent {node} was lost while running {short}", now_ms))
+        self._events.append(BatchLost(d.batch_id))
+        return out
+
+    def failed_on(self, d: Dispatch, node: str, now_ms: int) -> list[Answer]:
+        """A batch that had started on an agent found lost: its activations are answered with a developer
+        error, as a container that dies mid-run is, and never run again (at most once)."""
+        short = None
+        out = []
+        for job in d.jobs:
+            run = self.runs.get(job.request_id)
+            if run is None:
+                continue
+            short = short or run.plan.functions[d.function].short
+            out.append(self._fail(run, f"agent {node} was lost while running {short}; it is not run again "
+                                       "(at most once)", now_ms))
         self._events.append(BatchLost(d.batch_id))
         return out
 
@@ -264,9 +308,9 @@ class Workflows:
         last = max(controller_deadline_ms(r.msg, r.plan.action.timeout_ms, now_ms, self.deadline) for r in runs)
         ttl = max(1, (last - now_ms) // 1000 + DATA_TTL_SLACK_S)
         return protocol.DispatchMessage(d.batch_id, d.node, d.app, d.function, action, d.config, d.fit.slice,
-                                        d.fit.destroy, tuple(reqs), self.reply_to,
+                                        d.fit.destroy, tuple(reqs), self.reply_to(d.node),
                                         d.function in plan.app.sinks, int(ttl),
-                                        keep_alive_ms(d.keep_alive_ms))
+                                        keep_alive_ms(d.keep_alive_ms), self.epoch)
 
     def _prewarm_message(self, p: Prewarm, now_ms: int) -> protocol.PrewarmMessage | None:
         """The message for a pre-warm of a function of an app this scheduler has planned (None: an app it
@@ -282,8 +326,8 @@ class Workflows:
         action = protocol.ActionRef(meta.path, meta.name, meta.version, meta.kind, meta.timeout_ms, meta.memory_mb)
         entry = not plan.app.predecessors(p.function)
         return protocol.PrewarmMessage(p.prewarm_id, p.node, p.app, p.function, action, p.config, p.fit.slice,
-                                       p.fit.destroy, keep_alive_ms(p.keep_alive_ms), self.reply_to,
-                                       (init_env or None) if entry else None, api_key, now_ms, namespace)
+                                       p.fit.destroy, keep_alive_ms(p.keep_alive_ms), self.reply_to(p.node),
+                                       (init_env or None) if entry else None, api_key, now_ms, namespace, self.epoch)
 
     # -- ending -------------------------------------------------------------------------------------
     def _fail(self, run: Run, message: str, now_ms: int) -> Answer:

@@ -1,7 +1,10 @@
 """Readiness checks for the ESG containers: Docker Compose healthchecks and Kubernetes probes run this.
 
     healthcheck.py scheduler --metrics URL
-        ready when the scheduler serves its Prometheus metrics (``esg scheduler --metrics-port``).
+        ready when the scheduler serves its Prometheus metrics (``esg scheduler --metrics-port``) and says
+        it is ready (``esg_scheduler_ready 1``): it leads, or it stands by synced enough to take over within
+        seconds. A standby that is behind is not ready, so a rolling update waits for the new scheduler
+        to be a warm standby before it stops the old one.
     healthcheck.py agent --controller URL [--name NODE]
         ready when OpenWhisk's controller lists this node's invoker as ``up`` (``GET URL/invokers``): the
         agent heartbeats, the scheduler pings ``health`` for it under the node's name, and the
@@ -42,11 +45,25 @@ def fetch(url: str) -> bytes:
         raise NotReady(f"{url}: {getattr(exc, 'reason', exc)}") from None
 
 
+def metric(body: str, name: str) -> float | None:
+    """The value of the unlabelled sample ``name`` in a Prometheus text exposition (None: absent)."""
+    for line in body.splitlines():
+        if line.startswith(name + " "):
+            try:
+                return float(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
 def scheduler_ready(metrics_url: str) -> str:
     body = fetch(metrics_url).decode(errors="replace")
     if "esg_agents_alive" not in body:
         raise NotReady(f"{metrics_url}: no esg_agents_alive metric")
-    return "scheduler metrics served"
+    if metric(body, "esg_scheduler_ready") != 1:
+        lag = metric(body, "esg_standby_lag_seconds")
+        raise NotReady(f"{metrics_url}: standing by, not synced yet (lag {lag if lag is not None else '?'} s)")
+    return "leading" if metric(body, "esg_leader") == 1 else "standing by, synced"
 
 
 def invoker_states(controller_url: str) -> dict[str, str]:

@@ -4,7 +4,8 @@ The vocabulary shared by :mod:`esg.scheduler`, the policies (:mod:`esg.policies.
 (the live service and the emulator). It sits below all of them, so the policy interface and the
 scheduler never import each other (an import contract keeps it so).
 
-* in (:data:`Event`): a request arrived, a batch finished or was lost, a request is cancelled;
+* in (:data:`Event`): a request arrived, a batch finished or was lost, a request is cancelled, a request
+  another scheduler had started is resumed where it was (:class:`Resume`);
 * out: a batch to run (:class:`Dispatch`), a worker to start ahead of its first batch
   (:class:`Prewarm`), a function done (:class:`FunctionDone`), a request finished
   (:class:`RequestOutcome`).
@@ -68,7 +69,21 @@ class Cancel:
     request_id: str
 
 
-Event = Arrival | BatchDone | BatchLost | Cancel
+@dataclass(frozen=True)
+class Resume:
+    """Continue a request another scheduler had started (a live driver taking over from a former leader):
+    ``done`` names the functions that ran (function, node), ``running`` the batches still running that
+    hold some of its jobs (their :class:`BatchDone` comes later, as for a batch this scheduler placed).
+    Every function neither done nor running whose predecessors are all done is enqueued; with nothing
+    done and nothing running, this is the request's :class:`Arrival` (without admission control: it was
+    admitted already)."""
+
+    request: Request
+    done: tuple[tuple[str, str], ...] = ()
+    running: tuple[Dispatch, ...] = ()
+
+
+Event = Arrival | BatchDone | BatchLost | Cancel | Resume
 
 
 @dataclass(unsafe_hash=True)

@@ -34,6 +34,7 @@ from esg.events import (
     Prewarm,
     Request,
     RequestOutcome,
+    Resume,
 )
 from esg.explore import Explorer
 from esg.model import App, Config, Job
@@ -162,6 +163,8 @@ class Scheduler:
                 self._finish(event, now_ms, out)
             elif isinstance(event, BatchLost):
                 self._requeue(event.batch_id)
+            elif isinstance(event, Resume):
+                self._resume(event, now_ms, out)
             elif self._requests.pop(event.request_id, None) is not None:
                 self._dead_jobs = True
         self._wake = cast("float | None", None)  # not narrowed to None: the calls below set it
@@ -208,6 +211,37 @@ class Scheduler:
         self.policy.on_arrival(request, app, now_ms)
         for f in app.entries:
             self.queues.push(self._job(request, f, now_ms, slo, None))
+
+    def _resume(self, event: Resume, now_ms: float, out: StepResult) -> None:
+        """Take over a request where another scheduler left it (:class:`~esg.events.Resume`)."""
+        request = event.request
+        app = self.apps.get(request.app)
+        if app is None:
+            raise AppError(f"unknown app {request.app!r}")
+        rid = request.request_id
+        if rid in self._requests:
+            return
+        state = _RequestState(request, app.slo_ms, dict(event.done))
+        self._requests[rid] = state
+        self.policy.on_arrival(request, app, now_ms)
+        running: set[str] = set()
+        for d in event.running:
+            if d.batch_id not in self._in_flight:
+                self._in_flight[d.batch_id] = d
+                self.policy.on_dispatch(d)
+            for job in d.jobs:
+                if job.request_id == rid:
+                    running.add(d.function)
+        if all(s in state.done for s in app.sinks):
+            out.outcomes.append(self._outcome(state, now_ms))
+            del self._requests[rid]
+            return
+        for f in app.functions:
+            if f in state.done or f in running:
+                continue
+            preds = app.predecessors(f)
+            if all(p in state.done for p in preds):
+                self.queues.push(self._job(request, f, now_ms, state.slo_ms, state.done[preds[-1]] if preds else None))
 
     def _fastest_ms(self, app: App) -> float:
         """The least time ``app`` can take (:func:`esg.admission.fastest_path_ms`), per app."""

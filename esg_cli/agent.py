@@ -42,7 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "Each flag without a value on the command line falls back to its environment "
                                    "variable.")
     p.add_argument("--redis", type=checks.redis_url, metavar="URL",
-                   help="Redis URL, may carry a password: dispatches, results, heartbeats and data passed "
+                   help="Redis URL (redis://USER:PASSWORD@HOST:PORT/DB, or a Sentinel's redis+sentinel://...; prefer env "
+                        "ESG_REDIS or a file named by ESG_REDIS_FILE: a flag shows its password in the process list): "
+                        "dispatches, results, heartbeats and data passed "
                         "between agents go through it (env ESG_REDIS)")
     p.add_argument("--kafka", type=checks.kafka_address, metavar="HOST:PORT",
                    help="accepted for symmetry with esg scheduler; unused: the agent needs no Kafka (env ESG_KAFKA)")
@@ -122,7 +124,7 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
     args.openwhisk_auth = env(args.openwhisk_auth, "ESG_OPENWHISK_AUTH", checks.api_key)
     args.topic_prefix = env(args.topic_prefix, "ESG_TOPIC_PREFIX", checks.topic_prefix, "")
     args.controller_id = env(args.controller_id, "ESG_CONTROLLER_ID", checks.controller_id, "0")
-    args.redis = env(args.redis, "ESG_REDIS", checks.redis_url)
+    args.redis = checks.from_env(args.redis, "ESG_REDIS", checks.redis_url)
     args.name = env(args.name, "ESG_AGENT_NAME", checks.node_name) or _host_name()
     args.vcpus = env(args.vcpus, "ESG_AGENT_VCPUS", checks.positive_int)
     args.memory_mb = env(args.memory_mb, "ESG_AGENT_MEMORY_MB", checks.positive_int)
@@ -139,7 +141,7 @@ def check_args(args: argparse.Namespace) -> argparse.Namespace:
     if args.alive_file:
         checks.check_writable_file(args.alive_file, "--alive-file")
     if not args.redis:
-        raise CliError("no Redis given: pass --redis URL or set ESG_REDIS")
+        raise CliError("no Redis given: set ESG_REDIS or ESG_REDIS_FILE (or pass --redis URL)")
     if not args.openwhisk_api:
         raise CliError("no OpenWhisk API: pass --openwhisk-api URL or set ESG_OPENWHISK_API")
     if not args.openwhisk_auth:
@@ -255,7 +257,7 @@ def run_agent(args: argparse.Namespace) -> int:
         slices.change_delay_s = twin.clock.params.mig_reconfig_ms / 1000
     warm = WarmRegistry()
     fetcher = ActionFetcher(args.openwhisk_api, args.openwhisk_auth)
-    data = DataPlane(client, keys, LocalOutputs(int(args.local_data_mb * 1024 * 1024)))
+    data = DataPlane(client, keys, LocalOutputs(int(args.local_data_mb * 1024 * 1024)), args.name)
     runner = BatchRunner(node, fetcher, slices, allocator, warm, data)
     # every answered batch is named in at least two heartbeats (the scheduler forgets its claim then)
     heartbeats = HeartbeatBuilder(args.name, memory_mb, allocator, slices, node.pool, warm,

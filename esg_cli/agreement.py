@@ -210,7 +210,7 @@ def twin_cluster(logs: Path, nodes: int = 2, vcpus: int = 16, slo: str = "modera
             time.sleep(0.5)
             text = (logs / "up.out").read_text()
         api = re.search(r"OpenWhisk REST stand-in\s+pid \d+\s+(\S+)", text).group(1)
-        redis_url = re.search(r"redis-server\s+pid \d+\s+(\S+)", text).group(1)
+        redis_url = (logs / "redis" / "observer" / "redis.url").read_text().strip()   # esg up's read-only user
         yield Cluster(api, redis_url, proc)
     finally:
         if proc.poll() is None:

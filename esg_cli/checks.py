@@ -89,10 +89,19 @@ def _split_url(text: str, message: str) -> SplitResult:
 
 
 def redis_url(text: str) -> str:
-    """``redis://[:PASSWORD@]HOST:PORT[/DB]``, ``rediss://...`` or ``unix:///PATH``. The password is never shown."""
+    """``redis://[USER:PASSWORD@]HOST:PORT[/DB]``, ``rediss://...``, ``unix:///PATH``, or a Sentinel's
+    ``redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER[/DB]``. The password is never shown."""
     parts = _split_url(text, "not a Redis URL (expected redis://HOST:PORT/DB)")
+    if parts.scheme in ("redis+sentinel", "rediss+sentinel"):
+        from agent_channel.connect import sentinel_parts
+
+        try:
+            sentinel_parts(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
     if parts.scheme not in ("redis", "rediss", "unix"):
-        raise argparse.ArgumentTypeError(f"expected a redis://, rediss:// or unix:// URL, "
+        raise argparse.ArgumentTypeError(f"expected a redis://, rediss://, unix:// or redis+sentinel:// URL, "
                                          f"got scheme {parts.scheme or '(none)'!r}")
     if parts.scheme != "unix" and not parts.hostname:
         raise argparse.ArgumentTypeError("the Redis URL names no host (expected redis://HOST:PORT/DB)")

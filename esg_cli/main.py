@@ -29,6 +29,7 @@ SUBCOMMANDS = (
     "esg_cli.emulate",
     "esg_cli.replay",
     "esg_cli.status",
+    "esg_cli.redis_users",
 )
 
 

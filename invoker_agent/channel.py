@@ -1,25 +1,37 @@
-"""The agent's end of the channel: its node's dispatch stream, results, heartbeats (Redis streams).
+"""The agent's end of the channel: its node's dispatch stream, claims, results, heartbeats (Redis streams).
+
+Everything the agent writes is in its node's own key space (:meth:`agent_channel.keys.Keys.node_space`),
+the only keys its Redis ACL user may write (:mod:`agent_channel.acl`).
 
 * **Dispatches** are read from ``esg:{prefix}:node:{node}:dispatch`` in consumer group ``agents`` as
   consumer ``{node}`` (``XREADGROUP ... BLOCK``). A read entry stays in the group's pending list until
   it is answered, so an agent killed while running batches finds them again at its next start
-  (:meth:`AgentChannel.pending`) and runs them then; nothing it took is lost.
+  (:meth:`AgentChannel.pending`). A group that is gone (Redis lost its data: ``NOGROUP``) is made again,
+  logged and counted (:attr:`AgentChannel.recoveries`, reported in the heartbeats), and reading goes on.
+* **Claims** (:mod:`agent_channel.claims`): a batch starts only once :meth:`AgentChannel.claim` took it;
+  one the scheduler revoked, or of an older leader than the node was told of, is not run.
 * **Answering** a batch is one ``MULTI``: the outputs its successors need (:mod:`invoker_agent.data`),
-  the :class:`~agent_channel.protocol.BatchResult` added to the dispatch's ``reply_to`` stream, and ``XACK`` +
-  ``XDEL`` of the dispatch -- the result is published exactly when the dispatch stops being pending.
+  the :class:`~agent_channel.protocol.BatchResult` added to the dispatch's ``reply_to`` stream (the
+  node's own results stream of the scheduler that sent it: nothing else is answered to), its claim
+  marked ``done``, and ``XACK`` + ``XDEL`` of the dispatch -- the result is published exactly when the
+  dispatch stops being pending.
   Answers of batches that finish while another thread's answer is on its way share the next ``MULTI``
   (group commit, :class:`AnswerGroup`): one round trip for all of them, and the scheduler reads them
   together and handles them in one turn of its loop, where one each cost it a turn each (its loop's
   fixed costs per turn -- the step, the pipeline, the acks' produce request -- were most of its CPU per
   activation with a real agent in a burst). An answer alone goes at once, as before.
-* **Heartbeats** go to ``esg:{prefix}:heartbeats`` (capped).
+* **Heartbeats** go to the node's own ``esg:{prefix}:node:{node}:heartbeats`` (capped); every
+  :data:`HELLO_EVERY` th one also announces the node on ``esg:{prefix}:hello``, so a scheduler started
+  later finds it.
 
-A scheduler that declares this agent lost removes its batches from the stream itself (``XACK`` +
-``XDEL``) before sending them elsewhere, so a restarted agent does not pick them up again.
+A scheduler that declares this agent lost revokes its unstarted batches and removes them from the
+stream itself (``XACK`` + ``XDEL``) before sending them elsewhere, so a restarted agent does not pick
+them up again.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Hashable, Sequence
@@ -27,10 +39,13 @@ from dataclasses import dataclass, field
 
 import redis
 
-from agent_channel.keys import AGENT_GROUP, HEARTBEAT_MAXLEN, RESULTS_MAXLEN, Keys
+from agent_channel import claims
+from agent_channel.keys import AGENT_GROUP, HEARTBEAT_MAXLEN, HELLO_MAXLEN, RESULTS_MAXLEN, Keys
 from agent_channel.protocol import BatchResult, Heartbeat, encode
 from agent_channel.streams import Entry, ensure_group, entries, fields
 from invoker_agent.data import Write
+
+log = logging.getLogger("esg.agent")
 
 #: How long the answer of a dispatch read with others waits for theirs (from its cohort's first answer):
 #: long enough for batches started together on warm workers to finish together, short against a
@@ -39,6 +54,14 @@ from invoker_agent.data import Write
 #: waited for it, and was answered 5 ms late, a fifth of an image-classification SLO
 #: (docs/live-vs-emulated.md).
 COHORT_WAIT_S = 0.005
+#: Every this many heartbeats the node is announced on the hello stream again.
+HELLO_EVERY = 10
+
+
+def is_nogroup(exc: BaseException) -> bool:
+    """Whether a read failed because the stream or its group is gone (``NOGROUP``; ``UNBLOCKED``: deleted
+    while a read was blocked on it)."""
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith(("NOGROUP", "UNBLOCKED"))
 
 
 class AgentChannel:
@@ -47,15 +70,33 @@ class AgentChannel:
         self.keys = keys
         self.node = node
         self.stream = keys.dispatch(node)
+        self.recoveries = 0
+        """Consumer groups made again after Redis lost them."""
         self._answers = AnswerGroup(self._commit)
+        self._beats = 0
+        self._group_lock = threading.Lock()
         ensure_group(client, self.stream, AGENT_GROUP)
+
+    def _read_group(self, streams: dict, **kw) -> list[Entry]:
+        """``XREADGROUP`` on this node's stream; a group Redis lost is made again (and nothing read)."""
+        try:
+            return entries(self.r.xreadgroup(AGENT_GROUP, self.node, streams, **kw))
+        except redis.ResponseError as exc:
+            if not is_nogroup(exc):
+                raise
+            with self._group_lock:
+                ensure_group(self.r, self.stream, AGENT_GROUP)
+                self.recoveries += 1
+            log.warning("agent %s: the consumer group of %s was gone (Redis lost its data?): made again "
+                        "(%d time(s))", self.node, self.stream, self.recoveries)
+            return []
 
     def pending(self) -> list[Entry]:
         """Dispatches this node's agent took and never answered (an earlier incarnation's), oldest first."""
         out: list[Entry] = []
         after = "0"
         while True:
-            got = entries(self.r.xreadgroup(AGENT_GROUP, self.node, {self.stream: after}, count=100))
+            got = self._read_group({self.stream: after}, count=100)
             if not got:
                 return out
             out += got
@@ -64,11 +105,18 @@ class AgentChannel:
     def take(self, count: int, block_ms: int, cohort: bool = False) -> list[Entry]:
         """Up to ``count`` new dispatches, waiting at most ``block_ms`` for the first. ``cohort``: those
         read together are answered together (each must then be :meth:`answer`-ed or :meth:`settle`-d)."""
-        got = entries(self.r.xreadgroup(AGENT_GROUP, self.node, {self.stream: ">"}, count=count,
-                                        block=block_ms))
+        got = self._read_group({self.stream: ">"}, count=count, block=block_ms)
         if cohort:
             self._answers.join([e.id for e in got])
         return got
+
+    def claim(self, batch_id: str, epoch: int, ttl_s: int) -> str:
+        """Take ``batch_id``'s claim before running it (:func:`agent_channel.claims.claim`)."""
+        return claims.claim(self.r, self.keys, self.node, [(batch_id, epoch, ttl_s)])[0]
+
+    def answers_to(self, reply_to: str) -> bool:
+        """Whether ``reply_to`` is a stream this agent answers to: one of its node's results streams."""
+        return self.keys.is_results_of(self.node, reply_to)
 
     def settle(self, entry_id: str) -> None:
         """Done with ``entry_id`` without (or after) an answer: its cohort's answers wait for it no longer."""
@@ -79,11 +127,12 @@ class AgentChannel:
         of the same kind wait for it."""
         self._answers.describe(entry_id, kind)
 
-    def answer(self, entry_id: str, reply_to: str, result: BatchResult, writes: Sequence[Write] = ()) -> None:
-        """Store the outputs, publish the result, and retire the dispatch: all or nothing. Returns once
-        Redis took it (in a ``MULTI`` that may carry other threads' answers too); raises what Redis
-        raised for it."""
-        self._answers.commit(_Answer(entry_id, reply_to, result, tuple(writes)))
+    def answer(self, entry_id: str, reply_to: str, result: BatchResult, writes: Sequence[Write] = (),
+               claim_ttl_s: int | None = None) -> None:
+        """Store the outputs, publish the result, mark the batch's claim ``done`` (``claim_ttl_s``: None
+        when it had none), and retire the dispatch: all or nothing. Returns once Redis took it (in a
+        ``MULTI`` that may carry other threads' answers too); raises what Redis raised for it."""
+        self._answers.commit(_Answer(entry_id, reply_to, result, tuple(writes), claim_ttl_s))
 
     def _commit(self, answers: list[_Answer]) -> list[Exception | None]:
         """One ``MULTI`` for ``answers``; each answer's error (None: taken). A command refused inside
@@ -92,7 +141,8 @@ class AgentChannel:
         spans = []
         for a in answers:
             first = len(pipe.command_stack)
-            self.stage_answer(pipe, a.entry_id, a.reply_to, a.result, a.writes, retire=False)
+            self.stage_answer(pipe, a.entry_id, a.reply_to, a.result, a.writes, retire=False,
+                              claim_ttl_s=a.claim_ttl_s)
             spans.append((first, len(pipe.command_stack)))
         # the dispatches are retired together: one XACK and one XDEL for all (both take many ids), not
         # two commands an answer -- each costs redis-py its packing and two replies to parse (QUEUED, EXEC)
@@ -104,11 +154,13 @@ class AgentChannel:
         return [next((r for r in replies[i:j] if isinstance(r, Exception)), retired) for i, j in spans]
 
     def stage_answer(self, pipe, entry_id: str, reply_to: str, result: BatchResult,
-                     writes: Sequence[Write] = (), retire: bool = True) -> None:
+                     writes: Sequence[Write] = (), retire: bool = True, claim_ttl_s: int | None = None) -> None:
         """:meth:`answer`'s commands, added to ``pipe`` (a transaction: several answers can share one);
         without ``retire``, the caller adds the dispatch's ``XACK`` and ``XDEL``."""
         for w in writes:
             pipe.set(w.key, w.blob, ex=w.ttl_s)
+        if claim_ttl_s is not None:
+            pipe.set(self.keys.claim(self.node, result.batch_id), claims.DONE, ex=max(1, claim_ttl_s))
         if reply_to:
             pipe.xadd(reply_to, fields(encode(result)), maxlen=RESULTS_MAXLEN, approximate=True)
         if retire:
@@ -116,14 +168,19 @@ class AgentChannel:
             pipe.xdel(self.stream, entry_id)
 
     def drop(self, entry_id: str) -> None:
-        """Retire a dispatch that cannot be answered (no ``reply_to`` can be read from it)."""
+        """Retire a dispatch that is not answered (a pre-warm, a revoked batch, one that cannot be read)."""
         pipe = self.r.pipeline(transaction=True)
         pipe.xack(self.stream, AGENT_GROUP, entry_id)
         pipe.xdel(self.stream, entry_id)
         pipe.execute()
 
     def heartbeat(self, hb: Heartbeat) -> None:
-        self.r.xadd(self.keys.heartbeats, fields(encode(hb)), maxlen=HEARTBEAT_MAXLEN, approximate=True)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.xadd(self.keys.heartbeats(self.node), fields(encode(hb)), maxlen=HEARTBEAT_MAXLEN, approximate=True)
+        if self._beats % HELLO_EVERY == 0:
+            pipe.xadd(self.keys.hello, fields(self.node.encode()), maxlen=HELLO_MAXLEN, approximate=True)
+        self._beats += 1
+        pipe.execute()
 
 
 @dataclass(frozen=True)
@@ -132,6 +189,7 @@ class _Answer:
     reply_to: str
     result: BatchResult
     writes: tuple[Write, ...]
+    claim_ttl_s: int | None = None
 
 
 @dataclass

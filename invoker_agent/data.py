@@ -3,7 +3,8 @@
 **Producing.** When a batch's function is not its app's sink, each successful output's JSON (the bytes
 the action's runtime replied with, or encoded here for a batch entry point's items) is kept in this
 node's memory (:class:`LocalOutputs`) for a successor placed here, and written to
-the store under ``esg:{prefix}:data:{activationId}:{function}`` with the dispatch's TTL -- in the same
+the store under ``esg:{prefix}:node:{node}:data:{activationId}:{function}`` (the node's own key space: no
+other agent can write it) with the dispatch's TTL -- in the same
 ``MULTI`` as the result message (:meth:`invoker_agent.channel.AgentChannel.answer`), so by the time the
 scheduler learns of the result a successor on any node can read it. The result then carries only the
 key and the size. A sink's output (and a plain action's) comes back inline: the scheduler needs it for
@@ -100,10 +101,11 @@ class LocalOutputs:
 
 
 class DataPlane:
-    def __init__(self, client: redis.Redis, keys: Keys, local: LocalOutputs) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, local: LocalOutputs, node: str = "") -> None:
         self.r = client
         self.keys = keys
         self.local = local
+        self.node = node
         self.local_reads = 0
         self.store_reads = 0
 
@@ -116,6 +118,8 @@ class DataPlane:
         local = 0
         for req in msg.requests:
             for ref in req.inputs:
+                if not self.keys.is_data_of(ref.node, ref.key):
+                    continue    # not an output its producer stored: never read (answered as missing below)
                 hit, value = self.local.get(ref.key)
                 if hit:
                     found[ref.key] = value
@@ -163,7 +167,7 @@ class DataPlane:
                         "error": f"The output of {msg.function} is {len(blob)} bytes, above the limit of "
                                  f"{MAX_DATA_BYTES} bytes for data passed to its successors."}))
                     continue
-                key = self.keys.data(r.activation_id, msg.function)
+                key = self.keys.data(self.node or msg.node, r.activation_id, msg.function)
                 self.local.put(key, r.result, len(blob), msg.data_ttl_s)
                 writes.append(Write(key, blob, msg.data_ttl_s))
                 out.append(replace(r, result=None, output_key=key, output_bytes=len(blob)))

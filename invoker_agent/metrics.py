@@ -46,6 +46,9 @@ class AgentMetrics:
                                          "destroy", ["node", "gpu", "op"], buckets=MIG_BUCKETS, registry=r)
         self.prewarms = Counter("esg_agent_prewarms_total", "Pre-warms taken, by outcome", ["node", "outcome"],
                                 registry=r)
+        self.stream_recoveries = Gauge("esg_agent_stream_recoveries", "Times the agent found its dispatch "
+                                       "stream's consumer group gone (Redis lost its data) and made it again",
+                                       ["node"], registry=r)
         self.vcpus_total.labels(node)
         self._batches = Children(self.batches)
         self._cold = Children(self.cold_starts)
@@ -69,6 +72,7 @@ class AgentMetrics:
             self.vcpus_total.labels(self.node).set(hb.vcpus_total)
             self.warm_workers.labels(self.node, "idle").set(idle)
             self.warm_workers.labels(self.node, "busy").set(max(0, warm_workers - idle))
+            self.stream_recoveries.labels(self.node).set(hb.stream_recoveries)
 
     def batch(self, function: str, result: BatchResult) -> None:
         self._batches.get(self.node, "ok" if result.succeeded else "failed").inc()

@@ -20,7 +20,12 @@ Threads:
   their TTL.
 * the caller of :meth:`AgentService.run` waits for :meth:`AgentService.stop`.
 
-A batch id this process has already taken is not run twice (:class:`RecentBatches`). A malformed
+**At most once** (:mod:`agent_channel.claims`): a batch starts only once the agent took its claim. A
+batch the scheduler revoked (it declared this agent lost, or a new leader took it back), or one of an
+older leader epoch than the node was told of, is retired without running; one this node had started
+before a restart is answered with a developer error, as a container that died is, and not run again.
+A batch id this process has already taken is not run twice (:class:`RecentBatches`). A dispatch whose
+``reply_to`` is not one of the node's own results streams is refused (logged and retired). A malformed
 dispatch is answered with status 3 for each activation whose id can be read, when it says where to
 answer; otherwise it is logged and retired.
 
@@ -51,11 +56,12 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
 
+from agent_channel import claims
 from agent_channel.protocol import (
     BatchResult,
     DispatchMessage,
@@ -65,7 +71,7 @@ from agent_channel.protocol import (
     decode,
 )
 from agent_channel.streams import Entry
-from invoker_agent.batch import BatchRunner, failed_ids
+from invoker_agent.batch import BatchRunner, failed, failed_ids
 from invoker_agent.channel import AgentChannel
 from invoker_agent.data import Write
 from invoker_agent.heartbeat import HeartbeatBuilder
@@ -73,7 +79,7 @@ from invoker_agent.intake import Intake
 from invoker_agent.metrics import AgentMetrics
 from invoker_agent.node import NodeAgent
 from invoker_agent.runner import PrewarmOutcome
-from openwhisk_status import STATUS_WHISK_ERROR
+from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.agent")
 
@@ -135,6 +141,8 @@ class PrewarmCounts:
     """Taken after its keep-alive had run out since it was sent: not started (:func:`prewarm_expired`)."""
     dropped: int = 0
     """Still waiting for a pre-warm thread when the agent stopped: not started."""
+    revoked: int = 0
+    """Taken back by the scheduler, or sent by an older leader: not started."""
 
 
 def prewarm_expired(msg: PrewarmMessage, now_ms: int, idle_ttl_s: float) -> bool:
@@ -205,8 +213,8 @@ class AgentService:
             self.node.close()
             p = self.prewarms
             log.info("agent %s: stopped (pre-warms: %d started, %d already warm, %d failed, %d repeated, "
-                     "%d expired, %d dropped)", self.settings.node, p.started, p.warm, p.failed, p.repeated,
-                     p.expired, p.dropped)
+                     "%d expired, %d dropped, %d revoked)", self.settings.node, p.started, p.warm, p.failed,
+                     p.repeated, p.expired, p.dropped, p.revoked)
         return 0
 
     def _pending(self) -> list[Entry]:
@@ -252,6 +260,12 @@ class AgentService:
         except ProtocolError as e:
             self._malformed(entry, e)
             return
+        if not self.channel.answers_to(msg.reply_to):
+            log.warning("%s %s asks for answers on %r, not a results stream of node %s: refused", type(msg).__name__,
+                        getattr(msg, "batch_id", None) or getattr(msg, "prewarm_id", ""), msg.reply_to,
+                        self.settings.node)
+            self._answer_safely(entry.id, "", None)
+            return
         if isinstance(msg, PrewarmMessage):
             if resumed:     # taken by an earlier incarnation that died before retiring it: at most once
                 log.info("pre-warm %s was taken before a restart: retired, not started", msg.prewarm_id)
@@ -264,6 +278,10 @@ class AgentService:
             log.warning("batch %s delivered again (entry %s): already taken, not run twice", msg.batch_id, entry.id)
             self._answer_safely(entry.id, "", None)
             return
+        verdict = self._claim(msg.batch_id, msg.epoch, msg.data_ttl_s)
+        if verdict != claims.CLAIMED:
+            self._not_run(entry, msg, verdict)
+            return
         self.heartbeats.batches.taken(msg.batch_id)
         self.channel.describe(entry.id, (msg.function, msg.config))
         if msg.node != self.settings.node:
@@ -274,10 +292,40 @@ class AgentService:
         codes = [r.status_code for r in result.results]
         log.info("batch %s answered: codes %s%s", result.batch_id, codes,
                  f" ({result.error})" if result.error else "")
-        self._answer_safely(entry.id, msg.reply_to, result, writes)
+        self._answer_safely(entry.id, msg.reply_to, result, writes, msg.data_ttl_s)
         self.heartbeats.batches.answered(msg.batch_id)
         if self.metrics is not None:
             self.metrics.batch(msg.function, result)
+
+    def _claim(self, batch_id: str, epoch: int, ttl_s: int) -> str:
+        """The claim's verdict (:mod:`agent_channel.claims`), asked again while Redis fails; :data:`claims.STALE`
+        (not run) if Redis never answers within :data:`ANSWER_RETRY_S`."""
+        deadline = time.monotonic() + ANSWER_RETRY_S
+        while True:
+            try:
+                return self.channel.claim(batch_id, epoch, ttl_s)
+            except redis.RedisError as e:
+                if time.monotonic() > deadline or self._stop.is_set():
+                    log.error("could not claim batch %s (%s): not run", batch_id, e)
+                    return claims.STALE
+                log.warning("claiming batch %s failed (%s); retrying", batch_id, e)
+                time.sleep(0.5)
+
+    def _not_run(self, entry: Entry, msg: DispatchMessage, verdict: str) -> None:
+        """A batch whose claim this agent did not get: retired unrun; one it had started before a restart is
+        answered with a developer error (it may have run part way; it is not run again)."""
+        if verdict == claims.RUNNING:
+            log.warning("batch %s was started before this agent restarted: answered with an error, not run again "
+                        "(at most once)", msg.batch_id)
+            result = failed(msg, self.settings.node, STATUS_DEVELOPER_ERROR,
+                            f"the invoker agent on {self.settings.node} stopped while running this activation; it "
+                            "is not run again (at most once)")
+            self._answer_safely(entry.id, msg.reply_to, result, (), msg.data_ttl_s)
+            return
+        why = {claims.REVOKED: "taken back by the scheduler", claims.STALE: "sent by an older leader",
+               claims.DONE: "answered already"}.get(verdict, verdict)
+        log.warning("batch %s not run: %s (at most once)", msg.batch_id, why)
+        self._answer_safely(entry.id, "", None)
 
     def _prewarm(self, entry: Entry, msg: PrewarmMessage) -> None:
         """Retire the pre-warm and hand it to the pre-warm threads: the batch thread that read it goes
@@ -289,6 +337,11 @@ class AgentService:
                 self._count("repeated")     # the first is still starting: named done when it is
             else:
                 self._prewarm_done(msg, "repeated")
+            return
+        verdict = self._claim(msg.prewarm_id, msg.epoch, max(60, (msg.keep_alive_ms or 0) // 1000))
+        if verdict != claims.CLAIMED:
+            log.info("pre-warm %s not started: %s", msg.prewarm_id, verdict)
+            self._prewarm_done(msg, "revoked" if verdict in (claims.REVOKED, claims.STALE) else "repeated")
             return
         self.heartbeats.batches.taken(msg.prewarm_id)
         try:
@@ -346,13 +399,15 @@ class AgentService:
     def _malformed(self, entry: Entry, e: ProtocolError) -> None:
         log.warning("skipping malformed dispatch %s: %s", entry.id, e)
         batch_id, ids, reply_to = salvage(entry.raw)
+        if reply_to and not self.channel.answers_to(reply_to):
+            reply_to = None     # never answered outside the node's own results streams
         result = None
         if batch_id is not None and reply_to:
             result = failed_ids(batch_id, self.settings.node, ids, STATUS_WHISK_ERROR, f"malformed dispatch: {e}")
         self._answer_safely(entry.id, reply_to or "", result)
 
     def _answer_safely(self, entry_id: str, reply_to: str, result: BatchResult | None,
-                       writes: list[Write] | tuple = ()) -> None:
+                       writes: list[Write] | tuple = (), claim_ttl_s: int | None = None) -> None:
         """Answer (or, without a result, retire) a dispatch; retried while Redis is unreachable. If it
         never gets through, the dispatch stays pending and the next incarnation runs it again."""
         deadline = time.monotonic() + ANSWER_RETRY_S
@@ -362,7 +417,7 @@ class AgentService:
                     self.channel.drop(entry_id)
                     self.channel.settle(entry_id)   # a pre-warm's cohort does not wait for its worker
                 else:
-                    self.channel.answer(entry_id, reply_to, result, writes)
+                    self.channel.answer(entry_id, reply_to, result, writes, claim_ttl_s)
                 return
             except redis.RedisError as e:
                 if time.monotonic() > deadline:
@@ -399,6 +454,8 @@ class AgentService:
     def _beat(self, draining: bool) -> None:
         try:
             hb = self.heartbeats.build(draining)
+            if self.channel.recoveries:
+                hb = replace(hb, stream_recoveries=self.channel.recoveries)
             self.channel.heartbeat(hb)
         except Exception as e:  # noqa: BLE001 - a heartbeat failure must not end the thread
             log.error("heartbeat failed: %s", e)

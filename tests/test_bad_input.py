@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CLASSES = ("missing", "malformed", "out of range", "wrong type", "conflicting flags", "port in use",
            "unwritable output")
 COMMANDS = ("plan", "emulate", "profile", "profile-export", "profile-import", "scheduler", "agent", "mig", "up", "bench", "replay", "status",
-            "deploy")
+            "redis-users", "deploy")
 REPLAY = ["--api", "http://127.0.0.1:1", "--auth", "u:k"]
 SERVICE = ["--kafka", "127.0.0.1:1", "--redis", "redis://127.0.0.1:1/0"]
 AGENT = ["--redis", "redis://127.0.0.1:1/0", "--openwhisk-api", "http://127.0.0.1:1", "--openwhisk-auth", "u:k",
@@ -177,6 +177,15 @@ TABLE: dict[str, dict[str, Case | NA]] = {
         "conflicting flags": NA("its flags combine freely"),
         "port in use": NA("opens no port"),
         "unwritable output": NA("writes to stdout only"),
+    },
+    "redis-users": {
+        "missing": case("redis-users", "--out", "{tmp}/secrets", needle="--nodes"),
+        "malformed": case("redis-users", "--out", "{tmp}/secrets", "--nodes", "a b", needle="--nodes"),
+        "out of range": case("redis-users", "--out", "{tmp}/secrets", "--nodes", "n0", "--db", "-1", needle="--db"),
+        "wrong type": case("redis-users", "--out", "{tmp}/secrets", "--nodes", "n0", "--db", "many", needle="--db"),
+        "conflicting flags": NA("its flags combine freely"),
+        "port in use": NA("opens no port"),
+        "unwritable output": case("redis-users", "--out", "{file}/secrets", "--nodes", "n0", needle="--out"),
     },
     "deploy": {
         "missing": case("{tmp}/none.json", "--dry-run", needle="none.json"),

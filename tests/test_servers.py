@@ -248,3 +248,25 @@ def test_a_server_that_exits_at_once_is_reported_not_waited_for(monkeypatch):
     with pytest.raises(ServerError, match="tansu broker exited with status 1"):
         start_broker()
     assert time.monotonic() - start < 10
+
+
+def test_a_sentinel_url_reaches_the_master_it_monitors():
+    """``redis+sentinel://HOST:PORT/MASTER/DB``: the client asks the Sentinel for the master (as the
+    scheduler and the agents do with such a URL); a URL that names no master is refused by name."""
+    import argparse
+
+    from agent_channel.connect import connect
+    from esg_cli.checks import redis_url
+    from esg_cli.servers import start_redis, start_sentinel
+
+    with start_redis() as master, start_sentinel(master) as sentinel:
+        assert redis_url(sentinel.url) == sentinel.url
+        client = connect(sentinel.url)
+        try:
+            client.set("esg:sentinel-test", "through the sentinel")
+            assert redis.Redis.from_url(master.url).get("esg:sentinel-test") == b"through the sentinel"
+        finally:
+            client.delete("esg:sentinel-test")
+            client.close()
+    with pytest.raises(argparse.ArgumentTypeError, match="names its master"):
+        redis_url("redis+sentinel://127.0.0.1:26379")

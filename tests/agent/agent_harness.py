@@ -131,9 +131,15 @@ class SchedulerSide:
     def __init__(self, redis_url: str, prefix: str) -> None:
         self.keys = Keys(prefix, f"test{uuid.uuid4().hex[:6]}")
         self.r = redis.Redis.from_url(redis_url)
-        self._from = {self.keys.results: "0-0", self.keys.heartbeats: "0-0"}
+        self._from: dict[str, str] = {self.keys.hello: "0-0"}      # agents announce themselves there
         self.results: list[BatchResult] = []
         self.heartbeats: list[Heartbeat] = []
+
+    def follow(self, node: str) -> str:
+        """Read ``node``'s results (to this side's controller id) and heartbeats; its results stream."""
+        for stream in (self.keys.results(node), self.keys.heartbeats(node)):
+            self._from.setdefault(stream, "0-0")
+        return self.keys.results(node)
 
     def dispatch(self, node: str, function: str, values: list[dict], *, batch_id: str | None = None,
                  config: Config | None = None, slice_: SliceRef | None = None,
@@ -149,7 +155,7 @@ class SchedulerSide:
                               tuple(RunRequest(f"{batch_id}-a{i}", f"tx{i}", v, now + 60000, namespace,
                                                tuple(inputs[i]) if inputs else (), api_key=api_key)
                                     for i, v in enumerate(values)),
-                              self.keys.results, return_output, 60)
+                              self.follow(node), return_output, 60)
         self.send(node, raw if raw is not None else encode(msg))
         return msg
 
@@ -158,18 +164,24 @@ class SchedulerSide:
                 prewarm_id: str | None = None, api_key: str | None = None) -> PrewarmMessage:
         msg = PrewarmMessage(prewarm_id or f"p-{uuid.uuid4().hex[:10]}", node, "app", function,
                              ActionRef(namespace, function), config, slice_, destroy, keep_alive_ms,
-                             self.keys.results, api_key=api_key)
+                             self.follow(node), api_key=api_key)
         self.send(node, encode(msg))
         return msg
 
     def send(self, node: str, raw: bytes) -> None:
         self.r.xadd(self.keys.dispatch(node), fields(raw))
 
-    def poll(self) -> None:
-        for e in entries(self.r.xread(self._from, count=1000, block=100)):
+    def poll(self, block_ms: int | None = 100) -> None:
+        followed = len(self._from)
+        for e in entries(self.r.xread(self._from, count=1000, block=block_ms)):
             self._from[e.stream] = e.id
+            if e.stream == self.keys.hello:
+                self.follow(e.raw.decode())
+                continue
             m = decode(e.raw)
             (self.results if isinstance(m, BatchResult) else self.heartbeats).append(m)
+        if len(self._from) > followed:
+            self.poll(None)             # what the nodes just announced have sent so far (no wait)
 
     def wait_for(self, what: Callable[[], object], timeout: float, describe: str) -> object:
         deadline = time.monotonic() + timeout
@@ -186,6 +198,7 @@ class SchedulerSide:
 
     def heartbeat(self, node: str, pred: Callable[[Heartbeat], bool] = lambda h: True,
                   timeout: float = 20.0, after: int = 0) -> Heartbeat:
+        self.follow(node)
         return self.wait_for(lambda: next((h for h in self.heartbeats[after:] if h.node == node and pred(h)),
                                           None), timeout, f"a matching heartbeat from {node}")
 

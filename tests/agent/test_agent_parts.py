@@ -73,7 +73,7 @@ def test_outputs_are_stored_and_referenced_or_inline_within_the_limits(monkeypat
     ok = RunResult("a" * 32, 0, {"v": "x" * 50}, 1, 2)
     failed = RunResult("b" * 32, 1, {"error": "no"}, 1, 2)
     results, writes = plane.outputs(_dispatch(False), [ok, failed])
-    key = f"esg:p_:data:{'a' * 32}:pre"
+    key = f"esg:p_:node:n0:data:{'a' * 32}:pre"        # in the producing node's own key space
     assert [w.key for w in writes] == [key] and writes[0].ttl_s == 30
     assert results[0].result is None and results[0].output_key == key
     assert results[0].output_bytes == len(writes[0].blob) == len('{"v":"' + "x" * 50 + '"}')

@@ -210,7 +210,7 @@ def test_malformed_dispatches_are_answered_or_skipped(agent):
     sched, node, _ = agent
     sched.send(node, b"{not json")
     sched.send(node, b'{"type":"dispatch","batch_id":"bad-0","requests":[{"activation_id":"x0"}]}')  # nowhere to answer
-    sched.send(node, json.dumps({"type": "dispatch", "batch_id": "bad-1", "reply_to": sched.keys.results,
+    sched.send(node, json.dumps({"type": "dispatch", "batch_id": "bad-1", "reply_to": sched.follow(node),
                                  "requests": [{"activation_id": "x1"}]}).encode())
     res = sched.result("bad-1")
     assert res.error and "malformed dispatch" in res.error
@@ -273,7 +273,10 @@ def test_sigterm_drains_then_a_restart_takes_only_what_is_new(redis_url, openwhi
         sched.close()
 
 
-def test_a_killed_agent_runs_the_batch_it_had_taken_after_a_restart(redis_url, openwhisk, tmp_path):
+def test_a_killed_agent_answers_the_batch_it_had_started_with_an_error_after_a_restart(redis_url, openwhisk,
+                                                                                       tmp_path):
+    """At most once: a batch the agent had started when it was killed may have run part way; the restarted
+    agent finds it in its pending list, claimed, and answers it with an error instead of running it again."""
     prefix = f"t{uuid.uuid4().hex[:8]}_"
     node = "node-kill"
     sched = SchedulerSide(redis_url, prefix)
@@ -295,17 +298,20 @@ def test_a_killed_agent_runs_the_batch_it_had_taken_after_a_restart(redis_url, o
     try:
         sched.heartbeat(node, timeout=30, after=len(sched.heartbeats))
         assert not orphan.exists()                   # the new incarnation's start swept it
-        # the batch it had taken (pending in the group) is run by the new incarnation; the answered one is not
-        assert sched.result(taken.batch_id).results[0].status_code == 0
-        assert runs(done.batch_id, proc, proc2) == 1
+        # the batch it had started (pending in the group) is answered, not run again; the answered one is not
+        r = sched.result(taken.batch_id).results[0]
+        assert r.status_code == 2 and "is not run again" in r.result["error"]
+        assert runs(done.batch_id, proc, proc2) == 1 and runs(taken.batch_id, proc, proc2) == 1
+        assert "was started before this agent restarted" in proc2.output()
         assert [r.batch_id for r in sched.results] == [done.batch_id, taken.batch_id]
     finally:
         proc2.stop()
         sched.close()
 
 
-def test_a_killed_agent_resumes_every_pending_batch_once(redis_url, openwhisk, tmp_path):
-    """kill -9 with more batches taken than running: each is run once after the restart, none twice."""
+def test_a_killed_agent_runs_each_unstarted_batch_once_after_a_restart(redis_url, openwhisk, tmp_path):
+    """kill -9 with batches running and more waiting: after the restart each waiting one runs once, and the
+    running ones are answered with an error (they may have run part way: at most once), none run twice."""
     prefix = f"t{uuid.uuid4().hex[:8]}_"
     node = "node-pending"
     sched = SchedulerSide(redis_url, prefix)
@@ -315,6 +321,8 @@ def test_a_killed_agent_resumes_every_pending_batch_once(redis_url, openwhisk, t
         sched.heartbeat(node, timeout=30)
         slow = [sched.dispatch(node, "slow", [{"sleep": 3}]) for _ in range(2)]
         sched.wait_for(lambda: sched.pending(node) == 2, 20, "two batches taken")
+        sched.wait_for(lambda: all(sched.r.get(sched.keys.claim(node, m.batch_id)) for m in slow), 20,
+                       "both claimed: started")
         counts = [sched.dispatch(node, "count", [{}]) for _ in range(3)]   # wait in the stream
         proc.kill()
     finally:
@@ -322,7 +330,9 @@ def test_a_killed_agent_resumes_every_pending_batch_once(redis_url, openwhisk, t
     assert sched.pending(node) == 2 and not sched.results
     proc2 = AgentProcess(tmp_path, redis_url, openwhisk.url, node, prefix, "--fake-gpu", "A30")
     try:
-        for m in slow + counts:
+        for m in slow:
+            assert sched.result(m.batch_id, timeout=40).results[0].status_code == 2
+        for m in counts:
             assert sched.result(m.batch_id, timeout=40).results[0].status_code == 0
         sched.wait_for(lambda: sched.pending(node) == 0, 10, "nothing pending")
         assert [runs(m.batch_id, proc, proc2) for m in counts] == [1] * 3
@@ -344,9 +354,10 @@ def test_outputs_stay_on_the_node_and_in_the_store_for_successors(agent):
     assert stored["seen"] == {"i": 1}
     assert sched.r.ttl(res.results[0].output_key) > 0
     # a successor on this node reads this node's copy; one input fans in from "another node" (the store)
-    sched.r.set(f"esg:{sched.keys.prefix}:data:elsewhere", json.dumps({"far": True}), ex=60)
+    elsewhere = sched.keys.data("node-z", "a0", "other")
+    sched.r.set(elsewhere, json.dumps({"far": True}), ex=60)
     refs = [[InputRef("stage", res.results[0].output_key, node, res.results[0].output_bytes),
-             InputRef("other", f"esg:{sched.keys.prefix}:data:elsewhere", "node-z", 12)],
+             InputRef("other", elsewhere, "node-z", 12)],
             [InputRef("stage", res.results[1].output_key, node, res.results[1].output_bytes)]]
     nxt = sched.result(sched.dispatch(node, "echo", [None, None], inputs=refs).batch_id)
     assert [r.status_code for r in nxt.results] == [0, 0], nxt

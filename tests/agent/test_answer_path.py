@@ -64,7 +64,7 @@ def test_concurrent_answers_publish_each_result_once_and_retire_each_dispatch(re
     client = connect(redis_url)
     keys = Keys("answertest_")
     channel = AgentChannel(client, keys, "n0")
-    reply_to = keys.results
+    reply_to = keys.results("n0")
     client.delete(reply_to)
     for _ in range(40):
         client.xadd(channel.stream, fields(b"{}"))
@@ -86,7 +86,7 @@ def test_a_refused_command_fails_its_own_answer_only(redis_url):
     client = connect(redis_url)
     keys = Keys("answerfail_")
     channel = AgentChannel(client, keys, "n0")
-    good, bad = keys.results, keys.results + ":bad"
+    good, bad = keys.results("n0"), keys.results("n0") + "bad"
     client.delete(good, bad)
     client.set(bad, "not a stream")                       # XADD to it is refused inside the MULTI
     for _ in range(2):

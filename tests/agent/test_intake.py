@@ -13,6 +13,7 @@ from agent_channel.keys import Keys
 from agent_channel.protocol import ActionRef, BatchResult, DispatchMessage, RunResult
 from agent_channel.streams import Entry
 from controller_plugin.channel import SchedulerChannel
+from controller_plugin.lease import Lease
 from esg.model import Config
 from invoker_agent.channel import AgentChannel, AnswerGroup, _Answer
 from invoker_agent.intake import Intake
@@ -128,7 +129,9 @@ def test_a_scheduler_turn_reaches_a_blocked_agent_in_one_read_in_order(redis_url
     keys = Keys("intaketest_")
     client.delete(keys.dispatch("n0"), keys.dispatch("n1"))
     agent = AgentChannel(client, keys, "n0")
-    sched = SchedulerChannel(connect(redis_url), keys)
+    lease = Lease(client, keys.scope, "intake-test")
+    assert lease.try_acquire()
+    sched = SchedulerChannel(connect(redis_url), keys, fence=lease)
     got: list[list[Entry]] = []
     reader = threading.Thread(target=lambda: got.append(agent.take(8, 5000)))
     reader.start()
@@ -147,7 +150,7 @@ def test_a_scheduler_turn_reaches_a_blocked_agent_in_one_read_in_order(redis_url
     assert [e.id for e in got[0]] == [ids[0], ids[2], ids[3]]
     n1 = client.xrange(keys.dispatch("n1"))
     assert [(eid.decode(), json.loads(f[b"m"])["batch_id"]) for eid, f in n1] == [(ids[1], "b1")]
-    client.delete(keys.dispatch("n0"), keys.dispatch("n1"))
+    client.delete(keys.dispatch("n0"), keys.dispatch("n1"), lease.key, lease.epoch_key)
 
 
 def test_a_read_asks_for_every_thread_not_running_a_batch_answering_ones_included():

@@ -6,7 +6,9 @@ echo the input), so tests need no action code or worker processes. A handler tha
 stands for an action that ran past its time limit: answered as ``esg agent`` answers one (status 2, the
 ``timeout`` flag, OpenWhisk's message). Heartbeats go to the heartbeat
 stream, batches come from the node's dispatch stream, results go to each dispatch's ``reply_to``, and
-non-sink outputs are stored and referenced exactly as ``esg agent`` does it.
+non-sink outputs are stored and referenced exactly as ``esg agent`` does it. A batch it answers it claims
+first, as ``esg agent`` does (``agent_channel/claims.py``): one the scheduler revoked is not run; with
+``answering`` off it reads batches and never starts them (a revocation then takes them back).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ class AgentDouble:
         self.overlapped = overlapped
         """Whether a batch reports that another worker's start overlapped it (default never)."""
         self.batches: list[protocol.DispatchMessage] = []
+        self.ran: list[str] = []
+        """Every activation it ran, one id per run (a fault test counts runs of the same id)."""
         self.prewarms: list[protocol.PrewarmMessage] = []
         """Pre-warms received (retired at once and otherwise ignored: the double has no workers)."""
         self.answering = True
@@ -53,7 +57,7 @@ class AgentDouble:
         self.redis = redis.Redis.from_url(redis_url)
         keys = Keys(prefix)
         self.channel = AgentChannel(self.redis, keys, node)
-        self.data = DataPlane(self.redis, keys, LocalOutputs(64 << 20 if local_data else 0))
+        self.data = DataPlane(self.redis, keys, LocalOutputs(64 << 20 if local_data else 0), node)
         self._threads = [threading.Thread(target=self._beat, daemon=True),
                          threading.Thread(target=self._serve, daemon=True)]
         for t in self._threads:
@@ -67,28 +71,42 @@ class AgentDouble:
     def _beat(self) -> None:
         while not self._stop.is_set():
             if self.heartbeating:
-                self.channel.heartbeat(self.heartbeat())
+                try:
+                    self.channel.heartbeat(self.heartbeat())
+                except redis.RedisError:    # Redis restarting: as esg agent does, beat again next time
+                    pass
             self._stop.wait(self.heartbeat_s)
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            got = self.channel.take(100, 50)
-            out = []
-            for e in got:
-                msg = protocol.decode(e.raw)
-                if isinstance(msg, protocol.PrewarmMessage):
-                    self.prewarms.append(msg)
+            try:
+                self._serve_once()
+            except redis.RedisError:        # Redis restarting: as esg agent does, read again
+                self._stop.wait(0.2)
+
+    def _serve_once(self) -> None:
+        """One read of the node's stream, its batches run and answered."""
+        got = self.channel.take(100, 50)
+        out = []
+        for e in got:
+            msg = protocol.decode(e.raw)
+            if isinstance(msg, protocol.PrewarmMessage):
+                self.prewarms.append(msg)
+                self.channel.drop(e.id)
+                continue
+            assert isinstance(msg, protocol.DispatchMessage)
+            self.batches.append(msg)
+            if self.answering:
+                if self.channel.claim(msg.batch_id, msg.epoch, msg.data_ttl_s) != "claimed":
                     self.channel.drop(e.id)
                     continue
-                assert isinstance(msg, protocol.DispatchMessage)
-                self.batches.append(msg)
-                if self.answering:
-                    out.append((e.id, msg, *self.run(msg)))
-            if out and self.run_delay_s:
-                time.sleep(self.run_delay_s)
-            for entry_id, msg, result, writes in out:
-                if self.answering:
-                    self.channel.answer(entry_id, msg.reply_to, result, writes)
+                self.ran += [r.activation_id for r in msg.requests]
+                out.append((e.id, msg, *self.run(msg)))
+        if out and self.run_delay_s:
+            time.sleep(self.run_delay_s)
+        for entry_id, msg, result, writes in out:
+            if self.answering:
+                self.channel.answer(entry_id, msg.reply_to, result, writes, msg.data_ttl_s)
 
     def run(self, msg: protocol.DispatchMessage) -> tuple[protocol.BatchResult, list]:
         handler = self.handlers.get(msg.action.path, lambda v: v)

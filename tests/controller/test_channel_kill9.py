@@ -1,16 +1,20 @@
 """``kill -9`` on either end of the Redis channel, with the real ``esg agent`` and the real scheduler.
 
-Nothing accepted is lost and nothing is answered twice (``docs/architecture.md`` §7):
+Nothing accepted is lost, nothing is answered twice, and nothing runs twice (``docs/architecture.md`` §7,
+at most once):
 
-* an agent killed while it holds pending dispatches either resumes them when it restarts in time, or
-  the scheduler takes them back and runs them elsewhere once the agent timeout passes;
+* an agent killed while it holds pending dispatches answers, when it restarts in time, those it had
+  started with an error (they may have run part way: not run again) and runs those it had not; if it
+  stays dead, the scheduler answers the started ones with an error once the agent timeout passes and
+  runs the unstarted ones elsewhere;
 * a scheduler killed between dispatch and result finishes each open activation exactly once when it
-  restarts (the results of its earlier incarnation are ignored; its activations run again).
+  restarts: it adopts the batches its agents had started and answers them with their results.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 
@@ -18,6 +22,7 @@ import pytest
 
 from agent_channel.keys import AGENT_GROUP, Keys
 from tests.agent.agent_harness import AgentProcess
+from tests.controller.chaos import answer
 from tests.controller.conftest import SCHEDULER_KEY
 from tests.controller.test_service_reliability import start_scheduler, stop_scheduler, wait_for
 
@@ -48,6 +53,11 @@ def pending(redis_client, prefix: str, node: str) -> int:
         return 0
 
 
+def runs(agent_log: str) -> int:
+    """How many activations the agent ran (its log line per batch: ``batch B: ACTION xN on vCPUs ...``)."""
+    return sum(int(m) for m in re.findall(r"batch \S+: \S+ x(\d+) on vCPUs", agent_log))
+
+
 def check_exactly_once(driver, ids: list[str], params: list[dict], timeout: float) -> None:
     assert driver.wait_acked(ids, timeout=timeout) == [], "activations never answered"
     time.sleep(1.5)  # late duplicates would show up here
@@ -58,30 +68,44 @@ def check_exactly_once(driver, ids: list[str], params: list[dict], timeout: floa
         assert driver.acks[aid].is_system_error is False
 
 
-def test_agent_killed_with_pending_batches_resumes_them_after_a_restart(
+def test_agent_killed_with_pending_batches_answers_the_started_ones_after_a_restart(
         service_factory, driver, standin, redis_client, redis_url, prefix, tmp_path):
     slow_action(standin)
     service_factory(agent_timeout_s=30)         # the restart comes well within the agent timeout
     a = agent(tmp_path, redis_url, standin, "node-a", prefix, "--max-batches", "2")
+    first = a
     try:
         driver.wait_healthy(1, timeout=30)
         params = [{"i": i, "sleep": 1.5} for i in range(6)]
         ids = [driver.publish("guest/slow", p, blocking=i % 2 == 0) for i, p in enumerate(params)]
         driver.flush()
         wait_for(lambda: pending(redis_client, prefix, "node-a") == 2, 30, "two batches taken by node-a")
+        wait_for(lambda: runs(first.output()) == 2, 30, "node-a to start both")
         a.kill()
         assert not any(driver.acks[i].completions for i in ids)
         assert pending(redis_client, prefix, "node-a") == 2        # still held for node-a
         a = agent(tmp_path, redis_url, standin, "node-a", prefix, "--max-batches", "2")
-        check_exactly_once(driver, ids, params, timeout=60)
+        assert driver.wait_acked(ids, timeout=60) == []
+        time.sleep(1.5)  # late duplicates would show up here
+        assert driver.duplicates() == {}
+        records = {aid: answer(driver.wait(aid, timeout=10)["response"]) for aid in ids}
+        failed = [aid for aid, r in records.items() if r["statusCode"] != 0]
+        assert len(failed) == 2                        # the two it had started: may have run, not run again
+        for aid in failed:
+            assert records[aid]["statusCode"] == 2 and "is not run again" in records[aid]["result"]["error"]
+        for aid, p in zip(ids, params):
+            if aid not in failed:
+                assert records[aid] == {"statusCode": 0, "result": {"i": p["i"]}}
         assert "resuming 2 dispatch(es) taken before a restart" in a.output()
+        assert runs(first.output()) == 2 and runs(a.output()) == 4     # six activations, six runs
         assert pending(redis_client, prefix, "node-a") == 0
         assert redis_client.xlen(Keys(prefix).dispatch("node-a")) == 0
     finally:
         a.stop()
+        first.stop()
 
 
-def test_agent_killed_for_good_has_its_batches_taken_back_and_run_elsewhere(
+def test_agent_killed_for_good_has_its_started_batches_answered_and_its_others_run_elsewhere(
         service_factory, driver, standin, redis_client, redis_url, prefix, tmp_path):
     slow_action(standin)
     service_factory(agent_timeout_s=1.5)
@@ -89,25 +113,27 @@ def test_agent_killed_for_good_has_its_batches_taken_back_and_run_elsewhere(
     b = None
     try:
         driver.wait_healthy(1, timeout=30)
-        # node-a's runs start before quick_from and sleep long; once it is killed, runs are quick
-        quick_from = time.time() + 10
-        params = [{"i": i, "sleep": 60, "quick_from_ms": quick_from * 1000} for i in range(3)]
+        params = [{"i": i, "sleep": 60} for i in range(3)]          # node-a's runs sleep long: it dies first
         ids = [driver.publish("guest/slow", p, blocking=True) for p in params]
         driver.flush()
-        wait_for(lambda: pending(redis_client, prefix, "node-a") == 3, 30, "every batch taken by node-a")
+        wait_for(lambda: runs(a.output()) == 3, 30, "every batch started by node-a")
         b = agent(tmp_path, redis_url, standin, "node-b", prefix)
         driver.wait_healthy(2, timeout=30)
         assert pending(redis_client, prefix, "node-a") == 3 and not any(driver.acks[i].completions for i in ids)
-        time.sleep(max(0.0, quick_from - time.time()))
         a.kill()
-        check_exactly_once(driver, ids, params, timeout=60)
+        assert driver.wait_acked(ids, timeout=60) == []
+        time.sleep(1.5)
+        assert driver.duplicates() == {}
+        for aid in ids:                                # started on node-a: answered with an error, not run again
+            r = driver.acks[aid].record["response"]
+            assert r["statusCode"] == 2 and "node-a was lost" in r["result"]["error"], r
+            assert driver.acks[aid].is_system_error is False
         assert pending(redis_client, prefix, "node-a") == 0          # taken back from node-a's stream ...
         assert redis_client.xlen(Keys(prefix).dispatch("node-a")) == 0
         a = agent(tmp_path, redis_url, standin, "node-a", prefix)    # ... so a restarted node-a runs none
         wait_for(lambda: "reading" in a.output(), 30, "node-a to start again")
         time.sleep(1.0)
-        assert "resuming" not in a.output()
-        assert "answered" in b.output()                                # node-b ran what node-a had taken
+        assert "resuming" not in a.output() and runs(a.output()) == 0 and runs(b.output()) == 0
     finally:
         a.stop()
         if b is not None:
@@ -136,4 +162,8 @@ def test_scheduler_killed_between_dispatch_and_result_finishes_each_activation_o
         stop_scheduler(proc)
         a.stop()
     text = log_path.read_text(errors="replace")
-    assert "recovery: 4 activations to run again" in text
+    # the new scheduler awaited the running batches, or found their results if they ended meanwhile: none
+    # was sent again
+    assert re.search(r"takeover \(epoch 2\): 4 open and 0 acking activations, [0-4] batches running adopted, "
+                     r"0 revoked", text), text
+    assert runs(a.output()) == 4                           # each activation ran once

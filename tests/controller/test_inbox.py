@@ -7,7 +7,7 @@ import threading
 import time
 
 from controller_plugin.activations import Polled
-from controller_plugin.dispatcher import Delivered
+from controller_plugin.dispatcher import Delivered, ReadMark
 from controller_plugin.inbox import Inbox
 
 
@@ -15,8 +15,9 @@ def test_polls_and_reads_come_apart_in_order():
     box = Inbox()
     box.put(Polled(("a1", "a2")))
     box.put("x")
-    box.put(Delivered(("r1", "r2", "r3")))
-    assert box.take(0.1, 100) == ["a1", "a2", "x", "r1", "r2", "r3"]
+    box.put(Delivered(("r1", "r2", "r3"), 5.0, True, {"n": "1-0"}))
+    # a read's messages come after a mark of when it started (silent agents are measured against it)
+    assert box.take(0.1, 100) == ["a1", "a2", "x", ReadMark(5.0, True, {"n": "1-0"}), "r1", "r2", "r3"]
     assert box.take(0.0, 100) == []
 
 

@@ -10,6 +10,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agent_channel import protocol
+from agent_channel.keys import Keys
 from agent_channel.protocol import BatchResult, Heartbeat, IdleWorkers
 from controller_plugin.dispatcher import Dispatcher
 from controller_plugin.health import AgentRegistry
@@ -113,7 +114,6 @@ def test_a_prewarm_holds_its_slice_and_vcpus_on_the_view_until_a_heartbeat_names
 
 
 def test_a_prewarm_no_heartbeat_reports_is_dropped_after_a_while_and_with_its_agent():
-    from agent_channel.keys import Keys
     from controller_plugin.channel import SchedulerChannel
     from controller_plugin.dispatcher import PREWARM_KEEP_S
     from controller_plugin.workflows import PrewarmSend
@@ -133,13 +133,13 @@ def test_a_prewarm_no_heartbeat_reports_is_dropped_after_a_while_and_with_its_ag
                    PREWARM_KEEP_S + 1)
     disp.channel = SchedulerChannel(None, Keys())           # nothing to take back: no batch was on n1
     disp.heartbeat(beat("n0", 4), PREWARM_KEEP_S + 10)     # n1 silent past the agent timeout
-    assert [a.node for a, _ in disp.expire(PREWARM_KEEP_S + 10)] == ["n1"] and disp.prewarming == {}
+    assert [lost.agent.node for lost in disp.expire(PREWARM_KEEP_S + 10)] == ["n1"] and disp.prewarming == {}
 
 
 def test_a_step_is_due_at_the_time_the_last_one_asked_to_be_woken_at_with_no_job_queued():
     from controller_plugin.workflows import Workflows
 
-    w = Workflows(scheduler(), "esg:0:results", Metrics(), 5.0)
+    w = Workflows(scheduler(), Keys().results, Metrics(), 5.0)
     assert not w.busy(1000)
     w.wake_at_ms = 2000.0            # e.g. a policy's next pre-warming window
     assert not w.busy(1999) and w.busy(2000) and not w.busy()
@@ -151,7 +151,7 @@ def test_a_worker_turning_warm_makes_the_next_turn_step_with_nothing_queued():
     pre-warm done, though no request arrived; once only."""
     from controller_plugin.workflows import Workflows
 
-    w = Workflows(scheduler(), "esg:0:results", Metrics(), 5.0)
+    w = Workflows(scheduler(), Keys().results, Metrics(), 5.0)
     assert not w.busy(1000)
     w.poke()
     assert w.busy(1000)
@@ -167,7 +167,7 @@ def test_a_prewarm_with_no_keep_alive_of_its_policy_leaves_it_to_the_agent_and_s
     from controller_plugin.workflows import Workflows
     from esg.cluster import Fit
     from esg.events import Prewarm
-    w = Workflows(scheduler(), "esg:0:results", Metrics(), 5.0)
+    w = Workflows(scheduler(), Keys().results, Metrics(), 5.0)
     meta = SimpleNamespace(path="guest", name="f", version="0.0.1", kind="python:3", timeout_ms=60000, memory_mb=256)
     app = App("one", 1000.0, ("f",), ())
     w._registered["one"] = SimpleNamespace(app=app, functions={"f": SimpleNamespace(action=meta)})

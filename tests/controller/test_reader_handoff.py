@@ -9,9 +9,11 @@ import queue
 import threading
 
 from agent_channel import protocol
+from agent_channel.keys import Keys
 from agent_channel.streams import Entry
-from controller_plugin.activations import Accepted, ActivationReader, HealthTest, Ledgered, Polled
+from controller_plugin.activations import Accepted, ActivationReader, HealthTest, Polled
 from controller_plugin.bus import Topics
+from controller_plugin.channel import Read, SchedulerChannel
 from controller_plugin.dispatcher import Delivered, Dispatcher
 
 PREFIX = "t_"
@@ -69,8 +71,8 @@ class DeadLetters:
 
 
 class PlainReader(ActivationReader):
-    def accepted(self, msg, entry, known_new=False) -> Accepted:
-        return Accepted(msg, entry, known_new=known_new)
+    def accepted(self, msg, entry) -> Accepted:
+        return Accepted(msg, entry)
 
 
 def test_a_poll_of_n_messages_is_one_inbox_item_and_one_ledger_round_trip():
@@ -85,33 +87,36 @@ def test_a_poll_of_n_messages_is_one_inbox_item_and_one_ledger_round_trip():
     values.insert(20, activation(f"{999:032x}", health=True))
     records = [Record(topics.invoker(0), off, v) for off, v in enumerate(values)]
 
-    fresh = reader._take(records)
-    assert reader._ledger(fresh, threading.Event())
+    fresh, polled = reader._take(records)
+    assert inbox.empty()                               # nothing goes to the main loop before the ledger took it
+    new = reader._ledger(fresh, threading.Event())
+    reader._hand_on(polled, new)
 
     items = []
     while not inbox.empty():
         items.append(inbox.get_nowait())
-    assert [type(i) for i in items] == [Polled, Ledgered]
-    polled, verdict = items
-    assert [type(x) for x in polled.items] == [Accepted] * 19 + [HealthTest] + [Accepted] * 21
-    assert [x.msg.activation_id for x in polled.items if isinstance(x, Accepted)] == ids
+    assert [type(i) for i in items] == [Polled]
+    (polled,) = items
+    # the redelivered one (ids[3], known to the ledger) never reaches the main loop: it cannot run twice
+    assert [type(x) for x in polled.items] == [Accepted] * 18 + [HealthTest] + [Accepted] * 21
+    assert [x.msg.activation_id for x in polled.items if isinstance(x, Accepted)] == ids[:3] + ids[4:]
     assert ledger.calls == [ids]                       # one round trip for the poll, in order
-    assert verdict.known == (ids[3],) and list(verdict.new) == ids[:3] + ids[4:]
     assert len(dead.put_calls) == 1 and dead.put_calls[0][3] == 7
 
 
-class OneRead:
+class OneRead(SchedulerChannel):
     """A channel whose first read returns ``got``; later reads stop the loop."""
 
     def __init__(self, got: list[Entry], stop: threading.Event) -> None:
+        super().__init__(None, Keys())
         self.got, self.stop = got, stop
 
-    def read(self, block_ms: int) -> list[Entry]:
+    def read(self, block_ms: int) -> Read:
         if self.got:
             got, self.got = self.got, []
-            return got
+            return Read(tuple(got), 1.0, True)
         self.stop.set()
-        return []
+        return Read((), 2.0, True)
 
 
 def test_one_channel_read_is_one_inbox_item_in_order():
@@ -120,9 +125,12 @@ def test_one_channel_read_is_one_inbox_item_in_order():
     raws = [protocol.encode(m) for m in results[:2]] + [protocol.encode(hb), b"{bad"] + \
         [protocol.encode(m) for m in results[2:]]
     stop = threading.Event()
-    entries = [Entry("s", f"1-{i}", raw) for i, raw in enumerate(raws)]
+    keys = Keys()
+    streams = [keys.results("n1")] * 2 + [keys.heartbeats("n1"), keys.results("n1")] + [keys.results("n1")] * 3
+    entries = [Entry(s, f"1-{i}", raw) for i, (s, raw) in enumerate(zip(streams, raws))]
     dispatcher = Dispatcher.__new__(Dispatcher)
     dispatcher.channel = OneRead(entries, stop)
+    dispatcher._read_results = {}
     delivered: list[object] = []
     dead = DeadLetters()
     dispatcher.read_loop(stop, delivered.append, dead)
@@ -131,3 +139,24 @@ def test_one_channel_read_is_one_inbox_item_in_order():
     assert [type(m).__name__ for m in got] == ["BatchResult"] * 2 + ["Heartbeat"] + ["BatchResult"] * 3
     assert [m.batch_id for m in got if isinstance(m, protocol.BatchResult)] == [r.batch_id for r in results]
     assert len(dead.put_calls) == 1 and dead.put_calls[0][3] == "1-3"
+    assert delivered[0].started_s == 1.0 and delivered[0].results_at == {"n1": "1-6"}
+
+
+def test_a_message_is_believed_only_from_its_own_nodes_stream():
+    """A heartbeat or a result naming another node than the stream it is in was forged (only that node's
+    Redis user can write its streams): set aside, never handed to the main loop."""
+    keys = Keys()
+    forged = [Entry(keys.heartbeats("n1"), "1-0", protocol.encode(protocol.Heartbeat("n2", 8, 8, 1024, None))),
+              Entry(keys.results("n1"), "1-1", protocol.encode(protocol.BatchResult("inc-0", "n2", ()))),
+              Entry(keys.results("n1"), "1-2", protocol.encode(protocol.Heartbeat("n1", 8, 8, 1024, None)))]
+    good = Entry(keys.heartbeats("n1"), "1-3", protocol.encode(protocol.Heartbeat("n1", 8, 8, 1024, None)))
+    stop = threading.Event()
+    dispatcher = Dispatcher.__new__(Dispatcher)
+    dispatcher.channel = OneRead([*forged, good], stop)
+    dispatcher._read_results = {}
+    delivered: list[object] = []
+    dead = DeadLetters()
+    dispatcher.read_loop(stop, delivered.append, dead)
+    assert [m.node for m in delivered[0].messages] == ["n1"] and isinstance(delivered[0].messages[0],
+                                                                            protocol.Heartbeat)
+    assert len(dead.put_calls) == 3 and dispatcher.channel.forged == 3

@@ -204,16 +204,16 @@ def test_intermediate_data_goes_agent_to_agent_by_reference_and_is_deleted_at_th
     # the successors get references to where the outputs are, never the outputs
     assert middle.requests[0].value is None
     (ref,) = middle.requests[0].inputs
-    assert (ref.name, ref.node, ref.key) == ("pre", "node-a", f"esg:{prefix}:data:{aid}:guest/pre")
+    assert (ref.name, ref.node, ref.key) == ("pre", "node-a", f"esg:{prefix}:node:node-a:data:{aid}:guest/pre")
     assert ref.bytes == len('{"pre":40}')
     assert [i.name for i in sink.requests[0].inputs] == ["cls"]
     assert not entry.return_output and not middle.return_output and sink.return_output
-    assert entry.reply_to == f"esg:{prefix}0:results"
+    assert entry.reply_to == f"esg:{prefix}:node:node-a:results:0"       # the node's own results stream
     # answered: the request's stored outputs are gone (deleted with the ack's ledger write)
     deadline = time.monotonic() + 5
-    while redis_client.keys(f"esg:{prefix}:data:{aid}:*") and time.monotonic() < deadline:
+    while redis_client.keys(f"esg:{prefix}:node:*:data:{aid}:*") and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert redis_client.keys(f"esg:{prefix}:data:{aid}:*") == []
+    assert redis_client.keys(f"esg:{prefix}:node:*:data:{aid}:*") == []
 
 
 def test_result_over_openwhisk_limit_is_a_developer_error_naming_it(service_factory, agent_factory, driver,

@@ -51,7 +51,7 @@ def test_malformed_messages_go_to_dead_letter_and_service_goes_on(
         producer.send(topic, raw)
     producer.flush()
     producer.close()
-    results = Keys(prefix).results
+    results = Keys(prefix).results("node-a")      # node-a's results stream: the scheduler reads it
     redis_client.xadd(results, {"m": b"[1,2,3]"})
     redis_client.xadd(results, {"other": b"no message field"})
     letters = dead_letters(kafka_bootstrap, prefix, 5)

@@ -120,23 +120,33 @@ def test_kill_9_and_restart_answers_every_activation_exactly_once(settings_facto
     assert driver.user["authkey"]["api_key"].split(":")[1] not in text
 
 
-def test_restart_in_the_ack_window_sends_each_ack_once(settings_factory, agent_factory, driver, standin,
-                                                       redis_client, kafka_bootstrap):
-    """A crash in the ack window: an ack already on completed{C} is not sent again, whether the entry
-    says 'acking' or still 'open' (produced, not yet written back); a stored one that is missing is."""
+def leased_ledger(redis_client, prefix: str, holder: str = "earlier"):
+    """A ledger writing under a lease ``holder`` took (every ledger write is fenced), and that lease."""
+    from controller_plugin.lease import Lease
+    from controller_plugin.ledger import Ledger
+
+    lease = Lease(redis_client, f"{prefix}0", holder)
+    assert lease.try_acquire()
+    return Ledger(redis_client, f"{prefix}0", prefix, fence=lease), lease
+
+
+def test_restart_in_the_ack_window_sends_each_ack_once(settings_factory, service_factory, agent_factory, driver,
+                                                       standin, redis_client, kafka_bootstrap):
+    """A crash in the ack window (the ``acking`` entries written, their acks produced or not): an ack
+    already on completed{C} is not sent again, a stored one that is missing is."""
     import json
 
     from kafka import KafkaProducer
 
     from controller_plugin import acks, wire
     from controller_plugin.bus import Bus, Topics
-    from controller_plugin.ledger import Ledger, LedgerEntry
+    from controller_plugin.ledger import LedgerEntry
     from controller_plugin.requests_state import Outcome
 
     settings = settings_factory()
     topics = Topics(settings.topic_prefix, settings.controller_id)
     Bus(kafka_bootstrap).ensure_topics([(topics.completed, "completed")])
-    ledger = Ledger(redis_client, f"{settings.topic_prefix}{settings.controller_id}", settings.topic_prefix)
+    ledger, lease = leased_ledger(redis_client, settings.topic_prefix)
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
     entries = []
     for i in range(3):
@@ -146,33 +156,27 @@ def test_restart_in_the_ack_window_sends_each_ack_once(settings_factory, agent_f
         entry = LedgerEntry(msg.activation_id, "open", 0, 1, raw)
         record = acks.activation_record(msg, None, Outcome(0, {"i": i}, 1, 2))
         data = acks.ack_bytes(msg, record, wire.InvokerInstance(0, 1024))
-        if i < 2:
-            ledger.mark_acking([(entry, data, record)])
+        ledger.mark_acking([(entry, data, record)])
         entries.append(msg.activation_id)
         if i != 1:  # this ack went out before the crash
             producer.send(topics.completed, data)
     producer.flush()
     producer.close()
-    from controller_plugin.service import SchedulerService
-
-    svc = SchedulerService(settings)
-    svc.start()
-    try:
-        assert driver.wait_acked(entries, timeout=10) == []
-        time.sleep(1.0)
-        assert driver.duplicates() == {}
-        assert [driver.acks[a].completions for a in entries] == [1, 1, 1]
-        assert [driver.acks[a].record["response"]["result"] for a in entries] == [{"i": 0}, {"i": 1}, {"i": 2}]
-        assert ledger.unfinished() == []
-    finally:
-        svc.close()
+    lease.release()                 # the earlier scheduler is gone
+    service_factory()
+    assert driver.wait_acked(entries, timeout=10) == []
+    time.sleep(1.0)
+    assert driver.duplicates() == {}
+    assert [driver.acks[a].completions for a in entries] == [1, 1, 1]
+    assert [driver.acks[a].record["response"]["result"] for a in entries] == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert ledger.unfinished() == []
 
 
 def test_ledger_accept_is_new_once_and_again_for_its_own_open_entry(redis_client, prefix):
     """A reply lost in a Redis hiccup: asking again is new for the owner, a redelivery for anyone else."""
-    from controller_plugin.ledger import Ledger, LedgerEntry
+    from controller_plugin.ledger import LedgerEntry
 
-    ledger = Ledger(redis_client, f"{prefix}0", prefix)
+    ledger, _ = leased_ledger(redis_client, prefix)
     entry = [("a" * 32, 0, 1, "{}")]
     assert ledger.accept(entry, "inc-1") == [True]
     assert ledger.accept(entry, "inc-1") == [True]
@@ -188,10 +192,10 @@ def test_done_marks_leave_each_entry_as_the_state_alone_with_its_ttl_and_out_of_
     """The ``done`` mark (one script call a chunk of entries): each entry becomes ``{state: done}`` with
     the dedupe TTL, every id leaves the open set, other open entries stay; chunks split as they should."""
     from controller_plugin import ledger as ledger_module
-    from controller_plugin.ledger import DONE_TTL_S, Ledger, LedgerEntry
+    from controller_plugin.ledger import DONE_TTL_S, LedgerEntry
 
     monkeypatch.setattr(ledger_module, "DONE_PER_CALL", 3)
-    ledger = Ledger(redis_client, f"{prefix}0", prefix)
+    ledger, _ = leased_ledger(redis_client, prefix)
     ids = [f"{i:032x}" for i in range(8)]
     assert ledger.accept([(a, 0, 1, "{}") for a in ids], "inc-1") == [True] * 8
     ledger.mark_acking([(LedgerEntry(a, "open", 0, 1, "{}"), b"ack", {"r": 1}) for a in ids[:2]])
@@ -214,10 +218,10 @@ def test_acking_entries_are_written_in_one_script_call_a_chunk(redis_client, pre
     import json
 
     from controller_plugin import ledger as ledger_module
-    from controller_plugin.ledger import Ledger, LedgerEntry
+    from controller_plugin.ledger import LedgerEntry
 
     monkeypatch.setattr(ledger_module, "ACKING_PER_CALL", 3)
-    ledger = Ledger(redis_client, f"{prefix}0", prefix)
+    ledger, _ = leased_ledger(redis_client, prefix)
     ids = [f"{i:032x}" for i in range(7)]
     assert ledger.accept([(a, 0, 1, f"raw-{a}") for a in ids], "inc-1") == [True] * 7
     redis_client.hset(f"esg:{prefix}0:act:{ids[6]}", "record", "earlier")
@@ -236,3 +240,33 @@ def test_acking_entries_are_written_in_one_script_call_a_chunk(redis_client, pre
         else:
             assert json.loads(h[b"record"]) == {"activationId": a, "n": i, "s": "é"}
     assert sorted(e.activation_id for e in ledger.unfinished() if e.state == "acking") == ids
+
+
+def test_every_ledger_write_is_refused_without_the_current_token(redis_client, prefix):
+    """Fencing: once another scheduler holds the lease (a newer epoch), a former holder's ledger writes --
+    accept, acking, done, progress, invoker ids -- are refused as FENCED and change nothing."""
+    import pytest
+
+    from controller_plugin.lease import Lease, is_fenced
+    from controller_plugin.ledger import LedgerEntry
+
+    old, old_lease = leased_ledger(redis_client, prefix, "old")
+    assert old.accept([("b" * 32, 0, 1, "{}")], "old") == [True]
+    redis_client.delete(old_lease.key)              # its lease ran out while it was paused ...
+    new_lease = Lease(redis_client, f"{prefix}0", "new")
+    assert new_lease.try_acquire() and new_lease.epoch == old_lease.epoch + 1     # ... and another took it
+    before = {k: redis_client.dump(k) for k in redis_client.keys(f"esg:{prefix}*")}
+    entry = LedgerEntry("b" * 32, "open", 0, 1, "{}")
+    for write in (lambda: old.accept([("c" * 32, 0, 1, "{}")], "old"),
+                  lambda: old.mark_acking([(entry, b"ack", None)]),
+                  lambda: old.mark_done(["b" * 32]),
+                  lambda: old.invoker_id("node-x")):
+        with pytest.raises(Exception) as exc:
+            write()
+        assert is_fenced(exc.value), exc.value
+    pipe = redis_client.pipeline(transaction=False)
+    old.stage_progress(pipe, [("b" * 32, "f", "{}")])
+    assert is_fenced(pipe.execute(raise_on_error=False)[0])
+    after = {k: redis_client.dump(k) for k in redis_client.keys(f"esg:{prefix}*")}
+    assert after == before
+    assert not old_lease.renew() and old_lease.lost.is_set()      # and it learns it has lost the lease

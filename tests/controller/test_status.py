@@ -27,7 +27,8 @@ def test_status_shows_layouts_warm_workers_last_batch_and_queues(redis_url, caps
     hb = Heartbeat("n0", 16, 14, 4096, "A100-40GB", (Slice(three, False, "MIG-1"),
                                                      Slice(SliceRef("1g.5gb", 0), True, "MIG-2")),
                    (), False, 3, now, (IdleWorkers("guest/f", 2, three, 1),), ("b9",), ())
-    r.xadd(keys.heartbeats, {FIELD: protocol.encode(hb)})
+    r.xadd(keys.heartbeats("n0"), {FIELD: protocol.encode(hb)})
+    r.xadd(keys.hello, {FIELD: b"n0"})
     log = DecisionLog(decisions_key(keys.scope))
     d = Dispatch("b1", "guest/app", "guest/f", (Job("j1", "a1", "guest/app", "guest/f", 0.0, 100.0, 0.0),), Config(1, 2, "3g.20gb"),
                  Fit("n0", three, False, (), ("guest/f", three)))
@@ -51,7 +52,7 @@ def test_status_shows_layouts_warm_workers_last_batch_and_queues(redis_url, caps
         text = capsys.readouterr().out
         assert "MIG: 3g.20gb@4 idle, 1g.5gb@0 busy" in text and "waiting for a warm worker" in text
     finally:
-        r.delete(keys.heartbeats, decisions_key(keys.scope), status_key(keys.scope))
+        r.delete(keys.heartbeats("n0"), keys.hello, decisions_key(keys.scope), status_key(keys.scope))
         r.close()
 
 

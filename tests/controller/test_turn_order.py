@@ -28,7 +28,7 @@ def test_a_turn_sends_its_dispatches_before_it_produces_its_acks(service_factory
         write(sends, *a, **kw)
 
     def traced_produce():
-        if svc.acks._pending:
+        if svc.acks._ready:
             events.append("ack")
         produce()
 
@@ -49,29 +49,6 @@ def test_a_turn_sends_its_dispatches_before_it_produces_its_acks(service_factory
     assert all(t.index("dispatch") < t.index("ack") for t in both), both
 
 
-def test_an_answer_the_ledger_may_still_drop_is_held_at_once_not_at_the_end_of_the_turn():
-    """Answers wait for the turn's dispatches, except one whose activation the ledger has not yet said is
-    new: it is held at once, as before, so that a verdict taken later in the same turn (a redelivery of
-    an activation already answered) finds it and drops it rather than letting a second ack through."""
-    from types import SimpleNamespace
-
-    from controller_plugin.service import SchedulerService
-
-    held: list[str] = []
-    svc = SchedulerService.__new__(SchedulerService)
-    svc.acks = SimpleNamespace(holds=lambda aid: aid == "redelivered",
-                               answer=lambda a, instance: held.append(a.entry.activation_id))
-    svc.registry = SimpleNamespace(instance=lambda topic: None)
-    svc._answers = []
-
-    def answer(aid: str) -> SimpleNamespace:
-        return SimpleNamespace(entry=SimpleNamespace(activation_id=aid, topic="invoker0"))
-
-    svc._answer([answer("redelivered"), answer("fresh")])
-    assert held == ["redelivered"]
-    assert [a.entry.activation_id for a in svc._answers] == ["fresh"]
-
-
 def test_answers_a_stopped_turn_had_not_handed_on_are_sent_at_close():
     """A turn stopped while Redis refused its dispatches (the retry gives up when the service stops) has
     answers it had not handed to the ack pipeline yet: closing hands them on before the last acks go, as
@@ -80,6 +57,7 @@ def test_answers_a_stopped_turn_had_not_handed_on_are_sent_at_close():
     import threading
     from types import SimpleNamespace
 
+    from agent_channel.keys import Keys
     from controller_plugin.service import SchedulerService
 
     events: list[str] = []
@@ -89,9 +67,12 @@ def test_answers_a_stopped_turn_had_not_handed_on_are_sent_at_close():
     svc.acks = SimpleNamespace(answer=lambda a, instance: events.append(f"answer {a.entry.activation_id}"),
                                finish=lambda: events.append("finish"), stored=lambda ids: None)
     svc.registry = SimpleNamespace(instance=lambda topic: None)
-    svc.plans = svc.bus = svc.redis = svc.metrics = closed
+    svc.plans = svc.bus = svc.metrics = svc.checkpoints = closed
+    svc.redis = SimpleNamespace(close=lambda: None, hdel=lambda *a: None)
+    svc.role, svc.holder, svc.keys = "leader", "h", Keys()
+    svc.lease = SimpleNamespace(held=lambda: True, release=lambda: events.append("released"))
     svc.records = None
     svc._answers = [SimpleNamespace(entry=SimpleNamespace(activation_id=aid, topic="invoker0")) for aid in "ab"]
     svc.close()
-    assert events == ["answer a", "answer b", "finish"]
+    assert events == ["answer a", "answer b", "finish", "released"]
     assert svc._answers == []

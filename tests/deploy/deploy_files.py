@@ -100,6 +100,16 @@ def service_env(service: dict[str, Any]) -> dict[str, str]:
     return {k: "" if v is None else str(v) for k, v in env.items()}
 
 
+def redis_secret(service: dict[str, Any]) -> str | None:
+    """The role directory (``esg redis-users``) of the Redis secrets volume a compose service mounts at
+    /run/esg-redis (None: it mounts none)."""
+    for v in service.get("volumes", []):
+        if isinstance(v, dict) and v.get("target") == "/run/esg-redis":
+            assert v["source"] == "esg-redis-secrets" and v["read_only"] is True
+            return v["volume"]["subpath"]
+    return None
+
+
 # -- Kubernetes -------------------------------------------------------------------------------------------
 def k8s_documents() -> list[dict[str, Any]]:
     docs = []
@@ -122,8 +132,8 @@ def pod_container(workload: dict[str, Any], name: str) -> dict[str, Any]:
     raise KeyError(f"no container {name} in {workload['kind']}/{workload['metadata']['name']}")
 
 
-def container_env(container: dict[str, Any], node_name: str) -> dict[str, str]:
-    """The environment Kubernetes gives ``container`` on a node called ``node_name``."""
+def container_env(container: dict[str, Any], node_name: str, pod_name: str = "pod-0") -> dict[str, str]:
+    """The environment Kubernetes gives ``container`` on a node called ``node_name``, in a pod ``pod_name``."""
     env: dict[str, str] = {}
     for source in container.get("envFrom", []):
         if "configMapRef" in source:
@@ -135,6 +145,8 @@ def container_env(container: dict[str, Any], node_name: str) -> dict[str, str]:
             env[item["name"]] = item["value"]
         elif item["valueFrom"].get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
             env[item["name"]] = node_name
+        elif item["valueFrom"].get("fieldRef", {}).get("fieldPath") == "metadata.name":
+            env[item["name"]] = pod_name
         elif "resourceFieldRef" in item["valueFrom"]:
             env[item["name"]] = resource_field(container, item["valueFrom"]["resourceFieldRef"])
         else:

@@ -28,6 +28,7 @@ from tests.deploy.deploy_files import (
     active_services,
     compose_model,
     load_yaml,
+    redis_secret,
     service_env,
 )
 
@@ -35,7 +36,7 @@ SCHEMA = ROOT / "deploy" / "schemas" / "compose-spec.json"
 CHECK_JSONSCHEMA = Path(sys.executable).with_name("check-jsonschema")
 SPI = {"CONFIG_whisk_spi_LoadBalancerProvider": "org.apache.openwhisk.core.loadBalancer.ShardingContainerPoolBalancer",
        "CONFIG_whisk_spi_EntitlementSpiProvider": "org.apache.openwhisk.core.entitlement.LocalEntitlementProvider"}
-ONE_SHOT = {"couchdb-init"}
+ONE_SHOT = {"couchdb-init", "redis-users"}
 
 
 @pytest.fixture(scope="module")
@@ -143,13 +144,13 @@ def test_esg_services_match_the_controller(overrides):
     controller_id = ctl["command"][-1]
     for name, s in model["services"].items():
         env = service_env(s)
-        if not any(k.startswith("ESG_") for k in env):
+        if not any(k.startswith("ESG_") for k in env) or name == "redis-users":
             continue
         assert env["ESG_TOPIC_PREFIX"] == ctl_env.get("CONFIG_whisk_kafka_topics_prefix", ""), name
         assert env["ESG_CONTROLLER_ID"] == controller_id, name
         assert env["ESG_KAFKA"] == ctl_env["KAFKA_HOSTS"], name
         assert env["ESG_OPENWHISK_API"] == f"http://controller:{ctl_env['PORT']}", name
-        assert env["ESG_REDIS"].startswith("redis://redis:"), name
+        assert env["ESG_REDIS_FILE"] == "/run/esg-redis/redis.url" and "ESG_REDIS" not in env, name
     init_env = service_env(model["services"]["couchdb-init"])
     guest = overrides.get("OPENWHISK_GUEST_AUTH")
     assert init_env["OPENWHISK_GUEST_AUTH"] == (guest or "")
@@ -204,8 +205,8 @@ def test_the_gpu_agent_can_change_mig_and_the_cpu_variant_replaces_it(gpu, cpu):
 
 
 def test_default_start_runs_one_gpu_agent_and_every_service(gpu):
-    assert set(active_services(gpu)) == {"kafka", "db", "couchdb-init", "redis", "controller", "scheduler",
-                                         "agent-gpu0"}
+    assert set(active_services(gpu)) == {"kafka", "db", "couchdb-init", "redis-users", "redis", "controller",
+                                         "scheduler", "scheduler-b", "agent-gpu0"}
 
 
 def test_ports_are_published_on_loopback_only(gpu, cpu):
@@ -237,3 +238,51 @@ def test_the_image_holds_what_the_compose_file_runs():
     cpu_file = load_yaml(COMPOSE_CPU)
     assert set(cpu_file["services"]["agent-gpu0"]) == {"profiles"}
     assert set(cpu_file["services"]["scheduler"]) == {"command"}
+
+
+def test_redis_requires_the_users_redis_users_makes_and_each_process_mounts_its_own(gpu, cpu):
+    """Redis loads the ACL the one-shot redis-users writes (every node of the files has a user there);
+    each scheduler and agent mounts only its own role's URL file, read only; none is given a Redis URL or
+    password in its environment or command line."""
+    for model in (gpu, cpu):
+        s = active_services(model)
+        users = s["redis-users"]["command"]
+        nodes = users[users.index("--nodes") + 1].split(",")
+        assert users[users.index("--redis-host") + 1] == "redis:6379"
+        redis_cmd = s["redis"]["command"]
+        assert redis_cmd[redis_cmd.index("--aclfile") + 1] == "/etc/redis-acl/users.acl"
+        assert {"source": "esg-redis-secrets", "target": "/etc/redis-acl", "type": "volume", "read_only": True,
+                "volume": {"subpath": "acl"}} in s["redis"]["volumes"]
+        assert s["redis"]["depends_on"]["redis-users"] == {"condition": "service_completed_successfully"}
+        for name, svc in s.items():
+            cmd = svc.get("command") or []
+            if cmd[:1] == ["scheduler"]:
+                assert redis_secret(svc) == "scheduler", name
+            elif cmd[:1] == ["agent"]:
+                node = service_env(svc)["ESG_AGENT_NAME"]
+                assert node in nodes and redis_secret(svc) == f"agent-{node}", name
+            else:
+                continue
+            assert "ESG_REDIS" not in service_env(svc) and not any("redis://" in str(c) for c in cmd), name
+
+
+def test_redis_is_durable_and_never_evicts(gpu):
+    cmd = gpu["services"]["redis"]["command"]
+    assert cmd[cmd.index("--appendonly") + 1] == "yes" and cmd[cmd.index("--appendfsync") + 1] == "everysec"
+    assert cmd[cmd.index("--maxmemory-policy") + 1] == "noeviction" and "--maxmemory" in cmd
+
+
+def test_two_schedulers_run_and_each_serves_its_own_metrics(gpu, cpu):
+    for model in (gpu, cpu):
+        s = active_services(model)
+        scheds = {n: v for n, v in s.items() if (v.get("command") or [])[:1] == ["scheduler"]}
+        assert set(scheds) == {"scheduler", "scheduler-b"}
+        ports = {v["command"][v["command"].index("--metrics-port") + 1] for v in scheds.values()}
+        assert len(ports) == 2
+        for v in scheds.values():
+            port = v["command"][v["command"].index("--metrics-port") + 1]
+            assert v["healthcheck"]["test"][-1] == f"http://127.0.0.1:{port}/metrics"
+            assert v["ports"] == [f"127.0.0.1:{port}:{port}"]
+        assert scheds["scheduler"]["command"][-1] == scheds["scheduler-b"]["command"][-1]     # the same tables
+        names = {service_env(v)["ESG_SCHEDULER_NAME"] for v in scheds.values()}
+        assert len(names) == 2

@@ -116,10 +116,18 @@ def test_the_agent_probe_asks_the_controller_the_agent_talks_to():
     assert probe[4] == config()["ESG_OPENWHISK_API"]
 
 
-def test_one_scheduler_at_a_time_and_its_probe_on_its_metrics_port():
+def test_a_leader_and_a_standby_rolled_one_at_a_time_and_their_probe_on_the_metrics_port():
     dep = k8s_object("Deployment", "esg-scheduler")
-    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    labels = dep["spec"]["selector"]["matchLabels"]
+    pdb = k8s_object("PodDisruptionBudget", "esg-scheduler")
+    assert pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": labels}}
+    term = dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["labelSelector"]["matchLabels"] == labels and term["topologyKey"] == "kubernetes.io/hostname"
     c = pod_container(dep, "scheduler")
+    assert container_env(c, "node-a", pod_name="esg-scheduler-x1")["ESG_SCHEDULER_NAME"] == "esg-scheduler-x1"
     port = c["args"][c["args"].index("--metrics-port") + 1]
     assert c["args"][c["args"].index("--metrics-host") + 1] == "0.0.0.0"          # the kubelet's probe reaches it
     assert [p["containerPort"] for p in c["ports"]] == [int(port)]
@@ -134,10 +142,29 @@ def test_the_scheduler_plans_with_the_gpu_tables_the_image_holds():
     assert list((ROOT / path.removeprefix(f"{IMAGE_ROOT}/")).glob("*.json"))
 
 
-def test_redis_address_is_the_redis_service():
-    svc = k8s_object("Service", "esg-redis")
-    assert config()["ESG_REDIS"] == f"redis://{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}/0"
-    assert k8s_object("StatefulSet", "esg-redis")["spec"]["replicas"] == 1
+def mounted_at(workload: dict, container: str, path: str) -> dict:
+    """The volume ``container`` of ``workload`` mounts (read only) at ``path``."""
+    c = pod_container(workload, container)
+    mount = next(m for m in c["volumeMounts"] if m["mountPath"] == path)
+    assert mount.get("readOnly") is True, (container, path)
+    return next(v for v in workload["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
+
+
+def test_redis_requires_acl_users_and_each_process_reads_its_own_credentials_from_a_file():
+    """No Redis URL or password in the ConfigMap: the schedulers mount their user's Secret, each agent its
+    node's own file, at the path ESG_REDIS_FILE names; Redis loads the ACL Secret, is durable, never evicts."""
+    assert "ESG_REDIS" not in config() and config()["ESG_REDIS_FILE"] == "/run/esg-redis/redis.url"
+    sched = mounted_at(k8s_object("Deployment", "esg-scheduler"), "scheduler", "/run/esg-redis")
+    assert sched["secret"]["secretName"] == "esg-redis-scheduler"
+    agent = mounted_at(k8s_object("DaemonSet", "esg-agent"), "agent", "/run/esg-redis")
+    assert agent["hostPath"] == {"path": "/etc/esg-openwhisk/redis", "type": "Directory"}
+    redis = k8s_object("StatefulSet", "esg-redis")
+    assert redis["spec"]["replicas"] == 1
+    args = pod_container(redis, "redis")["args"]
+    acl = args[args.index("--aclfile") + 1]
+    volume = mounted_at(redis, "redis", acl.rsplit("/", 1)[0])
+    assert volume["secret"]["secretName"] == "esg-redis-acl"
+    assert args[args.index("--appendonly") + 1] == "yes" and args[args.index("--maxmemory-policy") + 1] == "noeviction"
 
 
 def test_openwhisk_addresses_are_the_ones_the_chart_creates(chart_defaults):

@@ -29,7 +29,9 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from agent_channel import acl
 from controller_plugin import wire
+from esg_cli import redis_users
 from esg_cli.controller_driver import ControllerDriver
 from esg_cli.servers import free_port, start_broker, start_couchdb, start_redis
 from tests.deploy.deploy_files import (
@@ -43,6 +45,7 @@ from tests.deploy.deploy_files import (
     k8s_documents,
     k8s_object,
     pod_container,
+    redis_secret,
     service_env,
 )
 
@@ -54,8 +57,10 @@ READY_TIMEOUT_S = 60.0
 
 
 def env_names_read_by(*modules: str) -> set[str]:
-    """The ``ESG_*`` names a subcommand's module reads (its argparse defaults and env fallbacks)."""
-    return {name for m in modules for name in re.findall(r'"(ESG_[A-Z_]+)"', (ROOT / m).read_text())}
+    """The ``ESG_*`` names a subcommand's module reads (its argparse defaults and env fallbacks), each with
+    its ``_FILE`` form (``checks.from_env`` reads that too)."""
+    names = {name for m in modules for name in re.findall(r'"(ESG_[A-Z_]+)"', (ROOT / m).read_text())}
+    return names | {f"{name}_FILE" for name in names}
 
 
 SCHEDULER_READS = env_names_read_by("esg_cli/scheduler.py")
@@ -75,6 +80,9 @@ class Launch:
     agent_env: dict[str, str]
     agent_check: list[str]
     real_nvml: bool
+    scheduler_secret: str = "scheduler"
+    """The ``esg redis-users`` role directory whose ``redis.url`` the scheduler's file mounts hold."""
+    agent_secret: str = ""
     agent_alive: list[str] | None = None
     """The agent's liveness probe, where the file has one."""
 
@@ -92,16 +100,17 @@ def from_compose(cpu: bool) -> Launch:
     agent = services["agent-cpu0" if cpu else "agent-gpu0"]
     return Launch("compose-cpu" if cpu else "compose", sched["command"], service_env(sched),
                   healthcheck_argv(sched), agent["command"], service_env(agent), healthcheck_argv(agent),
-                  real_nvml=not cpu)
+                  real_nvml=not cpu, scheduler_secret=redis_secret(sched), agent_secret=redis_secret(agent))
 
 
 def from_kubernetes() -> Launch:
     sched = pod_container(k8s_object("Deployment", "esg-scheduler"), "scheduler")
     agent = pod_container(k8s_object("DaemonSet", "esg-agent"), "agent")
+    # the schedulers' Secret holds the scheduler role's file, each node's host path its own agent role's
     return Launch("kubernetes", sched["args"], container_env(sched, "node-a"),
                   sched["readinessProbe"]["exec"]["command"], agent["args"], container_env(agent, "node-a"),
-                  agent["readinessProbe"]["exec"]["command"], real_nvml=True,
-                  agent_alive=agent["livenessProbe"]["exec"]["command"])
+                  agent["readinessProbe"]["exec"]["command"], real_nvml=True, scheduler_secret="scheduler",
+                  agent_secret="agent-node-a", agent_alive=agent["livenessProbe"]["exec"]["command"])
 
 
 LAUNCHES = {"compose": lambda: from_compose(False), "compose-cpu": lambda: from_compose(True),
@@ -136,7 +145,7 @@ def test_every_esg_variable_the_files_set_is_read_by_the_process_it_is_given_to(
 def test_agents_are_given_both_kafka_and_redis():
     for where, role, env in all_esg_processes():
         if role == "agent":
-            assert env.get("ESG_KAFKA") and env.get("ESG_REDIS"), where
+            assert env.get("ESG_KAFKA") and env.get("ESG_REDIS_FILE"), where
 
 
 # -- the controller's side: Kafka (driver) and GET /invokers ---------------------------------------------
@@ -274,16 +283,28 @@ def test_processes_start_and_report_ready_with_the_files_environment(source, tmp
     launch = LAUNCHES[source]()
     prefix = launch.scheduler_env.get("ESG_TOPIC_PREFIX", "")
     controller_id = launch.scheduler_env.get("ESG_CONTROLLER_ID", "0")
-    with start_broker() as broker, start_redis() as redis_server, start_couchdb() as couch:
+    node = launch.agent_env["ESG_AGENT_NAME"]
+    secrets = tmp_path / "secrets"
+    redis_port = free_port()
+    users = redis_users.write(secrets, prefix, [node], f"127.0.0.1:{redis_port}", controllers=(controller_id,))
+    admin = next(u for u in users if u.name == acl.ADMIN)
+    with start_broker() as broker, start_couchdb() as couch, start_redis(
+            port=redis_port, acl=(secrets / redis_users.ACL_FILE).read_text(),
+            admin=(admin.name, admin.password)) as redis_server:
         driver = ControllerDriver(broker.address, prefix=prefix, controller_id=controller_id)
         status = InvokerStatus(broker.address, prefix, driver)
         try:
             port, free = launch.scheduler_cmd[launch.scheduler_cmd.index("--metrics-port") + 1], str(free_port())
-            local = Localizer(mapping_for(launch, broker.address, f"{redis_server.host}:{redis_server.port}",
-                                          status.address, port, free, tmp_path, couch.address))
+            local = Localizer(mapping_for(launch, broker.address, status.address, port, free, tmp_path,
+                                          couch.address))
             base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
             sched_env = {**base, **local.env(launch.scheduler_env)}
             agent_env = {**base, **local.env(launch.agent_env)}
+            # each process's own Redis user, from the file its deployment mounts at ESG_REDIS_FILE
+            for env, role in ((sched_env, launch.scheduler_secret), (agent_env, launch.agent_secret)):
+                assert env["ESG_REDIS_FILE"] == "/run/esg-redis/redis.url" and "ESG_REDIS" not in env
+                env["ESG_REDIS_FILE"] = str(secrets / role / redis_users.URL_FILE)
+            assert redis_server.running()
             if launch.real_nvml:
                 agent_env["ESG_FAKE_GPU"] = "A100-40GB"  # no NVIDIA driver here
             logs = [tmp_path / "scheduler.log", tmp_path / "agent.log"]
@@ -293,7 +314,6 @@ def test_processes_start_and_report_ready_with_the_files_environment(source, tmp
             wait_ready(local.command(launch.scheduler_check), sched_env, processes, logs)
             agent = spawn(processes, local.command(launch.agent_cmd), agent_env, logs[1])
             said = wait_ready(local.command(launch.agent_check), agent_env, processes, logs)
-            node = launch.agent_env["ESG_AGENT_NAME"]
             assert said.startswith("ready: invoker") and f"/{node}/" in said, said
             if launch.agent_alive:
                 alive = subprocess.run(local.command(launch.agent_alive), env=agent_env, capture_output=True,
@@ -309,17 +329,15 @@ def test_processes_start_and_report_ready_with_the_files_environment(source, tmp
             driver.close()
 
 
-def mapping_for(launch: Launch, kafka: str, redis: str, controller: str, metrics_port: str, free: str,
+def mapping_for(launch: Launch, kafka: str, controller: str, metrics_port: str, free: str,
                 tmp: Path, couch: str) -> dict[str, str]:
     """The files' addresses (as the ESG processes see them) to the servers of this test; the activation
     store's credentials are the files' defaults, which the test's pouchdb-server's admin has."""
     kafka_host = launch.scheduler_env["ESG_KAFKA"]
     store_host = launch.scheduler_env["ESG_ACTIVATION_STORE"].removeprefix("http://").split("@")[-1].split("/")[0]
-    redis_host = launch.scheduler_env["ESG_REDIS"].removeprefix("redis://").split("/")[0]
     api_host = launch.scheduler_env["ESG_OPENWHISK_API"].removeprefix("http://").rstrip("/")
-    assert launch.agent_env["ESG_KAFKA"] == kafka_host and launch.agent_env["ESG_REDIS"].startswith(
-        f"redis://{redis_host}/")
-    mapping = {kafka_host: kafka, redis_host: redis, api_host: controller, store_host: couch,
+    assert launch.agent_env["ESG_KAFKA"] == kafka_host
+    mapping = {kafka_host: kafka, api_host: controller, store_host: couch,
                f"127.0.0.1:{metrics_port}": f"127.0.0.1:{free}", f"{IMAGE_ROOT}/": f"{ROOT}/",
                "/var/lib/esg": str(tmp / "state")}
     if "--alive-file" in launch.agent_cmd:

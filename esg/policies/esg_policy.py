@@ -112,12 +112,9 @@ from esg.prewarm import (
     Timed,
     Warming,
     WarmUp,
-    idle_by_function,
     idle_of_kind,
-    instances_by_profile,
     smallest_of_kind,
     spare_instance,
-    stocked_profiles,
 )
 from esg.queues import AfwQueue
 from esg.slo_split import group_latency
@@ -201,24 +198,22 @@ class _Recent:
 @dataclass(slots=True)
 class _WorkersSeen:
     """What this policy worked out from one function's workers -- idle on the snapshot's nodes, or running
-    its batches --, with the marks it was worked out at: the snapshot, its idle-worker counters for the
-    function (:attr:`ClusterSnapshot.idle_epoch`, :attr:`ClusterSnapshot.idle_moves`) and the policy's
+    its batches --, with the marks it was worked out at: the snapshot, its index's generation of the
+    function's idle workers (:meth:`esg.index.ClusterIndex.idle_generation`) and the policy's
     count of moves of the function's batches in flight. While the marks stay, so do the workers, and what
     was worked out from them is used again (each is worked out when first asked for after the marks
     moved)."""
 
     snapshot: ClusterSnapshot
-    epoch: int
-    idle_moves: int
+    generation: int
     busy_moves: int
     pool: tuple[int, list[str]] | None
     """:meth:`EsgPolicy._pool_of` (None: not asked since the marks moved)."""
     kinds: frozenset[str | None] | None
     """:meth:`EsgPolicy._warm_kinds` (None: not asked since the marks moved)."""
 
-    def __init__(self, snapshot: ClusterSnapshot, epoch: int, idle_moves: int, busy_moves: int) -> None:
-        # written out: compiled, an __init__ the dataclass generates stays interpreted Python
-        self.snapshot, self.epoch, self.idle_moves, self.busy_moves = snapshot, epoch, idle_moves, busy_moves
+    def __init__(self, snapshot: ClusterSnapshot, generation: int, busy_moves: int) -> None:
+        self.snapshot, self.generation, self.busy_moves = snapshot, generation, busy_moves
         self.pool = None
         self.kinds = None
 
@@ -359,9 +354,6 @@ class EsgPolicy(Policy):
         """Per function, how many times its count of batches in flight (:attr:`_busy`) moved."""
         self._workers_seen: dict[str, _WorkersSeen] = {}
         """Per function, what was last worked out from its workers (:meth:`_seen`)."""
-        self._instances_summed: tuple[ClusterSnapshot | None, int, dict[str, int]] = (None, -1, {})
-        """The snapshot and its ``instances_epoch`` when the nodes' instance counts (:meth:`_instances`) were
-        last summed, and their sum."""
         self._pools_instances: dict[str, int] = {}
         """The cluster's instances per profile that the pools in :attr:`_workers_seen` were found on."""
         self._warming = Warming()
@@ -762,7 +754,7 @@ class EsgPolicy(Policy):
         Asked at every step, it looks first at what is cheapest to rule a start out: a node free to
         start one, then an instance at all, then the load, then a pool short of workers, then a spare
         instance possible of its profile on a node free to start one
-        (:func:`esg.prewarm.stocked_profiles`). Each of these leaves nothing to place when it fails, so
+        (:func:`esg.index.stocked_profiles`). Each of these leaves nothing to place when it fails, so
         returning early changes no decision -- except that a function's pool profiles are planned
         (:meth:`_pool_profiles`) at the step the rule first meets the function past its load gate, as
         when it looked at every function at every step (planning at another step could leave the plan
@@ -774,7 +766,7 @@ class EsgPolicy(Policy):
                     break
             else:
                 return  # as many spare-instance starts per node as may be at a time: none may start now
-        per_profile = self._instances(snapshot)
+        per_profile = snapshot.index.instances_total()
         instances = 0
         for n in per_profile.values():
             instances += n
@@ -811,28 +803,13 @@ class EsgPolicy(Policy):
 
     def _stocked(self, now_ms: float, snapshot: ClusterSnapshot, slots: int = 1) -> set[str]:
         """The MIG profiles a spare instance may be found of this step: those of the idle instances
-        holding an idle worker (:func:`esg.prewarm.stocked_profiles`) on the nodes free to start one
+        holding an idle worker (:func:`esg.index.stocked_profiles`) on the nodes free to start one
         (fewer than ``slots`` spare-instance starts starting there, none asked this step)."""
         stocked: set[str] = set()
         for node in snapshot.route((), True):
             if not self._full(node, now_ms, slots):
-                stocked.update(stocked_profiles(snapshot.nodes[node]))
+                stocked.update(snapshot.index.stocked_profiles(node))
         return stocked
-
-    def _instances(self, snapshot: ClusterSnapshot) -> dict[str, int]:
-        """The cluster's MIG instances counted by profile (each node's count remembered on its state; the
-        sum kept while the snapshot's ``instances_epoch`` stays: a count is kept over a change that only
-        makes an instance busy or idle, and the rule asks at every step -- on 16 nodes, looking at each
-        node's count at each step was 4 % of the replay). The caller must not change it."""
-        summed = self._instances_summed
-        if summed[0] is snapshot and summed[1] == snapshot.instances_epoch:
-            return summed[2]
-        per_profile: dict[str, int] = {}
-        for node in snapshot.nodes.values():
-            for profile, n in instances_by_profile(node).items():
-                per_profile[profile] = per_profile.get(profile, 0) + n
-        self._instances_summed = (snapshot, snapshot.instances_epoch, per_profile)
-        return per_profile
 
     def _thin_pools(self, snapshot: ClusterSnapshot, wants: dict[tuple[str, str | None, str], WarmUp],
                     load: dict[str, float], per_profile: dict[str, int]) -> list[tuple[str, int, list[str]]]:
@@ -868,12 +845,11 @@ class EsgPolicy(Policy):
         """What was worked out from ``function``'s workers, kept while its marks stay (else a fresh
         record, with nothing worked out yet)."""
         seen = self._workers_seen.get(function)
-        epoch = snapshot.idle_epoch
-        idle_moves = snapshot.idle_moves.get(function, 0)
+        generation = snapshot.index.idle_generation(function)
         busy_moves = self._busy_moves.get(function, 0)
-        if (seen is None or seen.snapshot is not snapshot or seen.epoch != epoch
-                or seen.idle_moves != idle_moves or seen.busy_moves != busy_moves):
-            seen = self._workers_seen[function] = _WorkersSeen(snapshot, epoch, idle_moves, busy_moves)
+        if (seen is None or seen.snapshot is not snapshot or seen.generation != generation
+                or seen.busy_moves != busy_moves):
+            seen = self._workers_seen[function] = _WorkersSeen(snapshot, generation, busy_moves)
         return seen
 
     def _pool_of(self, snapshot: ClusterSnapshot, function: str, profiles: tuple[str, ...],
@@ -913,7 +889,7 @@ class EsgPolicy(Policy):
         """For each pool in ``short`` in its order, one worker on a spare instance of its profile on the
         first node (by free capacity) free to start one (:meth:`_full` with ``slots``) that has such an
         instance, one function a step and one start a node a step. A node with no idle instance of the
-        profile holding a worker (:func:`esg.prewarm.stocked_profiles`) has no spare one, and the idle
+        profile holding a worker (:func:`esg.index.stocked_profiles`) has no spare one, and the idle
         workers on the other nodes are the cluster's (summed once a call) less the node's own: on many
         nodes, summing the others for each node tried was most of the rule's work."""
         placed: set[str] = set()
@@ -925,12 +901,12 @@ class EsgPolicy(Policy):
                 if self._full(node, now_ms, slots):
                     continue
                 state = snapshot.nodes[node]
-                if profile not in stocked_profiles(state):
+                if profile not in snapshot.index.stocked_profiles(node):
                     continue  # (spare_instance finds none there)
                 total = totals.get(profile)
                 if total is None:
-                    total = totals[profile] = self._idle_by_function(snapshot, profile)
-                here = idle_by_function(state, profile)
+                    total = totals[profile] = snapshot.index.idle_by_function_total(profile)
+                here = snapshot.index.idle_by_function(node, profile)
                 elsewhere = {f: n - here.get(f, 0) for f, n in total.items()}
                 ref = spare_instance(state, function, profile, elsewhere)
                 if ref is None:
@@ -944,16 +920,6 @@ class EsgPolicy(Policy):
                 self._spare_asked[node] = function
                 placed.add(function)
                 break
-
-    @staticmethod
-    def _idle_by_function(snapshot: ClusterSnapshot, profile: str) -> dict[str, int]:
-        """Per function, its idle workers on idle instances of ``profile`` on every node
-        (:func:`esg.prewarm.idle_by_function`, remembered per node)."""
-        total: dict[str, int] = {}
-        for state in snapshot.nodes.values():
-            for f, n in idle_by_function(state, profile).items():
-                total[f] = total.get(f, 0) + n
-        return total
 
     def _pool_profiles(self, function: str) -> tuple[str, ...]:
         """The MIG profiles a pool of ``function`` grows on: those of its configurations on the K cheapest

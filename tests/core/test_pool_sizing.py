@@ -11,7 +11,8 @@ from esg.events import Arrival, Request
 from esg.model import App
 from esg.policies import PolicyContext
 from esg.policies.esg_policy import POOL_BURST_STARTS, POOL_FILL_BUSY, EsgPolicy
-from esg.prewarm import idle_by_function, spare_instance
+from esg.index import idle_by_function
+from esg.prewarm import spare_instance
 from esg.scheduler import Scheduler
 
 from .helpers import profile

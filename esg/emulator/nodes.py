@@ -17,9 +17,9 @@ import math
 from dataclasses import dataclass, field
 
 from esg import mig
-from esg.state import NodeState, Slice, SliceRef
 from esg.events import Dispatch, Prewarm
 from esg.model import Config
+from esg.state import NodeState, Slice, SliceRef
 
 WorkerKey = tuple[str, SliceRef | None]
 

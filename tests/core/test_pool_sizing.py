@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from esg.cluster import ClusterSnapshot, NodeState, Slice, SliceRef
 from esg.events import Arrival, Request
+from esg.index import idle_by_function
 from esg.model import App
 from esg.policies import PolicyContext
 from esg.policies.esg_policy import POOL_BURST_STARTS, POOL_FILL_BUSY, EsgPolicy
-from esg.index import idle_by_function
 from esg.prewarm import spare_instance
 from esg.scheduler import Scheduler
 

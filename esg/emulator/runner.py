@@ -84,7 +84,8 @@ class Emulation:
         self.nodes = {n: NodeModel(n, cluster.vcpus, cluster.gpu_model) for n in cluster.node_names()}
         self._snapshot = ClusterSnapshot({n: m.snapshot(0.0) for n, m in self.nodes.items()}, tracks_workers=True)
         self._changed: set[str] = set()
-        """Nodes whose state is built again at the next view (their model's last one no longer holds)."""
+        """Nodes to look at in the next view: built again where their model's last state no longer holds,
+        their next expiry queued."""
         self._expiries: list[tuple[float, str]] = []
         """(time, node) when an idle worker of the node expires (entries may be stale)."""
         self._pushed: dict[str, float] = {}
@@ -214,10 +215,10 @@ class Emulation:
         """A worker of ``function`` became idle on ``node`` (its batch or start-up, of ``config`` on
         ``fit``, ended): the node model's state on the run's snapshot, while it still holds, is changed
         through :meth:`ClusterSnapshot.finish` (so the snapshot's index follows exactly what moved); else
-        the node is built again at the next view."""
-        if self.nodes[node].snapshot_stale:
-            self._changed.add(node)
-        else:
+        the node is built again at the next view. Either way the next view looks at the node again: the
+        worker's keep-alive may end before any other there."""
+        self._changed.add(node)
+        if not self.nodes[node].snapshot_stale:
             self._snapshot.finish(function, config, fit)
 
     def _start(self, d: Dispatch, now: float, decision_ms: float) -> None:

@@ -17,6 +17,7 @@ import socket
 import sys
 
 from esg import mig
+from esg.defaults import KEEP_ALIVE_MS
 from esg.mig import GEOMETRIES, MAX_GPU_SHARE
 from esg_cli import checks, service_gc
 from esg_cli.errors import CliError
@@ -92,8 +93,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "service (deploy/healthcheck.py alive; env ESG_AGENT_ALIVE_FILE)")
     p.add_argument("--max-batches", type=checks.positive_int, default=4, metavar="N",
                    help="batches run at once")
-    p.add_argument("--idle-ttl-s", type=checks.positive_float, default=600.0, metavar="S",
-                   help="evict warm workers idle this long")
+    p.add_argument("--idle-ttl-s", type=checks.positive_float, default=KEEP_ALIVE_MS / 1000, metavar="S",
+                   help="evict warm workers idle this long when their policy names no keep-alive")
     p.add_argument("--heartbeat-s", type=checks.positive_float, default=1.0, metavar="S", help="heartbeat period")
     p.add_argument("--local-data-mb", type=checks.non_negative_float, default=256.0, metavar="MB",
                    help="memory for function outputs kept on this node for successors placed here "

@@ -18,6 +18,7 @@ from typing import Any
 
 from agent_channel.protocol import RunRequest
 from esg import mig
+from esg.defaults import KEEP_ALIVE_MS
 from invoker_agent.actions import ActionCode
 from invoker_agent.mig_backend import GpuInfo, MigBackend, MigOperationError
 from invoker_agent.nvml_backend import open_backend
@@ -41,7 +42,7 @@ class NodeAgent:
 
     @classmethod
     def create(cls, name: str, vcpus: int | None = None, fake_gpu: str | None = None, fake_gpu_count: int = 1,
-               runner: str = "process", journal: str | None = None, idle_ttl_s: float = 600.0,
+               runner: str = "process", journal: str | None = None, idle_ttl_s: float = KEEP_ALIVE_MS / 1000,
                worker_factory: WorkerFactory | None = None, fake_mig: bool = True, gpu_share: int = 1) -> NodeAgent:
         """Build a node agent; raises :class:`MigOperationError` / ``ValueError`` with a clear message.
         ``runner="twin"`` takes its ``worker_factory`` (:class:`invoker_agent.twin.TwinFactory`). A GPU

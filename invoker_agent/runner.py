@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_channel.protocol import RunRequest
+from esg.defaults import KEEP_ALIVE_MS
 from esg.model import Config
 from invoker_agent import scratch
 from invoker_agent.action_worker import log_line
@@ -341,7 +342,7 @@ class StartLog:
 class WorkerPool:
     """Warm workers by :class:`WorkerKey`; runs batches and tracks which MIG slices are busy."""
 
-    def __init__(self, factory: WorkerFactory = ProcessWorker, idle_ttl_s: float = 600.0,
+    def __init__(self, factory: WorkerFactory = ProcessWorker, idle_ttl_s: float = KEEP_ALIVE_MS / 1000,
                  slice_exists: Callable[[str], bool] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.factory = factory

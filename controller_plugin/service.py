@@ -81,7 +81,7 @@ from controller_plugin.metrics import Metrics
 from controller_plugin.online import OnlineStore
 from controller_plugin.plans import PlanCache
 from controller_plugin.record_writer import RecordWriter, Stored
-from controller_plugin.settings import Settings
+from controller_plugin.settings import SchedulerSettings
 from controller_plugin.takeover import Found, adopted_dispatch, encode_progress, take_over
 from controller_plugin.workflows import PrewarmSend, Send, Workflows
 from esg.events import Dispatch
@@ -122,7 +122,7 @@ class _Stop:
 
 
 class SchedulerService:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: SchedulerSettings) -> None:
         self.s = settings
         try:
             self.redis = connect(settings.redis_url)

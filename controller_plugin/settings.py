@@ -1,6 +1,6 @@
 """The scheduler service's settings: the service flags of ``docs/architecture.md`` §6, each with an environment fallback.
 
-Secrets stay out of logs: :meth:`Settings.describe` shows the Redis URL without its password, the
+Secrets stay out of logs: :meth:`SchedulerSettings.describe` shows the Redis URL without its password, the
 activation store's URL without its credentials and the OpenWhisk key only as its uuid.
 """
 
@@ -42,7 +42,7 @@ class Deadline:
 
 
 @dataclass(frozen=True)
-class Settings:
+class SchedulerSettings:
     kafka: str
     redis_url: str = field(repr=False)
     openwhisk_api: str | None = None

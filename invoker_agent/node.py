@@ -23,7 +23,7 @@ from invoker_agent.actions import ActionCode
 from invoker_agent.mig_backend import GpuInfo, MigBackend, MigOperationError
 from invoker_agent.nvml_backend import open_backend
 from invoker_agent.reconcile import DesiredLayout, GpuReport, Reconciler
-from invoker_agent.runner import DeviceLookup, ProcessWorker, WorkerFactory, WorkerKey, WorkerPool, WorkerSpec
+from invoker_agent.workers import DeviceLookup, ProcessWorker, WorkerFactory, WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.runtime_client import RuntimeResult
 from invoker_agent.sandbox import Mount, gpu_devices, sandbox
 from invoker_agent.whole_gpu import WholeGpuBackend, cuda_device
@@ -57,7 +57,7 @@ class NodeAgent:
             sandbox()                             # fail at start-up, by name, where no sandbox can be made
             factory = partial(ProcessWorker, devices=_device_lookup(backend))
         elif runner == "docker":
-            from invoker_agent.docker_runner import DockerWorkerFactory
+            from invoker_agent.docker_workers import DockerWorkerFactory
             factory = DockerWorkerFactory(name)   # fails at start-up, by name, if no engine answers
         else:
             raise ValueError(f"unknown runner {runner!r} (process, docker or twin)")

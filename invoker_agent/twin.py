@@ -38,7 +38,7 @@ from esg.profiles import Profile
 from esg.timing import cold_start_ms, lognormal_params
 from esg_files import load_profile
 from invoker_agent.actions import ActionCode
-from invoker_agent.runner import WorkerSpec
+from invoker_agent.workers import WorkerSpec
 from invoker_agent.runtime_client import BATCH_KEY, RuntimeTimeout, WorkerStartError
 
 

@@ -1,6 +1,6 @@
 """Measure one function over a configuration grid through the invoker agent's process runner.
 
-For each (vCPUs, GPU) group a warm worker is started through :class:`invoker_agent.runner.WorkerPool`
+For each (vCPUs, GPU) group a warm worker is started through :class:`invoker_agent.workers.WorkerPool`
 exactly as the agent starts one (``ProcessWorker``: CPU affinity to the first ``vcpus`` vCPU ids,
 ``CUDA_VISIBLE_DEVICES`` = the MIG slice or empty), with ``ESG_ACTION_THREADS=vcpus``. Its cold start
 (worker start + ``/init`` + the first request, which builds the model) is measured once per group. Every
@@ -33,7 +33,7 @@ from esg.mig import is_whole
 from esg.model import Config
 from esg.profiles import profile_from_dict
 from invoker_agent.actions import ActionCode
-from invoker_agent.runner import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
+from invoker_agent.workers import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.runtime_client import RuntimeResult
 from profiles.grid import Grid
 from profiles.host import Host, library_versions

@@ -19,18 +19,18 @@ def test_the_emulator_charges_the_platform_defaults():
 
 
 def test_the_scheduler_plans_with_them():
-    from controller_plugin.settings import Settings
+    from controller_plugin.settings import SchedulerSettings
     from esg.placement import StartupCosts
     from esg.policies.context import PolicyContext
 
-    assert Settings.__dataclass_fields__["stage_overhead_ms"].default == HOP_MS
+    assert SchedulerSettings.__dataclass_fields__["stage_overhead_ms"].default == HOP_MS
     assert StartupCosts().mig_reconfig_ms == MIG_RECONFIG_MS
     assert PolicyContext(apps={}, profiles={}).mig_reconfig_ms == MIG_RECONFIG_MS
 
 
 def test_the_agent_keeps_idle_workers_by_them():
     from esg_cli.main import build_parser
-    from invoker_agent.runner import WorkerPool
+    from invoker_agent.workers import WorkerPool
 
     assert WorkerPool().idle_ttl_s * 1000 == KEEP_ALIVE_MS
     args = build_parser().parse_args(["agent"])

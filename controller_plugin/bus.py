@@ -12,7 +12,7 @@ a real agent's activations (a produce request per loop turn; each of its wake-up
 lines of Python), more than the scheduler's own main loop; librdkafka's broker thread costs a twentieth
 of that. kafka-python's consumer of ``invoker{N}`` read and parsed each fetch response in a Python
 network thread, under the interpreter's lock, before the reader's poll had it; with librdkafka's the
-hop from the controller to the reader is 1.6-2.6 ms shorter at a trickle (docs/live-path.md, run J).
+hop from the controller to the reader is 1.6-2.6 ms shorter at a trickle (docs/results/2026-11-28-live-path-runs.md, run J).
 Topic administration and the one-off read of ``completed{C}`` at recovery
 (:meth:`Bus.consumer`) stay on kafka-python. :class:`Delivery` stands for the broker's answer to one
 message: the producer's delivery reports fill it in when the bus is polled (:meth:`Bus.poll`,

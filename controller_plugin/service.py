@@ -395,7 +395,7 @@ class SchedulerService:
         rest of the turn: with a node's batches in flight bounded by its vCPUs, a burst of a plain action
         otherwise ran in lockstep -- the agent idle while the scheduler answered a read's results, the
         scheduler idle while the agent ran what it sent -- and the node's window of batches was full a
-        quarter of the time (``benchmarks/bench_agent_cpu.py --window``; docs/live-path.md, run N)."""
+        quarter of the time (``benchmarks/bench_agent_cpu.py --window``; docs/results/2026-11-28-live-path-runs.md, run N)."""
         items = self.inbox.take(wait_s, MAX_ITEMS_PER_TURN)
         mono, t = time.monotonic(), now_ms()
         for item in items:

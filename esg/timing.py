@@ -8,6 +8,7 @@ import math
 
 from esg.profiles import Profile
 
+
 def lognormal_params(noise_cv: float) -> tuple[float, float]:
     """(mu, sigma) of the execution-time factor: log-normal with mean 1 and coefficient of variation
     ``noise_cv``."""

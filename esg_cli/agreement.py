@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from esg.emulator.workload import generate
 from esg.defaults import HOP_MS
+from esg.emulator.workload import generate
 from esg_cli import emulate as emulate_cli
 from esg_cli.openwhisk_standin import GUEST_KEY
 from esg_files import load_profile, write_hop_samples

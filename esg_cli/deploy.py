@@ -22,8 +22,8 @@ from pathlib import Path
 
 from actions import CPU_ONLY, MODULES
 from actions.package import APP_STUB, APPS_DIR, action_zip
-from esg_cli.checks import api_key, check_file, check_writable_dir, from_env, http_url, positive_int
 from esg.errors import AppError
+from esg_cli.checks import api_key, check_file, check_writable_dir, from_env, http_url, positive_int
 from esg_cli.errors import CliError
 from esg_files import load_app
 

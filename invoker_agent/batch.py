@@ -29,9 +29,9 @@ from invoker_agent.actions import ActionCode, ActionFetcher, ActionFetchError, A
 from invoker_agent.data import DataPlane, MissingInput, Write
 from invoker_agent.heartbeat import WarmRegistry
 from invoker_agent.node import NodeAgent
-from invoker_agent.workers import PrewarmOutcome, WorkerKey, WorkerSpec
 from invoker_agent.slices import SliceError, SliceManager
 from invoker_agent.vcpus import VcpuAllocator, VcpuError
+from invoker_agent.workers import PrewarmOutcome, WorkerKey, WorkerSpec
 from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.agent")

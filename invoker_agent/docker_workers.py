@@ -31,9 +31,9 @@ import uuid
 from typing import Any
 
 from invoker_agent.actions import ActionCode
-from invoker_agent.workers import WorkerSpec, check_vcpus
 from invoker_agent.runtime_client import RuntimeClient, UnsupportedKind, WorkerStartError
 from invoker_agent.whole_gpu import cuda_device
+from invoker_agent.workers import WorkerSpec, check_vcpus
 
 RUNTIME_IMAGES = {
     "python:3": "openwhisk/action-python-v3.11",

@@ -23,10 +23,17 @@ from invoker_agent.actions import ActionCode
 from invoker_agent.mig_backend import GpuInfo, MigBackend, MigOperationError
 from invoker_agent.nvml_backend import open_backend
 from invoker_agent.reconcile import DesiredLayout, GpuReport, Reconciler
-from invoker_agent.workers import DeviceLookup, ProcessWorker, WorkerFactory, WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.runtime_client import RuntimeResult
 from invoker_agent.sandbox import Mount, gpu_devices, sandbox
 from invoker_agent.whole_gpu import WholeGpuBackend, cuda_device
+from invoker_agent.workers import (
+    DeviceLookup,
+    ProcessWorker,
+    WorkerFactory,
+    WorkerKey,
+    WorkerPool,
+    WorkerSpec,
+)
 
 
 class NodeAgent:

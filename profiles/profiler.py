@@ -33,8 +33,8 @@ from esg.mig import is_whole
 from esg.model import Config
 from esg.profiles import profile_from_dict
 from invoker_agent.actions import ActionCode
-from invoker_agent.workers import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.runtime_client import RuntimeResult
+from invoker_agent.workers import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
 from profiles.grid import Grid
 from profiles.host import Host, library_versions
 from profiles.store import PartialStore, group_label, write_json_atomic

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from esg.mig import DEFAULT_GPU_MODEL
 from esg.defaults import HOP_MS, KEEP_ALIVE_MS, MIG_RECONFIG_MS
+from esg.mig import DEFAULT_GPU_MODEL
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from invoker_agent.docker_workers import (
     network_options,
     runtime_image,
 )
-from invoker_agent.workers import WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.runtime_client import UnsupportedKind, WorkerStartError
+from invoker_agent.workers import WorkerKey, WorkerPool, WorkerSpec
 
 
 def test_container_is_limited_pinned_and_given_exactly_its_mig_device():

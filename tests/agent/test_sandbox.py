@@ -15,8 +15,8 @@ import pytest
 
 from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
-from invoker_agent.workers import WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.sandbox import UID_BASE, gpu_device_paths, tree
+from invoker_agent.workers import WorkerKey, WorkerPool, WorkerSpec
 from tests.leaks import alive
 from tests.tenant_probe import PROBE
 

@@ -42,7 +42,7 @@ from profiles.targets import Target
 
 
 @dataclass(frozen=True)
-class Options:
+class ProfilerSettings:
     grid: Grid
     runs: int
     gpu_model: str                  # canonical esg.mig model name written into the table
@@ -98,7 +98,7 @@ def _skip_reason(config: Config, host: Host) -> tuple[str, str] | None:
 class Profiler:
     """Runs one :class:`Target` over ``options.grid`` on ``host``; see the module docstring."""
 
-    def __init__(self, target: Target, options: Options, host: Host,
+    def __init__(self, target: Target, options: ProfilerSettings, host: Host,
                  log: Callable[[str], None] | None = None) -> None:
         self.target = target
         self.opt = options

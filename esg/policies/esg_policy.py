@@ -371,7 +371,7 @@ class EsgPolicy(Policy):
     def _planner(self, app: App, overhead: float | None = None) -> Planner:
         over = self.ctx.stage_overhead_ms if overhead is None else overhead
         return Planner(app, {f: self.ctx.profiles[f] for f in app.functions}, self.ctx.prices,
-                       self.ctx.max_group, self.exact, stage_overhead_ms=over)
+                       self.ctx.max_group, self.exact, stage_overhead_ms=over, percentile=self.ctx.slo_percentile)
 
     def on_app_added(self, app: App) -> None:
         changed = {a.name for a in self.apps_sharing(app)}
@@ -1065,7 +1065,7 @@ class EsgPolicy(Policy):
         self.expanded += result.stats.expanded
         if result.feasible:
             prios = result.priority_list(function)
-            lat = {c: planner.profiles[function].latency(c) for c in prios}
+            lat = {c: planner.run_latency(function, c) for c in prios}
             downstream = {f: c for f, c in result.paths[0].configs.items() if f != function}
             return _PlannedChoice(tuple(prios), latencies=lat, downstream=downstream,
                                   app=app.name, cost=result.paths[0].cost,

@@ -19,7 +19,7 @@ from esg.online import Observation
 from esg.policies import PolicyContext, make_policy
 from esg.policies.base import FunctionSpec
 from esg.tail import entry_latency_at
-from esg.timing import DEFAULT_STAGE_OVERHEAD_MS
+from esg.defaults import HOP_MS
 from esg_files import load_profiles
 from tests.controller.conftest import profile_table
 from tests.controller.test_service_basic import put
@@ -41,7 +41,7 @@ def _emulated_config(profiles_dir, percentile: float | None) -> Config:
     """The configuration the emulator's ESG runs ``slow`` in for one request of the app."""
     app = App("guest/tail", SLO_MS, ("slow", "last"), (("slow", "last"),))
     profiles = load_profiles(profiles_dir, app.functions)
-    policy = make_policy("esg", PolicyContext({app.name: app}, profiles, stage_overhead_ms=DEFAULT_STAGE_OVERHEAD_MS,
+    policy = make_policy("esg", PolicyContext({app.name: app}, profiles, stage_overhead_ms=HOP_MS,
                                               slo_percentile=percentile))
     seen: list[Config] = []
 

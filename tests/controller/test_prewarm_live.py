@@ -80,17 +80,6 @@ class PrewarmSuccessors:
         return esg_policy(ctx, [WaitForBusy, lambda parts: Hooked()])
 
     def prewarm(self, now_ms, snapshot, dispatched):
-                return hook.prewarm(now_ms, snapshot, dispatched)
-
-            def on_prewarm(self, p, now_ms):
-                hook.placed.append(p)
-
-            def keep_alive_ms(self, app, function, now_ms):
-                return KEEP_ALIVE_MS if hook.armed else None
-
-        return Hooked(ctx)
-
-    def prewarm(self, now_ms, snapshot, dispatched):
         if not self.armed:
             return []
         out = []

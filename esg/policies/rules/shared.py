@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from esg.cluster import ClusterSnapshot
 from esg.events import Dispatch, Prewarm
@@ -28,9 +28,6 @@ from esg.policies.context import Choice, PolicyContext
 from esg.policies.points import WarmUps
 from esg.prewarm import smallest_of_kind
 from esg.profiles import Profile
-
-if TYPE_CHECKING:
-    from esg.policies.esg_policy import EsgProposer
 
 _NONE: Final[dict[str | None, int]] = {}
 
@@ -135,13 +132,34 @@ class PlannedChoice(Choice):
     app: str = ""
 
 
+class EsgPlans(Protocol):
+    """What the rules ask of ESG's proposer (:class:`esg.policies.esg_policy.EsgProposer`)."""
+
+    def on_time(self, key: tuple[str, str]) -> bool:
+        """Whether queue ``key``'s head had an on-time plan at its last choice."""
+        ...
+
+    def plan(self, app: App, function: str, cap: int, budget: int, kinds: frozenset[str | None] | None,
+             padded: bool) -> Choice | None:
+        """ESG_1Q's (cached) choice for ``budget``, or None when no path meets it."""
+        ...
+
+    def before_ms(self, app: App, function: str, padded: bool) -> float: ...
+
+    def rest_ms(self, app: App, function: str) -> float: ...
+
+    def startup_ms(self, function: str) -> tuple[float, float]: ...
+
+    def gpu_kinds(self, function: str) -> tuple[str, ...]: ...
+
+
 @dataclass(frozen=True)
 class EsgParts:
     """What every ESG rule is built from (a rule that keeps ``ctx`` takes the new one in
     ``on_app_added``)."""
 
     ctx: PolicyContext
-    proposer: EsgProposer
+    proposer: EsgPlans
     in_flight: InFlight
     starting: Starting
     spare_starts: SpareStarts

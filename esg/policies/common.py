@@ -1,5 +1,5 @@
 """Helpers the baseline policies share: per-stage SLO shares, weighted resources, config ladders, the
-bin-packing placer."""
+bin-packing node order."""
 
 from __future__ import annotations
 
@@ -7,13 +7,10 @@ import math
 from collections.abc import Mapping
 from typing import Final
 
-from mypy_extensions import mypyc_attr
-
 from esg.cluster import ClusterSnapshot
 from esg.cost import Prices, config_cost
 from esg.mig import compute_slices
 from esg.model import App, Config, Job
-from esg.policies.placer import Placer
 from esg.profiles import Profile
 from esg.search import longest_path
 
@@ -69,10 +66,9 @@ def packing_order(snapshot: ClusterSnapshot, gpu: bool) -> list[str]:
     return sorted(snapshot.nodes, key=key)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
-class PackingPlacer(Placer):
-    """The shared placer with a bin-packing node order: the fullest GPU node that fits first (INFless's
-    and FaST-GShare's placement, :func:`packing_order`)."""
+class PackingOrder:
+    """Node order plugin: the fullest GPU node that fits first (INFless's and FaST-GShare's placement,
+    :func:`packing_order`)."""
 
     def preferred_nodes(self, app: App, head: Job, snapshot: ClusterSnapshot) -> list[str]:
         return packing_order(snapshot, gpu=True)

@@ -27,7 +27,7 @@ def test_infless_batches_within_half_the_stage_share(apps, profiles):
     app = apps["image-classification"]
     pol = make_policy("infless", PolicyContext(apps, profiles))
     share = stage_shares(app, profiles, app.slo_ms)["resnet50"]
-    cands = pol.candidates(app.name, "resnet50")
+    cands = pol.proposer.candidates(app.name, "resnet50")
     assert cands
     for _cre, t, timeout, c in cands:
         assert t <= (share / 2 if c.batch > 1 else share)
@@ -65,7 +65,7 @@ def test_fastgshare_batch_one_best_throughput_per_resource(apps, profiles):
 
 
 def test_orion_grows_one_stage_at_a_time_best_first(apps, profiles):
-    pol = make_policy("orion", PolicyContext(apps, profiles))
+    pol = make_policy("orion", PolicyContext(apps, profiles)).proposer
     app = apps["depth-recognition"]
     plan = pol.right_size(app, app.slo_ms)
     lat = lambda p: app_latency(app, {f: profiles[f].latency(c) * pol.p95 for f, c in p.items()})  # noqa: E731
@@ -86,7 +86,7 @@ def test_orion_grows_one_stage_at_a_time_best_first(apps, profiles):
 
 
 def test_orion_fixes_configurations_at_the_first_stage(apps, profiles):
-    pol = make_policy("orion", PolicyContext(apps, profiles))
+    pol = make_policy("orion", PolicyContext(apps, profiles)).proposer
     app = apps["image-classification"]
     q = _queue(app, "preprocess", 1)
     first = pol.choose(app, q, 0.0, NO_NODES)
@@ -102,7 +102,7 @@ def test_orion_preplans_each_app_against_its_slo_not_the_budget_a_late_request_h
     """Orion right-sizes a DAG once, offline, for its latency target: a request whose first stage is
     scheduled late (most of its SLO spent queueing) gets the same plan as one scheduled at once --
     the plan right-sized against the app's SLO -- rather than a plan sized for what is left of its budget."""
-    pol = make_policy("orion", PolicyContext(apps, profiles))
+    pol = make_policy("orion", PolicyContext(apps, profiles)).proposer
     app = apps["depth-recognition"]
     entry = app.entries[0]
     on_time = pol.choose(app, _queue(app, entry, 1), 0.0, NO_NODES).priorities
@@ -116,7 +116,7 @@ def test_orion_preplans_each_app_against_its_slo_not_the_budget_a_late_request_h
 
 
 def test_aquatope_preplans_once_and_respects_the_constraint(apps, profiles):
-    pol = make_policy("aquatope", PolicyContext(apps, profiles, seed=1))
+    pol = make_policy("aquatope", PolicyContext(apps, profiles, seed=1)).proposer
     evaluations = pol.evaluations
     for name, app in apps.items():
         for f in app.functions:
@@ -126,7 +126,7 @@ def test_aquatope_preplans_once_and_respects_the_constraint(apps, profiles):
         assert p95 <= app.slo_ms, f"{name}: a feasible plan exists (ESG's plan meets L) but was not found"
     assert pol.evaluations == evaluations, "Aquatope must not search again at run time"
     again = make_policy("aquatope", PolicyContext(apps, profiles, seed=1))
-    assert again.plans == pol.plans
+    assert again.proposer.plans == pol.plans
 
 
 def test_no_policy_reads_the_future(apps, profiles):
@@ -134,5 +134,6 @@ def test_no_policy_reads_the_future(apps, profiles):
     import inspect
     for name in ("esg", "infless", "fastgshare", "orion", "aquatope"):
         pol = make_policy(name, PolicyContext(apps, profiles))
-        assert "requests" not in inspect.signature(type(pol).__init__).parameters
+        for part in pol.plugins:
+            assert "requests" not in inspect.signature(type(part).__init__).parameters
     assert isinstance(Config(1, 1), Config)

@@ -12,6 +12,7 @@ import pytest
 
 from controller_plugin.metadata import ProfileStore
 from controller_plugin.online import OnlineStore
+from esg.defaults import HOP_MS
 from esg.emulator import ClusterSpec, Emulation, EmulatorParams
 from esg.events import Request
 from esg.model import App, Config
@@ -19,7 +20,6 @@ from esg.online import Observation
 from esg.policies import PolicyContext, make_policy
 from esg.policies.base import FunctionSpec
 from esg.tail import entry_latency_at
-from esg.defaults import HOP_MS
 from esg_files import load_profiles
 from tests.controller.conftest import profile_table
 from tests.controller.test_service_basic import put

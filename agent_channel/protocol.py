@@ -43,6 +43,9 @@ from openwhisk_status import STATUS_CODES
 #: The limit on one function's output passed to its successors through the data store (Redis takes
 #: values up to 512 MB; intermediate tensors of the shipped apps are below 1 MB).
 MAX_DATA_BYTES = 64 * 1_048_576
+DATA_TTL_S = 600
+"""How long a batch's stored outputs, and the scheduler's claim on it, live at most by default: past the
+controller's deadline (the scheduler deletes the outputs when the request ends)."""
 
 
 class ProtocolError(EsgError):
@@ -112,7 +115,7 @@ class DispatchMessage:
     return_output: bool = True
     """True for an app's sink (and plain actions): results come back inline for the ack; otherwise
     outputs are stored for the successors and only referenced."""
-    data_ttl_s: int = 600
+    data_ttl_s: int = DATA_TTL_S
     """How long stored outputs live at most (the scheduler deletes them when the request ends)."""
     keep_alive_ms: int | None = None
     """How long the batch's worker may wait idle after it for the next batch (None: the agent's
@@ -467,7 +470,7 @@ def _dispatch(d: dict) -> DispatchMessage:
                  for r in _need(d, "requests", list, w))
     if not reqs:
         raise ProtocolError("dispatch: field 'requests' is empty")
-    ttl = d.get("data_ttl_s", 600)
+    ttl = d.get("data_ttl_s", DATA_TTL_S)
     if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl <= 0:
         raise ProtocolError("dispatch: field 'data_ttl_s' must be a positive integer")
     return DispatchMessage(_need(d, "batch_id", str, w), _need(d, "node", str, w), _need(d, "app", str, w),

@@ -17,7 +17,7 @@ from invoker_agent.actions import ActionCode
 from invoker_agent.fake_nvml import FakeHost, FakeNvml
 from invoker_agent.nvml_backend import NvmlBackend
 from invoker_agent.reconcile import Reconciler
-from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
+from invoker_agent.workers import WorkerKey, WorkerPool, WorkerSpec
 
 CPU_ACTION = '''
 def work(x):

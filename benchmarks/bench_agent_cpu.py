@@ -119,7 +119,7 @@ def tree_cpu(pid: int, known: set[int]) -> tuple[float, int, set[int]]:
 def pool_runs(n: int) -> None:
     from agent_channel.protocol import RunRequest
     from invoker_agent.actions import ActionCode
-    from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
+    from invoker_agent.workers import WorkerKey, WorkerPool, WorkerSpec
     action = ActionCode("/guest/echo", "1", "python:3.11", "def main(a):\n    return a\n")
     pool = WorkerPool()
     key, spec = WorkerKey(action.fqn, action.revision, "cpu", None), WorkerSpec((sorted(os.sched_getaffinity(0))[0],))

@@ -22,8 +22,8 @@ import time
 
 from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
-from invoker_agent.runner import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec, worker_env
 from invoker_agent.sandbox import RUN_DIR
+from invoker_agent.workers import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec, worker_env
 
 ACTIONS = {
     "python:3": ("def main(a):\n"

@@ -137,8 +137,8 @@ def invoker(kafka: str, prefix: str, vcpus: int) -> None:
 
     from agent_channel.protocol import RunRequest
     from invoker_agent.actions import ActionCode
-    from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
     from invoker_agent.vcpus import VcpuAllocator
+    from invoker_agent.workers import WorkerKey, WorkerPool, WorkerSpec
 
     producer, consumer = _forwarder_clients(kafka, prefix)
     pool, cpus = WorkerPool(), VcpuAllocator(vcpus)

@@ -38,7 +38,7 @@ from controller_plugin.ack_pipeline import AckPipeline  # noqa: E402
 from controller_plugin.activations import Accepted, ActivationReader  # noqa: E402
 from controller_plugin.dispatcher import Delivered  # noqa: E402
 from controller_plugin.service import SchedulerService  # noqa: E402
-from controller_plugin.settings import Settings  # noqa: E402
+from controller_plugin.settings import SchedulerSettings  # noqa: E402
 from esg_cli.controller_driver import ControllerDriver  # noqa: E402
 from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn  # noqa: E402
 from esg_cli.servers import start_broker, start_redis  # noqa: E402
@@ -101,7 +101,7 @@ def main() -> None:
         tmp = Path(tmpdir)
         write_profiles(tmp / "profiles", 16)
         deploy(standin, 16)
-        svc = SchedulerService(Settings(kafka=broker.address, redis_url=redis_server.url,
+        svc = SchedulerService(SchedulerSettings(kafka=broker.address, redis_url=redis_server.url,
                                         openwhisk_api=standin.url, openwhisk_auth=GUEST_KEY,
                                         topic_prefix=prefix, profiles_dir=tmp / "profiles"))
         marks: dict[str, dict[str, float]] = {}

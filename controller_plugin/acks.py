@@ -1,4 +1,4 @@
-"""Acks on ``completed{C}`` and the WhiskActivation records they carry (``docs/openwhisk-protocol.md`` §3, §4).
+"""Acks on ``completed{C}`` and the WhiskActivation records they carry (``docs/openwhisk-wire.md`` §3, §4).
 
 A blocking call gets one CombinedCompletionAndResultMessage with the full record; a non-blocking call
 a CompletionMessage (its record goes to the activation store). ``transid`` and ``activationId`` are

@@ -7,12 +7,9 @@ topic. Everything between the scheduler and its agents goes over Redis (:mod:`co
 
 **Two clients.** The activations' consumer (:meth:`Bus.activation_consumer`) and what the scheduler
 produces (every ack) go through librdkafka (``confluent_kafka``), whose fetcher and sender run in C off
-the interpreter's lock. kafka-python's sender thread cost about 0.6-0.75 ms of CPU per ack in a burst of
-a real agent's activations (a produce request per loop turn; each of its wake-ups runs a few hundred
-lines of Python), more than the scheduler's own main loop; librdkafka's broker thread costs a twentieth
-of that. kafka-python's consumer of ``invoker{N}`` read and parsed each fetch response in a Python
-network thread, under the interpreter's lock, before the reader's poll had it; with librdkafka's the
-hop from the controller to the reader is 1.6-2.6 ms shorter at a trickle (docs/live-path.md, run J).
+the interpreter's lock: a Python client's network thread costs the scheduler more CPU per ack than its
+own main loop, and adds 1.6-2.6 ms to a trickle's hop from the controller to the reader
+(docs/results/2026-11-28-live-path-runs.md, run J).
 Topic administration and the one-off read of ``completed{C}`` at recovery
 (:meth:`Bus.consumer`) stay on kafka-python. :class:`Delivery` stands for the broker's answer to one
 message: the producer's delivery reports fill it in when the bus is polled (:meth:`Bus.poll`,

@@ -114,7 +114,7 @@ class InFlight:
     """The dispatch's entry in its node's stream."""
     claim: Claim
     """What the snapshot keeps on the node for it (made once, not at every turn)."""
-    ttl_s: int = 600
+    ttl_s: int = protocol.DATA_TTL_S
     """How long its claim is kept (its data's TTL: past the controller's deadline)."""
 
 

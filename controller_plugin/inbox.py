@@ -4,10 +4,9 @@ A poll's activations (:class:`~controller_plugin.activations.Polled`) and a read
 heartbeats (:class:`~controller_plugin.dispatcher.Delivered`) come as one item each -- a hand-off per
 message cost both threads a lock and a wake-up each -- and are taken apart here, in order.
 
-A turn takes what is there and does not wait for more: holding a turn back under a burst for more
-messages (2 ms after a turn of 4 or more) made turns larger and cut the scheduler's CPU per activation by
-about a twentieth, but with a real agent's 8 batches in flight each wait lengthened every round trip,
-and the burst's throughput fell by a tenth (``docs/live-path.md``, run L).
+A turn takes what is there and does not wait for more: with a real agent's batches in flight, any wait
+for a larger turn lengthens every round trip (a 2-ms hold cut the scheduler's CPU per activation by a
+twentieth and the burst's throughput by a tenth: docs/results/2026-11-28-live-path-runs.md, run L).
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ from controller_plugin.metrics import Metrics
 from controller_plugin.online import OnlineStore
 from controller_plugin.plans import PlanCache
 from controller_plugin.record_writer import RecordWriter, Stored
-from controller_plugin.settings import Settings
+from controller_plugin.settings import SchedulerSettings
 from controller_plugin.takeover import Found, adopted_dispatch, encode_progress, take_over
 from controller_plugin.workflows import PrewarmSend, Send, Workflows
 from esg.events import Dispatch
@@ -122,7 +122,7 @@ class _Stop:
 
 
 class SchedulerService:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: SchedulerSettings) -> None:
         self.s = settings
         try:
             self.redis = connect(settings.redis_url)
@@ -395,7 +395,7 @@ class SchedulerService:
         rest of the turn: with a node's batches in flight bounded by its vCPUs, a burst of a plain action
         otherwise ran in lockstep -- the agent idle while the scheduler answered a read's results, the
         scheduler idle while the agent ran what it sent -- and the node's window of batches was full a
-        quarter of the time (``benchmarks/bench_agent_cpu.py --window``; docs/live-path.md, run N)."""
+        quarter of the time (``benchmarks/bench_agent_cpu.py --window``; docs/results/2026-11-28-live-path-runs.md, run N)."""
         items = self.inbox.take(wait_s, MAX_ITEMS_PER_TURN)
         mono, t = time.monotonic(), now_ms()
         for item in items:

@@ -1,6 +1,6 @@
 """The scheduler service's settings: the service flags of ``docs/architecture.md`` §6, each with an environment fallback.
 
-Secrets stay out of logs: :meth:`Settings.describe` shows the Redis URL without its password, the
+Secrets stay out of logs: :meth:`SchedulerSettings.describe` shows the Redis URL without its password, the
 activation store's URL without its credentials and the OpenWhisk key only as its uuid.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from agent_channel.connect import redact_url
 from controller_plugin.activation_store import redact
 from controller_plugin.arguments import ParameterKeys
-from esg.timing import DEFAULT_STAGE_OVERHEAD_MS
+from esg.defaults import HOP_MS
 
 DEFAULT_GROUP = "esg-scheduler"
 DEFAULT_AGENT_TIMEOUT_S = 5.0
@@ -42,7 +42,7 @@ class Deadline:
 
 
 @dataclass(frozen=True)
-class Settings:
+class SchedulerSettings:
     kafka: str
     redis_url: str = field(repr=False)
     openwhisk_api: str | None = None
@@ -69,7 +69,7 @@ class Settings:
     #: SLO admission control (esg.admission): reject at once what no plan can meet; off by default.
     admission_control: bool = False
     #: The per-batch overhead the scheduler plans with (ESG_1Q's path latencies, admission control).
-    stage_overhead_ms: float = DEFAULT_STAGE_OVERHEAD_MS
+    stage_overhead_ms: float = HOP_MS
     #: OpenWhisk's activation store (CouchDB API), ``http://user:password@host:port[/database]``.
     activation_store: str | None = field(default=None, repr=False)
     deadline: Deadline = field(default_factory=Deadline)

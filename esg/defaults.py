@@ -1,6 +1,11 @@
-"""The default for a function with no profile table (docs/online-profiles.md §1).
+"""The platform's defaults, defined once, and the default for a function with no latency table.
 
-A function nobody has profiled still runs from its first call, with a conservative configuration:
+**Platform defaults** (:data:`KEEP_ALIVE_MS`, :data:`HOP_MS`, :data:`MIG_RECONFIG_MS`): what the live
+platform does when nothing says otherwise. The scheduler plans with them, the agents keep workers by
+them and the emulator charges them, each reading them from here, so that live and emulated runs start
+from the same figures.
+
+**An unprofiled function** (docs/online-profiles.md §1). A function nobody has profiled still runs from its first call, with a conservative configuration:
 
 * the largest batch its queue holds, up to ``esg-max-batch`` (:data:`DEFAULT_MAX_BATCH` without one);
 * 1 vCPU;
@@ -21,12 +26,29 @@ default, whichever policy runs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from esg.mig import geometry
 from esg.model import Config
-from esg.policies.base import Choice, FunctionSpec
 from esg.profiles import Profile, ProfileEntry
+
+if TYPE_CHECKING:   # imported where used: the policy types' modules read the platform defaults below
+    from esg.policies.context import Choice, FunctionSpec
+
+KEEP_ALIVE_MS: Final = 600_000.0
+"""How long an idle warm worker is kept when its policy names no keep-alive of its own: OpenWhisk's
+default idle container timeout, 10 minutes. The agents' ``--idle-ttl-s`` and the emulator's
+``keep_alive_ms`` default to it, and no policy keeps a worker longer."""
+HOP_MS: Final = 2.5
+"""What the live path adds to every batch beyond its run time (the dispatch's way to its agent and the
+result's way back): the scheduler plans with it by default (``--stage-overhead-ms``) and the emulator
+charges it by default (``--hop-ms``). Single-activation traces on an idle machine (docs/live-path.md);
+a loaded machine measures more (docs/live-vs-emulated.md)."""
+MIG_RECONFIG_MS: Final = 2000.0
+"""Time per MIG GPU instance destroyed or created (docs/mig.md: a GPU instance's destruction "may take
+O(1 s)" and a full re-partition several seconds; 2 s per changed instance covers GPU and compute
+instance create/destroy): what a policy weighs a carve at, and what the emulator and the timing twin
+charge."""
 
 DEFAULT_MAX_BATCH: Final = 8
 """The largest batch of a default configuration when the action has no ``esg-max-batch`` (the largest
@@ -91,6 +113,8 @@ def default_choice(profile: Profile, spec: FunctionSpec, queued: int) -> Choice:
         if e.config.gpu not in gpus:
             gpus.append(e.config.gpu)
     prios = tuple(Config(batch, DEFAULT_VCPUS, g) for g in gpus)
+    from esg.policies.context import Choice
+
     lat = {c: profile.latency(Config(profile.entries[0].config.batch, DEFAULT_VCPUS, c.gpu)) for c in prios}
     return Choice(prios, latencies=lat)
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from esg.cluster import ClusterSnapshot, Fit
+from esg.defaults import MIG_RECONFIG_MS
 from esg.dispatch import NO_CONFIGURATION, Placement, Wait, candidate_fits, dispatch, fits_nowhere, node_order
 from esg.model import Config
 from esg.profiles import Profile
@@ -48,7 +49,7 @@ FALLBACK_OPTIONS: Final = 4
 class StartupCosts:
     """What starting a batch costs before it runs (the driver's figures)."""
 
-    mig_reconfig_ms: float = 2000.0
+    mig_reconfig_ms: float = MIG_RECONFIG_MS
     cold_start_ms: float = 0.0
 
     def of(self, fit: Fit) -> float:

@@ -8,12 +8,6 @@ import math
 
 from esg.profiles import Profile
 
-DEFAULT_STAGE_OVERHEAD_MS = 2.5
-"""What the live path adds to every batch beyond its run time (the dispatch's way to its agent and the
-result's way back), as the scheduler plans with it by default and the emulator charges it by default
-(``EmulatorParams.hop_ms``): single-activation traces on an idle machine (docs/live-path.md); a loaded
-machine measures more (docs/live-vs-emulated.md)."""
-
 
 def lognormal_params(noise_cv: float) -> tuple[float, float]:
     """(mu, sigma) of the execution-time factor: log-normal with mean 1 and coefficient of variation

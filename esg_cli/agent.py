@@ -17,6 +17,7 @@ import socket
 import sys
 
 from esg import mig
+from esg.defaults import KEEP_ALIVE_MS
 from esg.mig import GEOMETRIES, MAX_GPU_SHARE
 from esg_cli import checks, service_gc
 from esg_cli.errors import CliError
@@ -92,8 +93,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "service (deploy/healthcheck.py alive; env ESG_AGENT_ALIVE_FILE)")
     p.add_argument("--max-batches", type=checks.positive_int, default=4, metavar="N",
                    help="batches run at once")
-    p.add_argument("--idle-ttl-s", type=checks.positive_float, default=600.0, metavar="S",
-                   help="evict warm workers idle this long")
+    p.add_argument("--idle-ttl-s", type=checks.positive_float, default=KEEP_ALIVE_MS / 1000, metavar="S",
+                   help="evict warm workers idle this long when their policy names no keep-alive")
     p.add_argument("--heartbeat-s", type=checks.positive_float, default=1.0, metavar="S", help="heartbeat period")
     p.add_argument("--local-data-mb", type=checks.non_negative_float, default=256.0, metavar="MB",
                    help="memory for function outputs kept on this node for successors placed here "
@@ -191,14 +192,14 @@ def run_agent(args: argparse.Namespace) -> int:
     from agent_channel.keys import Keys
     from invoker_agent import scratch
     from invoker_agent.actions import ActionFetcher
-    from invoker_agent.batch import BatchRunner
+    from invoker_agent.batch import BatchHandler
     from invoker_agent.channel import AgentChannel
     from invoker_agent.data import DataPlane, LocalOutputs
     from invoker_agent.heartbeat import BatchTrack, HeartbeatBuilder, WarmRegistry
     from invoker_agent.metrics import AgentMetrics
     from invoker_agent.mig_backend import MigOperationError
     from invoker_agent.node import NodeAgent
-    from invoker_agent.service import AgentService, ServiceSettings
+    from invoker_agent.service import AgentService, AgentSettings
     from invoker_agent.slices import SliceManager
     from invoker_agent.vcpus import VcpuAllocator, VcpuError
 
@@ -258,14 +259,14 @@ def run_agent(args: argparse.Namespace) -> int:
     warm = WarmRegistry()
     fetcher = ActionFetcher(args.openwhisk_api, args.openwhisk_auth)
     data = DataPlane(client, keys, LocalOutputs(int(args.local_data_mb * 1024 * 1024)), args.name)
-    runner = BatchRunner(node, fetcher, slices, allocator, warm, data)
+    batches = BatchHandler(node, fetcher, slices, allocator, warm, data)
     # every answered batch is named in at least two heartbeats (the scheduler forgets its claim then)
     heartbeats = HeartbeatBuilder(args.name, memory_mb, allocator, slices, node.pool, warm,
                                   BatchTrack(keep_s=max(3.0, 2.5 * args.heartbeat_s)))
     metrics = AgentMetrics(args.name, slices.gpu_model)
     slices.on_change = metrics.mig_changed
-    service = AgentService(ServiceSettings(args.name, args.heartbeat_s, args.max_batches,
-                                           alive_file=args.alive_file), node, runner,
+    service = AgentService(AgentSettings(args.name, args.heartbeat_s, args.max_batches,
+                                           alive_file=args.alive_file), node, batches,
                            heartbeats, channel, metrics)
     if args.metrics_port is not None:
         try:

@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from esg.defaults import HOP_MS
 from esg.emulator.workload import generate
-from esg.timing import DEFAULT_STAGE_OVERHEAD_MS
 from esg_cli import emulate as emulate_cli
 from esg_cli.openwhisk_standin import GUEST_KEY
 from esg_files import load_profile, write_hop_samples
@@ -77,7 +77,7 @@ def emulate_args(out: Path, arrivals: Path, nodes: int, vcpus: int, slo: str, lo
                               "--vcpus", str(vcpus), "--duration-s", f"{duration_s:g}", "--warmup-s",
                               f"{warmup_s:g}", "--seed", str(seed), "--hop-ms", f"{hop_ms:g}", "--hop-log-sd", f"{hop_log_sd:g}",
                               # planned with what the live scheduler plans with by default (esg up passes none)
-                              "--stage-overhead-ms", f"{DEFAULT_STAGE_OVERHEAD_MS:g}",
+                              "--stage-overhead-ms", f"{HOP_MS:g}",
                               "--profiles", str(profiles), "--out", str(out),
                               "--no-plots", "--jobs", "1", "--write-arrivals", str(arrivals)])
 

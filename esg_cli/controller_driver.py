@@ -1,4 +1,4 @@
-"""Plays the OpenWhisk controller's side of the Kafka protocol (``docs/openwhisk-protocol.md``).
+"""Plays the OpenWhisk controller's side of the Kafka protocol (``docs/openwhisk-wire.md``).
 
 * Consumes ``health``: the first ping of instance N registers invoker N (Unhealthy) and sends it the
   health test action at once (``whisk.system/invokerHealthTestAction{C}``, ``transid=["sid_invokerHealth",
@@ -11,7 +11,7 @@
   SystemErrors makes it Unhealthy, more than 3 Timeouts Unresponsive; a Success makes it Healthy again
   (Unhealthy: once the test action it sends after the Success succeeds too). Unhealthy and Unresponsive
   invokers get the test action on entering the state and every ``retest_s``.
-* :meth:`ControllerDriver.invoke` publishes an ActivationMessage (the exact JSON of ``docs/openwhisk-protocol.md`` §2: action with
+* :meth:`ControllerDriver.invoke` publishes an ActivationMessage (the exact JSON of ``docs/openwhisk-wire.md`` §2: action with
   version, revision, the caller's identity -- the driver's own ``user`` unless the call names one --,
   content = the action's parameters merged with the call's) to a
   Healthy invoker (home invoker by OpenWhisk's hash, then the next ones), and for a blocking call waits

@@ -30,6 +30,7 @@ SUBCOMMANDS = (
     "esg_cli.replay",
     "esg_cli.status",
     "esg_cli.redis_users",
+    "esg_cli.deploy",
 )
 
 

@@ -67,7 +67,7 @@ def _gpu_model(flag: str | None, host) -> str:
 def run(args: argparse.Namespace) -> int:
     from profiles.grid import GridError, parse_grid
     from profiles.host import detect_host
-    from profiles.profiler import Options, Profiler, partial_path
+    from profiles.profiler import Profiler, ProfilerSettings, partial_path
     from profiles.targets import TargetError, resolve
 
     if args.warmup < 1:
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"profiling {what}: {len(targets)} function(s) x {n} configuration(s), {args.runs} runs each, "
           f"on {host.cpu} ({len(host.cpu_ids)} vCPUs), GPU: {host.gpu.name if host.gpu else 'none'}; "
           f"tables for {model}", file=sys.stderr)
-    opts = Options(grid, args.runs, model, args.out, args.warmup, args.fresh,
+    opts = ProfilerSettings(grid, args.runs, model, args.out, args.warmup, args.fresh,
                    False if args.no_progress else None)
     problems = []
     for t in targets.values():

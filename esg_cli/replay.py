@@ -31,7 +31,7 @@ from urllib.parse import quote
 
 from esg.arrivals import span_s
 from esg.cost import Prices
-from esg.emulator.config import EmulatorParams
+from esg.defaults import KEEP_ALIVE_MS
 from esg.emulator.levels import SLO_LEVELS
 from esg.emulator.metrics import Metrics
 from esg.emulator.nodes import kept_idle_ms
@@ -448,7 +448,7 @@ def ready_ms(log: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def idle_instance_ms(log: list[dict[str, Any]], lo_ms: float, hi_ms: float,
-                     keep_alive_ms: float = EmulatorParams.keep_alive_ms) -> dict[tuple[str, str], float]:
+                     keep_alive_ms: float = KEEP_ALIVE_MS) -> dict[tuple[str, str], float]:
     """Per (MIG profile, GPU model), the time within [``lo_ms``, ``hi_ms``] that MIG instances were kept
     for idle warm workers, from the decision log, by the emulator's rule (``kept_idle_ms``): a batch's
     worker (or a pre-warmed one, from when it was ready) waits idle on its instance until a batch of its

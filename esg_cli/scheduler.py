@@ -107,7 +107,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def settings_from(args: argparse.Namespace):
     """The service settings from the flags and their environment fallbacks, every one checked, and the
     profile tables read: no connection is made here."""
-    from controller_plugin.settings import DEFAULT_STAGE_OVERHEAD_MS, Deadline, Settings, shipped_profiles_dir
+    from controller_plugin.settings import Deadline, SchedulerSettings, shipped_profiles_dir
+    from esg.defaults import HOP_MS
 
     kafka = checks.from_env(args.kafka, ENV["kafka"], checks.kafka_address)
     redis_url = checks.from_env(args.redis, ENV["redis"], checks.redis_url)
@@ -120,7 +121,7 @@ def settings_from(args: argparse.Namespace):
     metrics_host = checks.from_env(args.metrics_host, "ESG_METRICS_HOST", checks.ip_address, "127.0.0.1")
     if args.metrics_port is not None:
         checks.check_port_free(args.metrics_port, "--metrics-port", host=metrics_host)
-    return Settings(kafka=kafka, redis_url=redis_url,
+    return SchedulerSettings(kafka=kafka, redis_url=redis_url,
                     openwhisk_api=checks.from_env(args.openwhisk_api, ENV["openwhisk_api"], checks.http_url),
                     openwhisk_auth=checks.from_env(args.openwhisk_auth, ENV["openwhisk_auth"], checks.api_key),
                     topic_prefix=checks.from_env(args.topic_prefix, ENV["topic_prefix"], checks.topic_prefix, ""),
@@ -131,7 +132,7 @@ def settings_from(args: argparse.Namespace):
                     policy=args.policy, online_profiles=not args.no_online_profiles,
                     shared_profiles=args.shared_profiles, prewarm=not args.no_prewarm,
                     explore_fraction=args.explore_fraction, admission_control=args.admission_control,
-                    stage_overhead_ms=(DEFAULT_STAGE_OVERHEAD_MS if args.stage_overhead_ms is None
+                    stage_overhead_ms=(HOP_MS if args.stage_overhead_ms is None
                                        else args.stage_overhead_ms),
                     activation_store=activation_store(args),
                     deadline=Deadline(args.timeout_factor, args.timeout_addon_s, args.std_time_limit_s),

@@ -5,7 +5,7 @@ counting frees; what a burst keeps in flight (thousands of activations, each wit
 and messages) survives the collector's young-generation passes, which CPython runs every 700
 allocations, and is promoted and walked again by the older generations' passes. In a burst of 3,000
 activations of a plain action the scheduler spent about a fifth of its CPU in those passes (0.16-0.18
-ms per activation with CPython's settings, 0.13-0.14 with these; docs/live-path.md, run P).
+ms per activation with CPython's settings, 0.13-0.14 with these; docs/results/2026-11-28-live-path-runs.md, run P).
 
 :func:`settle` is called once a service has started: what it built by then (modules, plans, clients,
 servers) lives as long as the process, and ``gc.freeze`` takes it out of every pass; the young

@@ -4,7 +4,7 @@ It starts a Kafka-protocol broker (Tansu), ``redis-server`` and ``pouchdb-server
 activation store, with OpenWhisk's databases and views as its ``initdb`` makes them) on free loopback
 ports, the OpenWhisk REST stand-in (OpenWhisk's REST API; invokes routed to the controller driver as
 their callers), deploys the apps in
-``apps/`` with ``actions/deploy.py``'s requests (function actions with ``esg-`` annotations, one app
+``apps/`` with ``esg deploy``'s requests (function actions with ``esg-`` annotations, one app
 action per app), runs ``esg scheduler`` and ``--nodes`` x ``esg agent --fake-gpu MODEL`` as processes,
 and plays the controller on Kafka. With ``--requests N`` it calls every app N times (blocking, one call every
 ``--interval-ms``) and prints what came back; with ``--serve`` it keeps running and prints how to call it with ``curl``.
@@ -259,11 +259,10 @@ def _redis_users(logs: Path, nodes: list[str], port: int):
 
 
 def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], logs: Path) -> Cluster:
-    from actions import deploy
     from agent_channel import acl
     from agent_channel.connect import connect
     from agent_channel.keys import Keys
-    from esg_cli import openwhisk_catalog, openwhisk_db
+    from esg_cli import deploy, openwhisk_catalog, openwhisk_db
     from esg_cli.cluster_page import ClusterPage
     from esg_cli.controller_driver import ControllerDriver
     from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn

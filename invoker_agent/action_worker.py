@@ -1,6 +1,6 @@
 """A warm worker: one Python action behind OpenWhisk's action runtime protocol on a Unix socket.
 
-Started by :class:`invoker_agent.runner.ProcessWorker` inside the worker's sandbox as
+Started by :class:`invoker_agent.workers.ProcessWorker` inside the worker's sandbox as
 ``python action_worker.py --socket S --ready-file F`` (stdlib only, so nothing but the action's own
 imports loads before ``/init``; the agent has already set ``CUDA_VISIBLE_DEVICES`` in this process's
 environment and pinned its CPUs). It listens on the Unix socket ``S`` (the sandbox has no network of the

@@ -1,6 +1,6 @@
 """One dispatched batch, start to answer: inputs, action code, MIG slice, vCPUs, run, result message.
 
-:meth:`BatchRunner.run` never raises: every failure becomes per-activation results with OpenWhisk's
+:meth:`BatchHandler.run` never raises: every failure becomes per-activation results with OpenWhisk's
 codes, so the scheduler can answer each activation. An action that cannot be found is a developer
 error (2); a slice that cannot exist, too many vCPUs, an unreachable OpenWhisk, an input no longer in
 the data store or an agent fault is a whisk error (3). Each result carries its start and end (epoch
@@ -9,7 +9,7 @@ batch's function, configuration and measured run time, and whether another worke
 host while it ran (such a run time is not learned from). Outputs go through
 :class:`~invoker_agent.data.DataPlane`: inline for an app's sink, otherwise stored and referenced.
 
-:meth:`BatchRunner.prewarm` does a batch's first half for a :class:`~agent_channel.protocol.PrewarmMessage`
+:meth:`BatchHandler.prewarm` does a batch's first half for a :class:`~agent_channel.protocol.PrewarmMessage`
 -- the action's code, the slice, vCPUs for the start, a worker started and ``/init``-ed -- and stops
 there: the worker waits idle under the pre-warm's keep-alive, and the outcome is only logged and
 counted (a pre-warm that fails costs the next batch a cold start, nothing else).
@@ -29,9 +29,9 @@ from invoker_agent.actions import ActionCode, ActionFetcher, ActionFetchError, A
 from invoker_agent.data import DataPlane, MissingInput, Write
 from invoker_agent.heartbeat import WarmRegistry
 from invoker_agent.node import NodeAgent
-from invoker_agent.runner import PrewarmOutcome, WorkerKey, WorkerSpec
 from invoker_agent.slices import SliceError, SliceManager
 from invoker_agent.vcpus import VcpuAllocator, VcpuError
+from invoker_agent.workers import PrewarmOutcome, WorkerKey, WorkerSpec
 from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.agent")
@@ -40,7 +40,7 @@ log = logging.getLogger("esg.agent")
 PREWARM_VCPU_WAIT_S = 5.0
 
 
-class BatchRunner:
+class BatchHandler:
     def __init__(self, node: NodeAgent, fetcher: ActionFetcher, slices: SliceManager, vcpus: VcpuAllocator,
                  warm: WarmRegistry, data: DataPlane) -> None:
         self.node = node

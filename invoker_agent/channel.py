@@ -52,7 +52,7 @@ log = logging.getLogger("esg.agent")
 #: scheduler turn's cost on the loop's thread. An answer waits only for siblings of its own kind (the
 #: same function and configuration: the same run time); a ResNet-50 batch read with a DenseNet-121 one
 #: waited for it, and was answered 5 ms late, a fifth of an image-classification SLO
-#: (docs/live-vs-emulated.md).
+#: (docs/results/2026-11-28-live-vs-emulated-history.md).
 COHORT_WAIT_S = 0.005
 #: Every this many heartbeats the node is announced on the hello stream again.
 HELLO_EVERY = 10

@@ -17,9 +17,9 @@ from collections import deque
 from agent_channel.protocol import Heartbeat, IdleWorkers, PrewarmDone
 from esg.cluster import SliceRef
 from esg.model import Config
-from invoker_agent.runner import WorkerKey, WorkerPool
 from invoker_agent.slices import SliceManager
 from invoker_agent.vcpus import VcpuAllocator
+from invoker_agent.workers import WorkerKey, WorkerPool
 
 
 class WarmRegistry:

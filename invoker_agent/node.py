@@ -18,14 +18,22 @@ from typing import Any
 
 from agent_channel.protocol import RunRequest
 from esg import mig
+from esg.defaults import KEEP_ALIVE_MS
 from invoker_agent.actions import ActionCode
 from invoker_agent.mig_backend import GpuInfo, MigBackend, MigOperationError
 from invoker_agent.nvml_backend import open_backend
 from invoker_agent.reconcile import DesiredLayout, GpuReport, Reconciler
-from invoker_agent.runner import DeviceLookup, ProcessWorker, WorkerFactory, WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.runtime_client import RuntimeResult
 from invoker_agent.sandbox import Mount, gpu_devices, sandbox
 from invoker_agent.whole_gpu import WholeGpuBackend, cuda_device
+from invoker_agent.workers import (
+    DeviceLookup,
+    ProcessWorker,
+    WorkerFactory,
+    WorkerKey,
+    WorkerPool,
+    WorkerSpec,
+)
 
 
 class NodeAgent:
@@ -41,7 +49,7 @@ class NodeAgent:
 
     @classmethod
     def create(cls, name: str, vcpus: int | None = None, fake_gpu: str | None = None, fake_gpu_count: int = 1,
-               runner: str = "process", journal: str | None = None, idle_ttl_s: float = 600.0,
+               runner: str = "process", journal: str | None = None, idle_ttl_s: float = KEEP_ALIVE_MS / 1000,
                worker_factory: WorkerFactory | None = None, fake_mig: bool = True, gpu_share: int = 1) -> NodeAgent:
         """Build a node agent; raises :class:`MigOperationError` / ``ValueError`` with a clear message.
         ``runner="twin"`` takes its ``worker_factory`` (:class:`invoker_agent.twin.TwinFactory`). A GPU
@@ -56,7 +64,7 @@ class NodeAgent:
             sandbox()                             # fail at start-up, by name, where no sandbox can be made
             factory = partial(ProcessWorker, devices=_device_lookup(backend))
         elif runner == "docker":
-            from invoker_agent.docker_runner import DockerWorkerFactory
+            from invoker_agent.docker_workers import DockerWorkerFactory
             factory = DockerWorkerFactory(name)   # fails at start-up, by name, if no engine answers
         else:
             raise ValueError(f"unknown runner {runner!r} (process, docker or twin)")

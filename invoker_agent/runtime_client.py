@@ -1,6 +1,6 @@
 """The parent side of OpenWhisk's action runtime protocol (/init + /run), shared by both runners.
 
-Result codes follow OpenWhisk's ``ActivationResponse`` (``docs/openwhisk-protocol.md`` §6): 200 with a JSON
+Result codes follow OpenWhisk's ``ActivationResponse`` (``docs/openwhisk-wire.md`` §6): 200 with a JSON
 object → 0 success; 200 with ``{"error": ...}`` → 1 application error; non-200 → 2 developer error;
 time limit exceeded → 2 with the timeout flag; abnormal failure (the worker died, no valid reply) →
 3 whisk error. An init failure is a developer error carrying the runtime's message.

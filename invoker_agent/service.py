@@ -5,7 +5,7 @@ Threads:
 * **the batch threads** (``max_batches`` of them): each gets one dispatch at a time from the node's
   stream (:class:`~invoker_agent.intake.Intake`: one idle thread reads for all the idle ones, ``COUNT``
   as many as they are, and the others take what it read), runs it with the
-  :class:`~invoker_agent.batch.BatchRunner` and answers it through
+  :class:`~invoker_agent.batch.BatchHandler` and answers it through
   :class:`~invoker_agent.channel.AgentChannel` (outputs, result and the dispatch's acknowledgement in
   one ``MULTI``, shared by the dispatches read together). First they run the dispatches an earlier
   incarnation took and never answered (the consumer group's pending list). No read asks for more than
@@ -33,7 +33,7 @@ answer; otherwise it is logged and retired.
 by the same threads. A pre-warm is retired from the stream as soon as it is read (at most once: one
 lost with a crash costs a later batch a cold start, nothing else, so it is neither resumed nor
 answered; one an earlier incarnation took and never retired is retired unstarted and named done), then
-handed to the pre-warm threads, where :meth:`~invoker_agent.batch.BatchRunner.prewarm` starts its
+handed to the pre-warm threads, where :meth:`~invoker_agent.batch.BatchHandler.prewarm` starts its
 worker (one taken after its keep-alive ran out since it was sent is dropped, :func:`prewarm_expired`);
 its id is in the heartbeats' ``running`` list meanwhile and in ``done`` after, as a batch's, so the
 scheduler knows when the reported idle workers include it, with its outcome
@@ -71,14 +71,14 @@ from agent_channel.protocol import (
     decode,
 )
 from agent_channel.streams import Entry
-from invoker_agent.batch import BatchRunner, failed, failed_ids
+from invoker_agent.batch import BatchHandler, failed, failed_ids
 from invoker_agent.channel import AgentChannel
 from invoker_agent.data import Write
 from invoker_agent.heartbeat import HeartbeatBuilder
 from invoker_agent.intake import Intake
 from invoker_agent.metrics import AgentMetrics
 from invoker_agent.node import NodeAgent
-from invoker_agent.runner import PrewarmOutcome
+from invoker_agent.workers import PrewarmOutcome
 from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.agent")
@@ -90,7 +90,7 @@ ANSWER_RETRY_S = 60.0
 
 
 @dataclass(frozen=True)
-class ServiceSettings:
+class AgentSettings:
     node: str
     heartbeat_s: float = 1.0
     max_batches: int = 4
@@ -157,12 +157,12 @@ def prewarm_expired(msg: PrewarmMessage, now_ms: int, idle_ttl_s: float) -> bool
 
 
 class AgentService:
-    def __init__(self, settings: ServiceSettings, node: NodeAgent, runner: BatchRunner,
+    def __init__(self, settings: AgentSettings, node: NodeAgent, batches: BatchHandler,
                  heartbeats: HeartbeatBuilder, channel: AgentChannel, metrics: AgentMetrics | None = None) -> None:
         self.settings = settings
         self.metrics = metrics
         self.node = node
-        self.runner = runner
+        self.batches = batches
         self.heartbeats = heartbeats
         self.channel = channel
         self.recent = RecentBatches()
@@ -288,7 +288,7 @@ class AgentService:
             log.warning("batch %s is addressed to node %r but arrived on %s; running it here",
                         msg.batch_id, msg.node, entry.stream)
         with self._intake.running():
-            result, writes = self.runner.run(msg)
+            result, writes = self.batches.run(msg)
         codes = [r.status_code for r in result.results]
         log.info("batch %s answered: codes %s%s", result.batch_id, codes,
                  f" ({result.error})" if result.error else "")
@@ -363,7 +363,7 @@ class AgentService:
                          msg.prewarm_id, msg.function, now - (msg.sent_ms or 0))
                 outcome = "expired"
             else:
-                out = self.runner.prewarm(msg)
+                out = self.batches.prewarm(msg)
                 outcome, reconfigured = out.outcome, out.reconfigured
                 self._log_prewarm(msg, out)
         finally:

@@ -38,8 +38,8 @@ from esg.profiles import Profile
 from esg.timing import cold_start_ms, lognormal_params
 from esg_files import load_profile
 from invoker_agent.actions import ActionCode
-from invoker_agent.runner import WorkerSpec
 from invoker_agent.runtime_client import BATCH_KEY, RuntimeTimeout, WorkerStartError
+from invoker_agent.workers import WorkerSpec
 
 
 def twin_output(function: str, config: Config, index: int) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 
 Defined here once for every side that speaks them: OpenWhisk's wire shapes and its REST API's views,
 action metadata errors, the scheduler's answers, the scheduler<->agent messages, the agent and the action
-runtime's client. ``docs/openwhisk-protocol.md`` §3 says which failure is which. Only constants: it
+runtime's client. ``docs/openwhisk-wire.md`` §3 says which failure is which. Only constants: it
 imports nothing, so any part may import it (an import contract keeps it so).
 """
 

@@ -1,6 +1,6 @@
 """Measure one function over a configuration grid through the invoker agent's process runner.
 
-For each (vCPUs, GPU) group a warm worker is started through :class:`invoker_agent.runner.WorkerPool`
+For each (vCPUs, GPU) group a warm worker is started through :class:`invoker_agent.workers.WorkerPool`
 exactly as the agent starts one (``ProcessWorker``: CPU affinity to the first ``vcpus`` vCPU ids,
 ``CUDA_VISIBLE_DEVICES`` = the MIG slice or empty), with ``ESG_ACTION_THREADS=vcpus``. Its cold start
 (worker start + ``/init`` + the first request, which builds the model) is measured once per group. Every
@@ -33,8 +33,8 @@ from esg.mig import is_whole
 from esg.model import Config
 from esg.profiles import profile_from_dict
 from invoker_agent.actions import ActionCode
-from invoker_agent.runner import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.runtime_client import RuntimeResult
+from invoker_agent.workers import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
 from profiles.grid import Grid
 from profiles.host import Host, library_versions
 from profiles.store import PartialStore, group_label, write_json_atomic
@@ -42,7 +42,7 @@ from profiles.targets import Target
 
 
 @dataclass(frozen=True)
-class Options:
+class ProfilerSettings:
     grid: Grid
     runs: int
     gpu_model: str                  # canonical esg.mig model name written into the table
@@ -98,7 +98,7 @@ def _skip_reason(config: Config, host: Host) -> tuple[str, str] | None:
 class Profiler:
     """Runs one :class:`Target` over ``options.grid`` on ``host``; see the module docstring."""
 
-    def __init__(self, target: Target, options: Options, host: Host,
+    def __init__(self, target: Target, options: ProfilerSettings, host: Host,
                  log: Callable[[str], None] | None = None) -> None:
         self.target = target
         self.opt = options

@@ -1,7 +1,7 @@
 """What ``esg profile`` measures: resolve ``ACTION_OR_APP`` into functions with code and an input.
 
-- a function name of ``actions/`` (``resnet50``): its action zip, packaged as ``actions/deploy.py``
-  builds it for OpenWhisk;
+- a function name of ``actions/`` (``resnet50``): its action zip, packaged as ``esg deploy``
+  sends it to OpenWhisk (``actions/package.py``);
 - an app name (``image-classification``, from ``apps/``) or an app file path: all its functions;
 - a Python action file path (``my_action.py``): a source action named after the file's stem
   (``my-action`` for ``my_action.py``), run on ``--params`` -- for custom and test actions.
@@ -48,7 +48,7 @@ class Target:
 def _catalog():
     try:
         from actions import MODULES
-        from actions.deploy import APPS_DIR, action_zip
+        from actions.package import APPS_DIR, action_zip
     except ImportError as e:
         raise TargetError(f"the actions package is not importable ({e}); run from the repository root "
                           f"with PYTHONPATH=. or install the 'actions' extra") from None
@@ -75,7 +75,7 @@ def _zip_sha(data: bytes) -> str:
 
 def catalog_action(function: str, timeout_ms: int) -> tuple[ActionCode, str]:
     _modules, _apps, action_zip = _catalog()
-    data = action_zip(function)            # the zip actions/deploy.py sends to OpenWhisk
+    data = action_zip(function)            # the zip esg deploy sends to OpenWhisk
     sha = _zip_sha(data)
     return _action(function, base64.b64encode(data).decode("ascii"), True, sha, timeout_ms), sha
 

@@ -1,7 +1,7 @@
 """Every entry point x every class of bad input: exit 2, one line naming the problem, no traceback, nothing
 written.
 
-The table below lists, for each subcommand of ``esg`` and for ``python -m actions.deploy``, one case per
+The table below lists, for each subcommand of ``esg``, one case per
 class of bad input -- or says why the class cannot occur for that command (``NA``). A test checks the
 table is complete, so a new command or class cannot be left out silently.
 
@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 
-from actions.deploy import main as deploy_main
 from esg_cli.main import main as esg_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -188,13 +187,13 @@ TABLE: dict[str, dict[str, Case | NA]] = {
         "unwritable output": case("redis-users", "--out", "{file}/secrets", "--nodes", "n0", needle="--out"),
     },
     "deploy": {
-        "missing": case("{tmp}/none.json", "--dry-run", needle="none.json"),
-        "malformed": case("{negative_slo_app}", "--dry-run", needle="slo_ms"),
-        "out of range": case("--max-batch", "0", "--dry-run", needle="--max-batch"),
-        "wrong type": case("--max-batch", "many", "--dry-run", needle="--max-batch"),
-        "conflicting flags": case("--dry-run", "--print-wsk", needle="--print-wsk"),
+        "missing": case("deploy", "{tmp}/none.json", "--dry-run", needle="none.json"),
+        "malformed": case("deploy", "{negative_slo_app}", "--dry-run", needle="slo_ms"),
+        "out of range": case("deploy", "--max-batch", "0", "--dry-run", needle="--max-batch"),
+        "wrong type": case("deploy", "--max-batch", "many", "--dry-run", needle="--max-batch"),
+        "conflicting flags": case("deploy", "--dry-run", "--print-wsk", needle="--print-wsk"),
         "port in use": NA("opens no port"),
-        "unwritable output": case("--print-wsk", "--zip-dir", "{file}/zips", needle="--zip-dir"),
+        "unwritable output": case("deploy", "--print-wsk", "--zip-dir", "{file}/zips", needle="--zip-dir"),
     },
 }
 
@@ -303,7 +302,7 @@ def test_bad_input_is_one_line_and_exit_2(cmd, cls, c, tmp_path, busy_port, clea
     values = _files(tmp_path, busy_port)
     before = _tree(tmp_path)
     argv = _argv(cmd, c, values)
-    rc = deploy_main(argv) if cmd == "deploy" else esg_main(argv)
+    rc = esg_main(argv)
     out, err = capsys.readouterr()
     _check(cmd, cls, c, rc, out, err, before, _tree(tmp_path))
 
@@ -313,7 +312,7 @@ def test_as_a_real_process(cmd, tmp_path, busy_port):
     c = FIRST[cmd]
     values = _files(tmp_path, busy_port)
     before = _tree(tmp_path)
-    entry = ["-m", "actions.deploy"] if cmd == "deploy" else ["-m", "esg_cli.main"]
+    entry = ["-m", "esg_cli.main"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("ESG_")}
     env["PYTHONPATH"] = str(ROOT)
     r = subprocess.run([sys.executable, *entry, *_argv(cmd, c, values)], cwd=tmp_path, env=env,
@@ -325,7 +324,7 @@ def test_the_table_covers_every_command_and_class():
     from esg_cli.main import build_parser
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
-    assert set(TABLE) == set(sub.choices) | {"deploy"}, "a subcommand without bad-input cases"
+    assert set(TABLE) == set(sub.choices), "a subcommand without bad-input cases"
     for cmd, row in TABLE.items():
         assert tuple(row) == CLASSES, f"{cmd}: every class needs a case or a reason it cannot occur"
 

@@ -21,7 +21,7 @@ matched by exactly one rule of :data:`RULES`, which says how it is exercised:
   stand-in as the PUT ``wsk`` makes (annotation values parsed as JSON where they parse), and the app
   they declare must plan with the shipped profile tables through the scheduler's own metadata reader;
   ``wsk action invoke`` must name an action created above;
-* ``deploy``: ``python -m actions.deploy`` run against the REST stand-in (its API host and key replaced);
+* ``deploy``: ``esg deploy`` run against the REST stand-in (its API host and key replaced);
 * ``external``: Docker, ``kubectl``, ``helm`` or ``curl`` against a real OpenWhisk, which this machine lacks:
   the deployment files they name must exist (``tests/deploy/`` validates those files offline);
 * ``key``: a shell variable holding an API key: it must be OpenWhisk's public guest key, which the
@@ -74,9 +74,8 @@ RULES: list[tuple[str, str]] = [           # (regular expression on the command,
     (r"^esg COMMAND --help$", "every help"),
     (r"^esg (agent|scheduler|bench search|emulate|plan|profile|up|status)( --fake-gpu \S+)?$", "parsed"),
     (r"^wsk ", "wsk"),
-    (r"^python -m actions\.deploy ", "deploy"),
+    (r"^esg deploy ", "deploy"),
     (r"^PYTHONPATH=\. \.venv/bin/python benchmarks/", "help"),
-    (r"^python -m actions\.deploy$", "help"),
     (r"^(docker|kubectl|helm|curl) ", "external"),
     (r"^KEY=", "key"),
     (r"^export ", "env"),
@@ -291,7 +290,7 @@ def test_deploy_against_the_standin(command, tmp_path):
                 words[i + 1] = api.url
             elif w == "--auth":
                 words[i + 1] = GUEST_KEY
-        r = subprocess.run([sys.executable, *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        r = subprocess.run([sys.executable, "-m", "esg_cli.main", *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=120,
                            env=dict(__import__("os").environ, PYTHONPATH=str(ROOT),
                                     **_environment(command, tmp_path)))
         assert r.returncode == 0, r.stderr[-2000:]
@@ -314,7 +313,7 @@ def test_key_is_the_public_guest_key(command):
 
 def _settings_read() -> set[str]:
     """The environment variables the entry points read (``ESG_...`` named in their sources)."""
-    sources = [*(ROOT / "esg_cli").glob("*.py"), ROOT / "actions" / "deploy.py"]
+    sources = [*(ROOT / "esg_cli").glob("*.py")]
     return {m for p in sources for m in re.findall(r"\bESG_[A-Z0-9_]+", p.read_text())}
 
 

@@ -1,1 +1,1 @@
-"""Helpers shared by the action modules (packed into every action's zip by actions/deploy.py)."""
+"""Helpers shared by the action modules (packed into every action's zip by actions/package.py)."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from esg.defaults import HOP_MS, KEEP_ALIVE_MS, MIG_RECONFIG_MS
 from esg.mig import DEFAULT_GPU_MODEL
-from esg.timing import DEFAULT_STAGE_OVERHEAD_MS
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class ClusterSpec:
 class EmulatorParams:
     noise_cv: float = 0.05
     """Coefficient of variation of execution time around the profiled latency (lognormal, mean 1)."""
-    keep_alive_ms: float = 600_000.0
+    keep_alive_ms: float = KEEP_ALIVE_MS
     """An idle warm worker is kept this long (OpenWhisk's default idle container timeout is 10 min)."""
     prewarm: bool = True
     """Policies pre-warm workers and set their own keep-alive (``esg.prewarm``); False: no worker starts
@@ -48,12 +48,12 @@ class EmulatorParams:
     GET + JSON decode, 0.115 ms + bytes / 597 MB/s)."""
     store_read_mb_s: float = 600.0
     """See ``store_read_ms``."""
-    mig_reconfig_ms: float = 2000.0
+    mig_reconfig_ms: float = MIG_RECONFIG_MS
     """Time per MIG GPU instance destroyed or created (``docs/mig.md``: GI destroy "may take O(1 s)"
     and a full re-partition several seconds; 2 s per changed instance covers GI + CI create/destroy)."""
     cold_start_scale: float = 1.0
     """Multiplier on each profile's ``cold_start_ms`` (0 disables cold starts)."""
-    hop_ms: float = DEFAULT_STAGE_OVERHEAD_MS
+    hop_ms: float = HOP_MS
     """The live path's overhead per batch, beyond the decision itself: the dispatch's way to its agent
     (the main loop's pipeline, the agent's blocking read waking) and the result's way back to the next
     step (the reader thread, the main loop waking). From the traces of single activations in

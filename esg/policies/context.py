@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from esg.cost import Prices
+from esg.defaults import MIG_RECONFIG_MS
 from esg.model import App, Config
 from esg.profiles import Profile
 
@@ -44,7 +45,7 @@ class PolicyContext:
     top_k: int = 8
     max_group: int = 3
     seed: int = 0
-    mig_reconfig_ms: float = 2000.0
+    mig_reconfig_ms: float = MIG_RECONFIG_MS
     """What one MIG instance created or destroyed costs (the driver's figure; ``docs/mig.md``)."""
     cold_start_scale: float = 1.0
     """Multiplies the profiles' ``cold_start_ms`` (as the driver does)."""

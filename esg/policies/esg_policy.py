@@ -98,6 +98,7 @@ from typing import Final
 from mypy_extensions import mypyc_attr
 
 from esg.cluster import ClusterSnapshot, SliceRef
+from esg.defaults import KEEP_ALIVE_MS
 from esg.dispatch import Wait, locality_order
 from esg.events import Dispatch, Prewarm
 from esg.model import App, Config, Job
@@ -123,7 +124,7 @@ from esg.queues import AfwQueue
 from esg.slo_split import group_latency
 from esg.timing import cold_start_ms
 
-PLATFORM_KEEP_ALIVE_MS: Final = 600_000.0
+PLATFORM_KEEP_ALIVE_MS: Final = KEEP_ALIVE_MS
 """The longest ESG keeps an idle worker (OpenWhisk's idle container timeout)."""
 GAP_QUANTILE: Final = 0.99
 GAP_HEADROOM: Final = 2.0

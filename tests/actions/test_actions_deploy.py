@@ -1,4 +1,4 @@
-"""actions/deploy.py against a small local HTTP stand-in for OpenWhisk's REST API."""
+"""esg deploy against a small local HTTP stand-in for OpenWhisk's REST API."""
 
 import base64
 import io
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from actions import CPU_ONLY, MODULES
-from actions.deploy import action_zip
-from actions.deploy import main as deploy
+from actions.package import action_zip
+from esg_cli.main import main as esg_main
 
 REPO_APPS = Path(__file__).resolve().parents[2] / "apps"
 
@@ -49,6 +49,10 @@ def openwhisk():
     yield f"http://127.0.0.1:{server.server_address[1]}", seen
     server.shutdown()
     server.server_close()
+
+
+def deploy(argv):
+    return esg_main(["deploy", *argv])
 
 
 def ann(req):

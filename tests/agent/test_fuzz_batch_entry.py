@@ -1,5 +1,5 @@
 """Fuzzed wire, agent side: mutated real dispatches through the agent's reader (``agent_channel.protocol.decode``)
-and batch entry (:class:`BatchRunner` with real workers, the fake MIG backend and the REST stand-in).
+and batch entry (:class:`BatchHandler` with real workers, the fake MIG backend and the REST stand-in).
 
 A mutated dispatch is either refused with a named :class:`ProtocolError` (and what the agent salvages from
 it to answer is well-formed) or run: then every activation of it gets exactly one answer with one of
@@ -18,7 +18,7 @@ from agent_channel import protocol
 from agent_channel.keys import Keys
 from esg.model import Config
 from invoker_agent.actions import ActionFetcher
-from invoker_agent.batch import BatchRunner
+from invoker_agent.batch import BatchHandler
 from invoker_agent.data import DataPlane, LocalOutputs
 from invoker_agent.heartbeat import WarmRegistry
 from invoker_agent.node import NodeAgent
@@ -46,14 +46,14 @@ GOOD = protocol.DispatchMessage("good", "node-f", "guest/echo", "guest/echo",
 
 
 @pytest.fixture(scope="module")
-def runner():
+def batches():
     with OpenWhiskStandIn() as api:
         api.add("echo", ECHO, timeout_ms=20000)
         api.add("deep", "def main(a):\n    v = []\n    for _ in range(500):\n        v = [v]\n    return {'v': v}\n")
         node = NodeAgent.create("node-f", vcpus=2, fake_gpu="A100-40GB")
         try:
             # no data store: these batches carry their inputs and return their outputs inline
-            yield BatchRunner(node, ActionFetcher(api.url, AUTH), SliceManager(node),
+            yield BatchHandler(node, ActionFetcher(api.url, AUTH), SliceManager(node),
                               VcpuAllocator(2, sorted(__import__("os").sched_getaffinity(0))), WarmRegistry(),
                               DataPlane(None, Keys(), LocalOutputs(1 << 20)))
         finally:
@@ -85,7 +85,7 @@ def odd_dispatches(draw) -> bytes:
 
 @settings(FUZZ, max_examples=250)
 @given(st.one_of(mutated(DISPATCH), odd_dispatches()))
-def test_mutated_dispatches_are_refused_by_name_or_answered_in_full(runner, raw):
+def test_mutated_dispatches_are_refused_by_name_or_answered_in_full(batches, raw):
     try:
         msg = protocol.decode(raw)
     except protocol.ProtocolError as exc:
@@ -98,20 +98,20 @@ def test_mutated_dispatches_are_refused_by_name_or_answered_in_full(runner, raw)
         return
     if not isinstance(msg, protocol.DispatchMessage):
         return                                  # a result or heartbeat: the agent skips it by name
-    result, _ = runner.run(msg)
+    result, _ = batches.run(msg)
     event(f"run: status {sorted({r.status_code for r in result.results})}")
     assert result.batch_id == msg.batch_id
     assert sorted(r.activation_id for r in result.results) == sorted(r.activation_id for r in msg.requests)
     assert all(r.status_code in (0, 1, 2, 3) for r in result.results)
     protocol.decode(protocol.encode(result))   # it can be published and read back
-    good, _ = runner.run(GOOD)                  # and the agent still runs a good batch behind it
+    good, _ = batches.run(GOOD)                  # and the agent still runs a good batch behind it
     assert [(r.status_code, r.result) for r in good.results] == [(0, {"echo": {"ok": 1}})]
 
 
-def test_a_result_nested_too_deeply_is_the_actions_error_by_name(runner):
+def test_a_result_nested_too_deeply_is_the_actions_error_by_name(batches):
     deep = protocol.DispatchMessage("deep", "node-f", "guest/deep", "guest/deep",
                                     protocol.ActionRef("guest", "deep", None), Config(1, 1), None, (),
                                     (protocol.RunRequest("d" * 32, "t4", {}, 1718003081790, "guest"),))
-    (result,) = runner.run(deep)[0].results
+    (result,) = batches.run(deep)[0].results
     assert result.status_code == 2 and "nests deeper than 200 levels" in result.result["error"]
     protocol.decode(protocol.encode(protocol.BatchResult("deep", "node-f", (result,))))

@@ -10,8 +10,8 @@ import time
 
 from agent_channel.protocol import RunRequest
 from invoker_agent.action_worker import log_line
-from invoker_agent.runner import WorkerSpec
-from tests.agent.test_runner import CPU, action, key, pool  # noqa: F401 - the pool fixture
+from invoker_agent.workers import WorkerSpec
+from tests.agent.test_workers import CPU, action, key, pool  # noqa: F401 - the pool fixture
 
 LINE = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z) (stdout|stderr): (.*)")
 

@@ -9,7 +9,7 @@ import pytest
 from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
 from invoker_agent.node import NodeAgent
-from invoker_agent.runner import WorkerKey, WorkerSpec
+from invoker_agent.workers import WorkerKey, WorkerSpec
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""The kinds the process runner runs: Node.js actions through its own runtime, OpenWhisk's ``__OW_*`` values
+"""The kinds the process worker backend runs: Node.js actions through its own runtime, OpenWhisk's ``__OW_*`` values
 as the caller's, and a kind it has no runtime for answered as the developer's error naming the kind."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
-from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
+from invoker_agent.workers import WorkerKey, WorkerPool, WorkerSpec
 from openwhisk_status import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_SUCCESS
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js")]

@@ -1,4 +1,4 @@
-"""The process runner's sandbox, seen from inside a worker: what an action can see, reach, write and keep.
+"""The process worker backend's sandbox, seen from inside a worker: what an action can see, reach, write and keep.
 
 Each test runs a real worker (bubblewrap, its seccomp filter, its limits) through the pool and asks the
 action what it finds; what the sandbox must hide is planted by the test itself (a secret in this process's
@@ -15,8 +15,8 @@ import pytest
 
 from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
-from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.sandbox import UID_BASE, gpu_device_paths, tree
+from invoker_agent.workers import WorkerKey, WorkerPool, WorkerSpec
 from tests.leaks import alive
 from tests.tenant_probe import PROBE
 

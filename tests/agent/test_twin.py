@@ -14,9 +14,9 @@ from esg.emulator.config import EmulatorParams
 from esg.model import Config
 from esg_files import load_profile
 from invoker_agent.actions import ActionCode
-from invoker_agent.runner import WorkerSpec
 from invoker_agent.runtime_client import BATCH_KEY, WorkerStartError
 from invoker_agent.twin import TwinClock, TwinError, TwinFactory, TwinProfiles
+from invoker_agent.workers import WorkerSpec
 from tests.agent.agent_harness import REPO, AgentProcess, OpenWhiskStandIn, SchedulerSide
 
 A100 = REPO / "profiles" / "tables" / "a100"

@@ -18,9 +18,9 @@ from invoker_agent.mig_backend import NVML_ERROR_NOT_SUPPORTED, MigOperationErro
 from invoker_agent.node import NodeAgent
 from invoker_agent.nvml_backend import MUTATING_CALLS, NvmlBackend, ReadOnlyNvml
 from invoker_agent.reconcile import Reconciler
-from invoker_agent.runner import WorkerSpec, worker_env
 from invoker_agent.slices import SliceError, SliceManager
 from invoker_agent.whole_gpu import WholeGpuBackend, cuda_device, model_for, slot_uuid
+from invoker_agent.workers import WorkerSpec, worker_env
 
 
 def _real_whole_gpu():

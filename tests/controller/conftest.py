@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from controller_plugin.service import SchedulerService
-from controller_plugin.settings import Settings
+from controller_plugin.settings import SchedulerSettings
 from esg_cli.controller_driver import ControllerDriver
 from esg_cli.openwhisk_standin import GUEST_KEY, OpenWhiskStandIn
 from tests.controller.agent_double import AgentDouble
@@ -67,13 +67,13 @@ def standin(activation_store: str) -> Iterator[OpenWhiskStandIn]:
 
 @pytest.fixture
 def settings_factory(kafka_bootstrap: str, redis_url: str, standin: OpenWhiskStandIn, prefix: str,
-                     profiles_dir: Path, activation_store: str) -> Callable[..., Settings]:
-    def make(**kw) -> Settings:
+                     profiles_dir: Path, activation_store: str) -> Callable[..., SchedulerSettings]:
+    def make(**kw) -> SchedulerSettings:
         base = dict(kafka=kafka_bootstrap, redis_url=redis_url, openwhisk_api=standin.url,
                     openwhisk_auth=SCHEDULER_KEY, topic_prefix=prefix, profiles_dir=profiles_dir,
                     agent_timeout_s=1.5, ping_interval_s=0.5, activation_store=activation_store)
         base.update(kw)
-        return Settings(**base)
+        return SchedulerSettings(**base)
     return make
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import requests
 
-from esg.timing import DEFAULT_STAGE_OVERHEAD_MS
+from esg.defaults import HOP_MS
 from esg_cli.servers import free_port
 from openwhisk_status import STATUS_APPLICATION_ERROR
 from tests.controller.test_service_basic import DAG, handlers, put
@@ -15,7 +15,7 @@ def test_an_activation_no_plan_can_meet_gets_an_application_error_at_once(
         service_factory, agent_factory, driver, standin):
     # pre -> cls -> vote, each at least 5 ms by its table (tests/controller/conftest.py), each batch paying the
     # per-batch overhead the scheduler plans with (2.5 ms by default): 22.5 ms at the fastest
-    fastest = 3 * (5.0 + DEFAULT_STAGE_OVERHEAD_MS)
+    fastest = 3 * (5.0 + HOP_MS)
     for name in ("pre", "cls", "vote"):
         put(standin, name, {})
     put(standin, "tight", {"esg-slo-ms": 10, "esg-dag": DAG})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controller_plugin.metadata import ActionMeta, ActivationError, ProfileStore, plan_for, resolve_name
-from controller_plugin.settings import Settings, redact_url
+from controller_plugin.settings import SchedulerSettings, redact_url
 
 
 def meta(name: str, annotations: dict | None = None, ns: str = "guest") -> ActionMeta:
@@ -54,6 +54,6 @@ def test_secrets_are_redacted():
     assert redact_url("redis://:s3cret@host:6379/0") == "redis://:***@host:6379/0"
     assert redact_url("redis://user:s3cret@host/1") == "redis://user:***@host/1"
     assert redact_url("redis://host:6379/0") == "redis://host:6379/0"
-    s = Settings(kafka="k:1", redis_url="redis://:pw@h:1/0", openwhisk_auth="uuid:topsecret")
+    s = SchedulerSettings(kafka="k:1", redis_url="redis://:pw@h:1/0", openwhisk_auth="uuid:topsecret")
     text = s.describe() + repr(s)
     assert "topsecret" not in text and ":pw@" not in text

@@ -1,5 +1,5 @@
 """The order of a turn's work: the step's dispatches leave before the turn's acks are encoded and produced,
-so the agents run the next batches while the scheduler answers the last ones (docs/live-path.md, run N)."""
+so the agents run the next batches while the scheduler answers the last ones (docs/results/2026-11-28-live-path-runs.md, run N)."""
 
 from __future__ import annotations
 

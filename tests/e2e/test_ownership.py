@@ -101,7 +101,7 @@ PARENT = textwrap.dedent("""
     import sys, time
     from esg_cli.servers import start_redis
     from invoker_agent.actions import ActionCode
-    from invoker_agent.runner import ProcessWorker, WorkerSpec
+    from invoker_agent.workers import ProcessWorker, WorkerSpec
     import os
     server = start_redis()
     worker = ProcessWorker(WorkerSpec((sorted(os.sched_getaffinity(0))[0],)),

@@ -11,7 +11,7 @@ from esg.model import Config
 from esg_files import load_profile
 from profiles.grid import parse_grid
 from profiles.host import detect_host
-from profiles.profiler import Options, Profiler, partial_path
+from profiles.profiler import Profiler, ProfilerSettings, partial_path
 from profiles.targets import resolve
 
 from .helpers import ACTIONS, read_json
@@ -25,8 +25,8 @@ def _target():
     return target
 
 
-def _options(out: Path, batch: str = "1,2,4", stop_after: int | None = None) -> Options:
-    return Options(parse_grid(batch, "1", "none", "A100-40GB"), RUNS, "A100-40GB", out, WARMUP,
+def _options(out: Path, batch: str = "1,2,4", stop_after: int | None = None) -> ProfilerSettings:
+    return ProfilerSettings(parse_grid(batch, "1", "none", "A100-40GB"), RUNS, "A100-40GB", out, WARMUP,
                    progress=False, stop_after=stop_after)
 
 
@@ -84,7 +84,7 @@ def test_changed_runs_start_over(tmp_path):
     host = detect_host()
     Profiler(_target(), _options(tmp_path, "1"), host, log=lambda m: None).run()
     notes: list[str] = []
-    opts = Options(parse_grid("1", "1", "none", "A100-40GB"), RUNS + 1, "A100-40GB", tmp_path, WARMUP,
+    opts = ProfilerSettings(parse_grid("1", "1", "none", "A100-40GB"), RUNS + 1, "A100-40GB", tmp_path, WARMUP,
                    progress=False)
     report = Profiler(_target(), opts, host, log=notes.append).run()
     assert report.measured == [Config(1, 1)] and report.resumed == []

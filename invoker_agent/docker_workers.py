@@ -5,7 +5,7 @@ Each worker is one container of the action kind's runtime image (``openwhisk/act
 ``cpuset_cpus`` to its vCPU ids, given its MIG slice with a ``device_requests`` entry naming the MIG UUID
 (the NVIDIA container runtime then sets ``NVIDIA_VISIBLE_DEVICES``). It speaks the same /init + /run
 protocol through :class:`invoker_agent.runtime_client.RuntimeClient`, so
-:class:`invoker_agent.runner.WorkerPool` drives it unchanged (``WorkerPool(factory=DockerWorkerFactory(node))``).
+:class:`invoker_agent.workers.WorkerPool` drives it unchanged (``WorkerPool(factory=DockerWorkerFactory(node))``).
 
 **Hardening**, as OpenWhisk's invoker starts its action containers (``InvokerReactive``,
 ``DockerContainer.create``) and beyond it where it costs a runtime nothing (:func:`container_options`):
@@ -31,9 +31,9 @@ import uuid
 from typing import Any
 
 from invoker_agent.actions import ActionCode
-from invoker_agent.runner import WorkerSpec, check_vcpus
 from invoker_agent.runtime_client import RuntimeClient, UnsupportedKind, WorkerStartError
 from invoker_agent.whole_gpu import cuda_device
+from invoker_agent.workers import WorkerSpec, check_vcpus
 
 RUNTIME_IMAGES = {
     "python:3": "openwhisk/action-python-v3.11",

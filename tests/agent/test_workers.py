@@ -1,4 +1,4 @@
-"""The process runner with real worker subprocesses: result codes, limits, crashes, batches, pinning."""
+"""The process worker backend with real worker subprocesses: result codes, limits, crashes, batches, pinning."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
 from invoker_agent.reconcile import Reconciler
-from invoker_agent.runner import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
+from invoker_agent.workers import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
 from tests.agent.agent_harness import orphan_worker_dir
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,4 +1,4 @@
-"""The docker runner: container options (OpenWhisk's hardening), image choice, the actions' network, a clear
+"""The docker worker backend: container options (OpenWhisk's hardening), image choice, the actions' network, a clear
 missing-engine error; and, where an engine exists, the tenant probe in a runtime container."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
-from invoker_agent.docker_runner import (
+from invoker_agent.docker_workers import (
     NETWORK,
     DockerWorkerFactory,
     container_options,
@@ -15,8 +15,8 @@ from invoker_agent.docker_runner import (
     network_options,
     runtime_image,
 )
-from invoker_agent.runner import WorkerKey, WorkerPool, WorkerSpec
 from invoker_agent.runtime_client import UnsupportedKind, WorkerStartError
+from invoker_agent.workers import WorkerKey, WorkerPool, WorkerSpec
 
 
 def test_container_is_limited_pinned_and_given_exactly_its_mig_device():

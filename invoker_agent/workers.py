@@ -1,13 +1,14 @@
 """Warm workers pinned to a MIG slice and vCPUs, and the pool that runs batches on them.
 
-``--runner process``: a worker is a runtime process -- :mod:`invoker_agent.action_worker` for Python kinds,
+A *worker backend* is how a worker process is made; the agent's ``--runner`` flag names it.
+``--runner process`` (this module's :class:`ProcessWorker`): a worker is a runtime process -- :mod:`invoker_agent.action_worker` for Python kinds,
 ``node_runtime.js`` for Node.js kinds (:mod:`invoker_agent.runtimes`) -- in a sandbox of its own
 (:mod:`invoker_agent.sandbox`: its own uid and namespaces, no network, the action's memory limit, a
 seccomp filter), speaking OpenWhisk's action runtime protocol over HTTP on a Unix socket. Its
 environment gets ``CUDA_VISIBLE_DEVICES=MIG-<uuid>`` (empty for CPU-only work, hiding every GPU) and
-nothing of the agent's; its processes are pinned to the assigned vCPU ids. A kind the runner has no
+nothing of the agent's; its processes are pinned to the assigned vCPU ids. A kind the backend has no
 runtime for is the developer's error naming it (status 2), never a fault of the invoker.
-``--runner docker`` uses :class:`invoker_agent.docker_runner.DockerWorker` behind the same pool.
+``--runner docker`` uses :class:`invoker_agent.docker_workers.DockerWorker` behind the same pool.
 
 **Batches.** If the action defines ``main_batch(list_of_args) -> list_of_results`` (``<main>_batch``
 for another entry point), a batch is ONE ``/run`` whose value is ``{"__esg_batch__": [args, ...]}``
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_channel.protocol import RunRequest
+from esg.defaults import KEEP_ALIVE_MS
 from esg.model import Config
 from invoker_agent import scratch
 from invoker_agent.action_worker import log_line
@@ -341,7 +343,7 @@ class StartLog:
 class WorkerPool:
     """Warm workers by :class:`WorkerKey`; runs batches and tracks which MIG slices are busy."""
 
-    def __init__(self, factory: WorkerFactory = ProcessWorker, idle_ttl_s: float = 600.0,
+    def __init__(self, factory: WorkerFactory = ProcessWorker, idle_ttl_s: float = KEEP_ALIVE_MS / 1000,
                  slice_exists: Callable[[str], bool] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.factory = factory

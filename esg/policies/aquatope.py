@@ -26,6 +26,7 @@ else one.
 Scaling beyond the pool is the platform's in the original; here it is the generic scale-out rule every
 baseline without an autoscaler of its own gets (:class:`esg.policies.common.BacklogPlacer`).
 """
+
 from __future__ import annotations
 
 import functools

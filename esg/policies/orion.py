@@ -25,6 +25,7 @@ Scaling is the platform's in the original (one instance per concurrent invocatio
 generic scale-out rule every baseline without an autoscaler of its own gets
 (:class:`esg.policies.common.BacklogPlacer`).
 """
+
 from __future__ import annotations
 
 import math

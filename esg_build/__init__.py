@@ -39,29 +39,21 @@ COMPILED = (
     "esg/emulator/nodes.py",
     "esg/emulator/runner.py",
     "esg/policies/placer.py",
-    "esg/policies/plan_cache.py",
     "esg/emulator/clock.py",
     "esg/defaults.py",
     "esg/events.py",
-    "esg/policies/base.py",
-    "esg/policies/context.py",
-    "esg/policies/esg_policy.py",
-    "esg/policies/common.py",
-    "esg/policies/infless.py",
-    "esg/policies/orion.py",
-    "esg/policies/fastgshare.py",
     "esg/model.py",
     "esg/emulator/metrics.py",
 )
 """The hot modules that compile to the same behaviour. The classes Python code subclasses (the shared
-``Placer``, the emulation's ``Emulation``, the policies' ``Policy`` and ESG's ``EsgPolicy``: the
-baselines' placers and policies, ``esg_cli.agreement``'s recording emulation and tests extend them) are
-marked ``@mypyc_attr(allow_interpreted_subclasses=True)``. A compiled class's methods cannot be replaced
-on an instance or on the class (compiled callers would keep its own): a test or tool that changes what a
-policy does subclasses it. esg/model.py's classes that check their arguments (``Config``, ``App``) take
-them untyped in a written-out ``__init__`` and check them before storing them, so a bad one is the same
-error compiled or not. Left pure: Aquatope's policy and the rest of the core (off the hot path)."""
-
+``Placer``, the emulation's ``Emulation``: ESG's gated placer, ``esg_cli.agreement``'s recording emulation
+and tests extend them) are marked ``@mypyc_attr(allow_interpreted_subclasses=True)``. A compiled class's
+methods cannot be replaced on an instance or on the class (compiled callers would keep its own): a test or
+tool that changes what a class does subclasses it. esg/model.py's classes that check their arguments
+(``Config``, ``App``) take them untyped in a written-out ``__init__`` and check them before storing them,
+so a bad one is the same error compiled or not. Left pure: the policies and their rules
+(``esg/policies`` but the placer: plain Python a researcher changes) and the rest of the core (off the
+hot path)."""
 
 PURE_ENV = "ESG_PURE"
 

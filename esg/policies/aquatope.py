@@ -24,7 +24,7 @@ capacity). The keep-alive follows the prediction: two intervals while at least o
 else one.
 
 Scaling beyond the pool is the platform's in the original; here it is the generic scale-out rule every
-baseline without an autoscaler of its own gets (:class:`esg.policies.common.BacklogPlacer`).
+baseline without an autoscaler of its own gets (:class:`esg.policies.common.BacklogGate`).
 """
 
 from __future__ import annotations
@@ -32,17 +32,20 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 
 import optuna
 
 from esg.cluster import ClusterSnapshot
 from esg.cost import config_cost
+from esg.events import Dispatch
 from esg.model import App, Config
 from esg.policies import register
-from esg.policies.base import Choice, Policy, PolicyContext
-from esg.policies.common import BacklogPlacer, app_latency, p95_factor
-from esg.prewarm import Warming, WarmUp, idle_of_kind, smallest_of_kind
+from esg.policies.base import Choice, Policy, PolicyContext, Starting, apps_sharing
+from esg.policies.common import BacklogGate, app_latency, p95_factor
+from esg.policies.points import WarmUps
+from esg.prewarm import WarmUp, idle_of_kind, smallest_of_kind
 from esg.queues import AfwQueue
 
 N_STARTUP = 10
@@ -138,12 +141,11 @@ def _quiet_optuna(fn):
     return quiet
 
 
-@register("aquatope")
-class AquatopePolicy(Policy):
-    name = "aquatope"
+class AquatopeProposer:
+    """Aquatope's configurations: constrained BO per app, before the workload starts."""
 
     def __init__(self, ctx: PolicyContext, n_trials: int = N_TRIALS, noise_cv: float = NOISE_CV):
-        super().__init__(ctx, BacklogPlacer(ctx))
+        self.ctx = ctx
         self.p95 = p95_factor(noise_cv)
         self.n_trials = n_trials
         self.evaluations = 0
@@ -152,12 +154,13 @@ class AquatopePolicy(Policy):
         """app -> (cost, P95 latency) of its plan."""
         for name in sorted(ctx.apps):
             self.plans[name] = self.optimise(ctx.apps[name])
-        self.forecasts: dict[str, Forecast] = {}
-        self._warming = Warming()
-        self._next_ms: float | None = None
 
-    def on_app_added(self, app: App) -> None:
-        for a in self.apps_sharing(app):
+    def work_units(self) -> int:
+        return 0  # planned offline: no scheduling time
+
+    def on_app_added(self, ctx: PolicyContext, app: App) -> None:
+        self.ctx = ctx
+        for a in apps_sharing(ctx, app):
             self.plans[a.name] = self.optimise(a)
 
     def _options(self, f: str) -> list[Config]:
@@ -204,7 +207,29 @@ class AquatopePolicy(Policy):
         c = self.plans[app.name][queue.key[1]]
         return Choice((c,), latencies={c: self.ctx.profiles[queue.key[1]].latency(c)})
 
-    # -- prediction-driven warm pool -------------------------------------------------------------------
+
+
+class ForecastPool:
+    """Aquatope's prediction-driven warm pool and keep-alive."""
+
+    def __init__(self, ctx: PolicyContext, proposer: AquatopeProposer, starting: Starting):
+        self.ctx = ctx
+        self.proposer = proposer
+        self.starting = starting
+        self.forecasts: dict[str, Forecast] = {}
+        self.running: Counter[tuple[str, str]] = Counter()
+        """Batches in flight per AFW queue (their workers count in the pool)."""
+        self._next_ms: float | None = None
+
+    def on_app_added(self, ctx: PolicyContext, app: App) -> None:
+        self.ctx = ctx
+
+    def on_dispatch(self, dispatch: Dispatch) -> None:
+        self.running[(dispatch.app, dispatch.function)] += 1
+
+    def on_done(self, dispatch: Dispatch) -> None:
+        self.running[(dispatch.app, dispatch.function)] -= 1
+
     def on_arrival(self, request, app: App, now_ms: float) -> None:
         f = self.forecasts.setdefault(app.name, Forecast())
         f.advance(int(now_ms // INTERVAL_MS))
@@ -219,8 +244,8 @@ class AquatopePolicy(Policy):
         f = self.forecasts.get(app)
         if f is None or f.upper() < 0.5:
             return 0
-        c = self.plans[app][function]
-        in_flight = f.peak_rate_per_ms() * (self.ctx.profiles[function].latency(c) * self.p95
+        c = self.proposer.plans[app][function]
+        in_flight = f.peak_rate_per_ms() * (self.ctx.profiles[function].latency(c) * self.proposer.p95
                                              + self.ctx.stage_overhead_ms)
         return max(1, poisson_quantile(in_flight, POOL_QUANTILE))
 
@@ -228,12 +253,12 @@ class AquatopePolicy(Policy):
         f = self.forecasts.get(app)
         return 2 * INTERVAL_MS if f is not None and f.upper() >= 1.0 else INTERVAL_MS
 
-    def prewarm(self, now_ms: float, snapshot: ClusterSnapshot, dispatched: Sequence) -> list[WarmUp]:
+    def prewarm(self, now_ms: float, snapshot: ClusterSnapshot, dispatched: Sequence[Dispatch],
+                asked: WarmUps) -> None:
         if self._next_ms is None or now_ms < self._next_ms:
-            return []
+            return
         interval = int(now_ms // INTERVAL_MS)
         self._next_ms = (interval + 1) * INTERVAL_MS
-        out: list[WarmUp] = []
         busy = False
         for name in sorted(self.forecasts):
             self.forecasts[name].advance(interval)
@@ -243,16 +268,23 @@ class AquatopePolicy(Policy):
                 if want <= 0:
                     continue
                 busy = True
-                c = self.plans[name][g]
+                c = self.proposer.plans[name][g]
                 have = (self.running[(name, g)] + idle_of_kind(snapshot, g, c.gpu)
-                        + self._warming.count(g, now_ms, c.gpu))
+                        + self.starting.warming.count(g, now_ms, c.gpu))
                 config = smallest_of_kind(self.ctx.profiles[g], c)
                 keep = self.keep_alive_ms(name, g, now_ms)
-                out.extend(WarmUp(name, g, config, keep, ready_by_ms=now_ms + INTERVAL_MS)
-                           for _ in range(want - have))
+                for _ in range(want - have):
+                    asked.add(WarmUp(name, g, config, keep, ready_by_ms=now_ms + INTERVAL_MS))
         if not busy:
             self._next_ms = None  # nothing predicted: asked again at the next call
-        return out
 
-    def prewarm_wake_ms(self) -> float | None:
+    def wake_ms(self) -> float | None:
         return self._next_ms
+
+
+@register("aquatope")
+def aquatope_policy(ctx: PolicyContext) -> Policy:
+    """Aquatope: BO-planned configurations placed by free capacity, a prediction-driven warm pool."""
+    proposer = AquatopeProposer(ctx)
+    starting = Starting(ctx)
+    return Policy("aquatope", ctx, proposer, [BacklogGate(), starting, ForecastPool(ctx, proposer, starting)])

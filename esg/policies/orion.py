@@ -23,7 +23,7 @@ platform places it (every node by free capacity) and keeps it its usual time.
 
 Scaling is the platform's in the original (one instance per concurrent invocation); here it is the
 generic scale-out rule every baseline without an autoscaler of its own gets
-(:class:`esg.policies.common.BacklogPlacer`).
+(:class:`esg.policies.common.BacklogGate`).
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ import math
 from collections.abc import Sequence
 from typing import Final
 
-from mypy_extensions import mypyc_attr
-
 from esg.cluster import ClusterSnapshot
+from esg.events import Dispatch
 from esg.model import App, Config
 from esg.policies import register
-from esg.policies.base import Choice, Policy, PolicyContext
-from esg.policies.common import BacklogPlacer, app_latency, ladder, p95_factor
-from esg.prewarm import Timed, Warming, WarmUp, idle_of_kind
+from esg.policies.base import Choice, Policy, PolicyContext, Starting, apps_sharing, prewarm_start_ms
+from esg.policies.common import BacklogGate, app_latency, ladder, p95_factor
+from esg.policies.points import WarmUps
+from esg.prewarm import Timed, WarmUp, idle_of_kind
 from esg.queues import AfwQueue
 
 NOISE_CV: Final = 0.05
@@ -47,12 +47,11 @@ MAX_BUNDLE: Final = 64
 """More waiting jobs than this bundle as this many would (no profile table has a larger batch)."""
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
-class OrionPolicy(Policy):
-    name = "orion"
+class OrionProposer:
+    """Orion's best-first right-sizing, fixed per request at its first stage."""
 
     def __init__(self, ctx: PolicyContext, noise_cv: float = NOISE_CV):
-        super().__init__(ctx, BacklogPlacer(ctx))
+        self.ctx = ctx
         self.p95 = p95_factor(noise_cv)
         self.expanded = 0
         self.ladders = {f: ladder(p, ctx.prices, lambda c, f=f: c.batch == 1 and ctx.spec(f).allows(c))
@@ -64,15 +63,20 @@ class OrionPolicy(Policy):
         self._fixed: dict[str, dict[str, Config]] = {}
         self.trace: list[tuple[str, str]] = []
         """(stage upgraded, its new config label) of the last search: the best-first path."""
-        self._pending = Timed()
-        self._warming = Warming()
 
-    def on_app_added(self, app: App) -> None:
-        ctx = self.ctx
+    def work_units(self) -> int:
+        return self.expanded
+
+    def plan_of(self, request_id: str) -> dict[str, Config] | None:
+        """The configurations fixed for a request (None: none fixed, or its last stage dispatched)."""
+        return self._fixed.get(request_id)
+
+    def on_app_added(self, ctx: PolicyContext, app: App) -> None:
+        self.ctx = ctx
         self.ladders.update({f: ladder(ctx.profiles[f], ctx.prices,
                                        lambda c, f=f: c.batch == 1 and ctx.spec(f).allows(c))
                              for f in app.functions})
-        changed = {a.name for a in self.apps_sharing(app)}
+        changed = {a.name for a in apps_sharing(ctx, app)}
         self._plans = {k: v for k, v in self._plans.items() if k[0] not in changed}
         self._bundles = {k: v for k, v in self._bundles.items() if k[0] not in changed}
 
@@ -147,32 +151,55 @@ class OrionPolicy(Policy):
                 best = b
         return (c,) if best is None else (best, c)
 
-    def on_dispatch(self, dispatch) -> None:
-        super().on_dispatch(dispatch)
+    def on_dispatch(self, dispatch: Dispatch) -> None:
         app = self.ctx.apps[dispatch.app]
         if dispatch.function in app.sinks and len(app.sinks) == 1:
             for job in dispatch.jobs:
                 self._fixed.pop(job.request_id, None)
 
-    # -- downstream pre-warming -----------------------------------------------------------------------
-    def prewarm(self, now_ms: float, snapshot: ClusterSnapshot, dispatched: Sequence) -> list[WarmUp]:
+
+
+class DownstreamPrewarm:
+    """Orion's pre-warming: each downstream stage's worker, of the request's planned configuration,
+    ready when the upstream batch is planned to end."""
+
+    def __init__(self, ctx: PolicyContext, proposer: OrionProposer, starting: Starting):
+        self.ctx = ctx
+        self.proposer = proposer
+        self.starting = starting
+        self._pending = Timed()
+
+    def on_app_added(self, ctx: PolicyContext, app: App) -> None:
+        self.ctx = ctx
+
+    def wake_ms(self) -> float | None:
+        return self._pending.next_ms()
+
+    def prewarm(self, now_ms: float, snapshot: ClusterSnapshot, dispatched: Sequence[Dispatch],
+                asked: WarmUps) -> None:
         for d in dispatched:
-            plan = self._fixed.get(d.jobs[0].request_id) if d.jobs else None
+            plan = self.proposer.plan_of(d.jobs[0].request_id) if d.jobs else None
             if plan is None:
                 continue
             end = now_ms + (d.planned_latency_ms or 0.0)
             for g in self.ctx.apps[d.app].successors(d.function):
                 config = plan[g]
-                start = max(now_ms, self.prewarm_start_ms(g, config.gpu is not None, end))
+                start = max(now_ms, prewarm_start_ms(self.ctx, g, config.gpu is not None, end))
                 self._pending.add(start, WarmUp(d.app, g, config, None, ready_by_ms=end))
         out: list[WarmUp] = []
         for want in self._pending.due(now_ms):
             kind = want.config.gpu
-            if (idle_of_kind(snapshot, want.function, kind) + self._warming.count(want.function, now_ms, kind)
+            if (idle_of_kind(snapshot, want.function, kind) + self.starting.warming.count(want.function, now_ms, kind)
                     + sum(1 for w in out if w.function == want.function and w.config.gpu == kind)) > 0:
                 continue
             out.append(want)
-        return out
+        for want in out:
+            asked.add(want)
 
 
-register("orion")(OrionPolicy)  # a statement, not a decorator: mypyc keeps a decorated class out of native code
+@register("orion")
+def orion_policy(ctx: PolicyContext) -> Policy:
+    """Orion: right-sizing fixed per request, placed by free capacity, downstream pre-warming."""
+    proposer = OrionProposer(ctx)
+    starting = Starting(ctx)
+    return Policy("orion", ctx, proposer, [BacklogGate(), starting, DownstreamPrewarm(ctx, proposer, starting)])

@@ -11,9 +11,10 @@ from esg.dispatch import Placement, Wait
 from esg.model import App, Config, Job
 from esg.policies import PolicyContext, make_policy
 from esg.policies.base import Choice
-from esg.policies.common import BacklogPlacer, PackingPlacer
-from esg.policies.esg_policy import EsgPlacer
+from esg.policies.common import BacklogGate, PackingOrder
+from esg.policies.esg_policy import LocalityOrder, WorthStarting
 from esg.policies.placer import Placer
+from esg.policies.points import NodeOrder, ScaleOutGate
 from esg.queues import AfwQueue
 
 from .helpers import profile
@@ -109,27 +110,22 @@ def test_node_order_is_each_originals():
     assert esg.preferred_nodes(APP, after, snap) == [after.pred_node]
 
 
-def test_baselines_compose_the_shared_placer_and_esg_has_its_own():
-    """The split: each policy's placer is a :class:`Placer`; the baselines' is the shared one (INFless and
-    FaST-GShare with their bin-packing node order, nothing else changed; Orion and Aquatope, whose
-    papers leave scaling to the platform, with the generic backlog scale-out rule), ESG's is its own,
-    with ESG_Dispatch's locality order and ESG's scale-out rule (a start-up weighed against the backlog)."""
-    placers = {name: make(name).placer for name in POLICIES}
-    assert all(isinstance(p, Placer) for p in placers.values())
-    assert type(placers["orion"]) is BacklogPlacer and type(placers["aquatope"]) is BacklogPlacer
-    assert type(placers["infless"]) is PackingPlacer and type(placers["fastgshare"]) is PackingPlacer
-    assert type(placers["esg"]) is EsgPlacer
-    # INFless's and FaST-GShare's placers keep the shared scale-out rule and binding; only the packing
-    # order is theirs; Orion's and Aquatope's keep the node order and binding, not the scale-out rule
-    for cls in (Placer, PackingPlacer):
-        assert cls.may_scale_out is Placer.may_scale_out and cls.place is Placer.place
-    assert PackingPlacer.preferred_nodes is not Placer.preferred_nodes
-    assert BacklogPlacer.place is Placer.place and BacklogPlacer.preferred_nodes is Placer.preferred_nodes
-    assert BacklogPlacer.may_scale_out is not Placer.may_scale_out
-    # ESG's placer binds as the shared one does, with its own node order and scale-out rule
-    assert EsgPlacer.place is Placer.place
-    assert EsgPlacer.preferred_nodes is not Placer.preferred_nodes
-    assert EsgPlacer.may_scale_out is not Placer.may_scale_out
+def test_every_policy_places_through_the_shared_placer_with_its_own_plugins():
+    """The split: every policy binds with the shared :class:`Placer`; what differs is its plugins -- INFless
+    and FaST-GShare a bin-packing node order, ESG ESG_Dispatch's locality order and its scale-out gate (a
+    start-up weighed against the backlog), Orion and Aquatope the platform's order and the generic
+    backlog gate (their papers leave scaling to the platform)."""
+    policies = {name: make(name) for name in POLICIES}
+    placers = {name: p.placer for name, p in policies.items()}
+    assert all(isinstance(p, Placer) and type(p).place is Placer.place for p in placers.values())
+
+    def kinds(name: str, point: type) -> list[type]:
+        return [type(p) for p in policies[name].plugins if isinstance(p, point)]
+    assert kinds("infless", NodeOrder) == kinds("fastgshare", NodeOrder) == [PackingOrder]
+    assert not kinds("infless", ScaleOutGate) and not kinds("fastgshare", ScaleOutGate)
+    assert kinds("esg", NodeOrder) == [LocalityOrder] and kinds("esg", ScaleOutGate) == [WorthStarting]
+    for name in ("orion", "aquatope"):
+        assert not kinds(name, NodeOrder) and kinds(name, ScaleOutGate) == [BacklogGate]
     # and the rules differ where they should: one batch of one running, two jobs waiting (10 ms each),
     # a 3 s cold start -- the shared rule starts a worker, ESG's does not
     lat, startup, one = (lambda c: 10.0), placement.StartupCosts(2000.0, 3000.0), (Config(1, 1, "1g.5gb"),)

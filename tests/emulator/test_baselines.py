@@ -28,7 +28,7 @@ def test_infless_batches_within_half_the_stage_share(apps, profiles):
     app = apps["image-classification"]
     pol = make_policy("infless", PolicyContext(apps, profiles))
     share = stage_shares(app, profiles, app.slo_ms)["resnet50"]
-    cands = pol.candidates(app.name, "resnet50")
+    cands = pol.proposer.candidates(app.name, "resnet50")
     assert cands
     for _cre, t, timeout, c in cands:
         assert t <= (share / 2 if c.batch > 1 else share)
@@ -66,7 +66,7 @@ def test_fastgshare_batch_one_best_throughput_per_resource(apps, profiles):
 
 
 def test_orion_grows_one_stage_at_a_time_best_first(apps, profiles):
-    pol = make_policy("orion", PolicyContext(apps, profiles))
+    pol = make_policy("orion", PolicyContext(apps, profiles)).proposer
     app = apps["depth-recognition"]
     lat = lambda p: app_latency(app, {f: profiles[f].latency(c) * pol.p95 for f, c in p.items()})  # noqa: E731
     # a budget just below the cheapest plan's P95: the search must grow some stage
@@ -89,7 +89,7 @@ def test_orion_grows_one_stage_at_a_time_best_first(apps, profiles):
 
 
 def test_orion_fixes_configurations_at_the_first_stage(apps, profiles):
-    pol = make_policy("orion", PolicyContext(apps, profiles))
+    pol = make_policy("orion", PolicyContext(apps, profiles)).proposer
     app = apps["image-classification"]
     q = _queue(app, "preprocess", 1)
     first = pol.choose(app, q, 0.0, NO_NODES)
@@ -105,7 +105,7 @@ def test_orion_preplans_each_app_against_its_slo_not_the_budget_a_late_request_h
     """Orion right-sizes a DAG once, offline, for its latency target: a request whose first stage is
     scheduled late (most of its SLO spent queueing) gets the same plan as one scheduled at once --
     the plan right-sized against the app's SLO -- rather than a plan sized for what is left of its budget."""
-    pol = make_policy("orion", PolicyContext(apps, profiles))
+    pol = make_policy("orion", PolicyContext(apps, profiles)).proposer
     app = apps["depth-recognition"]
     entry = app.entries[0]
     on_time = pol.choose(app, _queue(app, entry, 1), 0.0, NO_NODES).priorities
@@ -119,7 +119,7 @@ def test_orion_preplans_each_app_against_its_slo_not_the_budget_a_late_request_h
 
 
 def test_aquatope_preplans_once_and_respects_the_constraint(apps, profiles):
-    pol = make_policy("aquatope", PolicyContext(apps, profiles, seed=1))
+    pol = make_policy("aquatope", PolicyContext(apps, profiles, seed=1)).proposer
     evaluations = pol.evaluations
     for name, app in apps.items():
         for f in app.functions:
@@ -129,7 +129,7 @@ def test_aquatope_preplans_once_and_respects_the_constraint(apps, profiles):
         assert p95 <= app.slo_ms, f"{name}: a feasible plan exists (ESG's plan meets L) but was not found"
     assert pol.evaluations == evaluations, "Aquatope must not search again at run time"
     again = make_policy("aquatope", PolicyContext(apps, profiles, seed=1))
-    assert again.plans == pol.plans
+    assert again.proposer.plans == pol.plans
 
 
 def test_no_policy_reads_the_future(apps, profiles):
@@ -137,14 +137,15 @@ def test_no_policy_reads_the_future(apps, profiles):
     import inspect
     for name in ("esg", "infless", "fastgshare", "orion", "aquatope"):
         pol = make_policy(name, PolicyContext(apps, profiles))
-        assert "requests" not in inspect.signature(type(pol).__init__).parameters
+        for part in pol.plugins:
+            assert "requests" not in inspect.signature(type(part).__init__).parameters
     assert isinstance(Config(1, 1), Config)
 
 
 # -- the rivals as their papers describe them: one invocation per instance, pools by concurrency ----------
 def test_orion_sizes_every_stage_for_one_invocation(apps, profiles):
     """Lambda runs one invocation per instance: Orion's ladders, and so its plans, hold batch 1 only."""
-    pol = make_policy("orion", PolicyContext(apps, profiles))
+    pol = make_policy("orion", PolicyContext(apps, profiles)).proposer
     for app in apps.values():
         plan = pol.right_size(app, math.floor(app.slo_ms))
         assert all(c.batch == 1 for c in plan.values()), app.name
@@ -159,7 +160,7 @@ def test_orion_bundles_waiting_invocations_on_the_planned_resources_within_the_s
     """Several jobs of a stage waiting run as one bundle on the planned slice and vCPUs -- the largest
     profiled batch the queue fills whose P95 keeps the app's end-to-end P95 within its SLO -- offered
     before the single invocation."""
-    pol = make_policy("orion", PolicyContext(apps, profiles))
+    pol = make_policy("orion", PolicyContext(apps, profiles)).proposer
     bundled = 0
     for app in apps.values():
         budget = math.floor(app.slo_ms)
@@ -189,7 +190,7 @@ def test_orion_bundles_waiting_invocations_on_the_planned_resources_within_the_s
 def test_aquatope_searches_one_invocation_per_container(apps, profiles):
     """The BO objective costs the batch the queue delivers: Aquatope's containers run one invocation, so
     every planned configuration has batch 1 (before: batches of 8-32 costed as if full)."""
-    pol = make_policy("aquatope", PolicyContext(apps, profiles, seed=0))
+    pol = make_policy("aquatope", PolicyContext(apps, profiles, seed=0)).proposer
     for name, plan in pol.plans.items():
         assert all(c.batch == 1 for c in plan.values()), name
 
@@ -207,7 +208,7 @@ def test_aquatope_pool_follows_predicted_peak_concurrency(apps, profiles):
     """The pre-warmed pool is the concurrency the predicted peak rate keeps (Little's law, the P95 of a
     Poisson number in flight), not the interval's calls divided by a planned batch; it grows with the
     rate."""
-    from esg.policies.aquatope import INTERVAL_MS, POOL_QUANTILE
+    from esg.policies.aquatope import INTERVAL_MS, POOL_QUANTILE, ForecastPool
     app = apps["image-classification"]
     sizes = []
     for rate_per_s in (20, 100, 400):
@@ -217,14 +218,15 @@ def test_aquatope_pool_follows_predicted_peak_concurrency(apps, profiles):
         while t < 25 * INTERVAL_MS:  # steady intervals, until the forecast has settled on the rate
             pol.on_arrival(Request(f"x{i}", app.name, t), app, t)
             t, i = t + gap, i + 1
-        pol.forecasts[app.name].advance(int(t // INTERVAL_MS))
+        forecast_pool = pol.rule(ForecastPool)
+        forecast_pool.forecasts[app.name].advance(int(t // INTERVAL_MS))
         f = "resnet50"
-        c = pol.plans[app.name][f]
-        peak = pol.forecasts[app.name].peak_rate_per_ms()
+        c = pol.proposer.plans[app.name][f]
+        peak = forecast_pool.forecasts[app.name].peak_rate_per_ms()
         assert peak * 1000 == pytest.approx(rate_per_s, rel=0.05)  # steady: the peak second is the rate
-        in_flight = peak * (profiles[f].latency(c) * pol.p95 + pol.ctx.stage_overhead_ms)
+        in_flight = peak * (profiles[f].latency(c) * pol.proposer.p95 + pol.ctx.stage_overhead_ms)
         want = max(1, _poisson_quantile_reference(in_flight, POOL_QUANTILE))
-        assert pol.pool_size(app.name, f) == want
+        assert forecast_pool.pool_size(app.name, f) == want
         sizes.append(want)
     assert sizes[0] < sizes[-1], "a pool that does not grow with the load"
 

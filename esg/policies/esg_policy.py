@@ -259,11 +259,37 @@ ESG_RULES: tuple[RuleFactory, ...] = (JitPrewarm, WaitForBusy, SpareInstances, P
 
 
 @register("esg")
-def esg_policy(ctx: PolicyContext, rules: Sequence[RuleFactory] = ESG_RULES) -> Policy:
+def esg_policy(ctx: PolicyContext, rules: Sequence[RuleFactory] = ESG_RULES, name: str = "esg") -> Policy:
     """ESG: :class:`EsgProposer`, :class:`LocalityOrder`, :class:`WorthStarting` and ``rules``."""
     in_flight = InFlight()
     proposer = EsgProposer(ctx, in_flight)
     parts = EsgParts(ctx, proposer, in_flight, Starting(ctx), SpareStarts(ctx), SmallestOfKind())
     made = [rule(parts) for rule in rules]
-    return Policy("esg", ctx, proposer, [LocalityOrder(), WorthStarting(), in_flight, parts.starting,
+    return Policy(name, ctx, proposer, [LocalityOrder(), WorthStarting(), in_flight, parts.starting,
                                          parts.spare_starts, *made])
+
+
+@register("esg-paper")
+def esg_paper_policy(ctx: PolicyContext) -> Policy:
+    """ESG as published: ESG_1Q's proposer with its dominator split, ESG_Dispatch's node order, and none
+    of the rules this project added. Its scale-out gate is the generic one every policy without an
+    autoscaler of its own uses (:class:`WorthStarting`), so the difference from ``esg`` is the rules."""
+    return esg_policy(ctx, rules=(), name="esg-paper")
+
+
+RULE_NAMES: dict[str, RuleFactory] = {
+    "jit-prewarm": JitPrewarm, "wait-for-busy": WaitForBusy, "spare-instances": SpareInstances,
+    "pool-sizing": PoolSizing,
+}
+"""ESG's added rules by the name an ablation uses: policy ``esg-without-<name>`` is ``esg`` with that
+one rule left out."""
+
+
+def _without(left_out: str) -> None:
+    rules = tuple(r for r in ESG_RULES if r is not RULE_NAMES[left_out])
+    name = f"esg-without-{left_out}"
+    register(name)(lambda ctx: esg_policy(ctx, rules=rules, name=name))
+
+
+for _rule in RULE_NAMES:
+    _without(_rule)

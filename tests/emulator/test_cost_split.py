@@ -107,10 +107,11 @@ def test_a_live_decision_log_is_charged_idle_instances_as_the_emulator_charges_t
     # policies' own keep-alives) are off; a live log of pre-warms is read once the live side has them
     params = EmulatorParams(warmup_ms=1000.0, keep_alive_ms=2000.0, mig_reconfig_ms=100.0, cold_start_scale=0.2,
                             prewarm=False)
-    # Orion re-sizes each request's plan, so its run destroys and creates instances (ESG, which keeps
-    # to the instances it has, no longer destroys any in so short a run): the accounting is the same
-    em = Logging(apps, profiles, make_policy("orion", PolicyContext(apps, profiles, mig_reconfig_ms=100.0,
-                                                                  cold_start_scale=0.2)),
+    # INFless's configurations change with the observed rate, so its run destroys and creates an
+    # instance (ESG, which keeps to the instances it has, and Orion and Aquatope, whose batch-1 plans fit
+    # the layout they start with, destroy none in so short a run): the accounting is the same
+    em = Logging(apps, profiles, make_policy("infless", PolicyContext(apps, profiles, mig_reconfig_ms=100.0,
+                                                                    cold_start_scale=0.2)),
                  requests, np.random.default_rng(2), ClusterSpec(nodes=2), params)
     m = em.run().metrics
     assert not sent, "every batch finished"

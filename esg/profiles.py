@@ -46,6 +46,10 @@ class Profile:
         except KeyError:
             raise ProfileError(f"profile {self.function!r} has no configuration {config.label()}") from None
 
+    def has(self, config: Config) -> bool:
+        """Whether this table holds ``config``."""
+        return config in self._latency_index
+
     @cached_property
     def _latency_index(self) -> dict[Config, float]:
         index: dict[Config, float] = {}

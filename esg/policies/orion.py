@@ -78,6 +78,10 @@ class OrionProposer:
                              for f in app.functions})
         changed = {a.name for a in apps_sharing(ctx, app)}
         self._plans = {k: v for k, v in self._plans.items() if k[0] not in changed}
+        # a request keeps its fixed plan only while the tables still hold every configuration of it (a
+        # learned table replaces its prior and may lack one): otherwise its next stage is sized again
+        self._fixed = {r: p for r, p in self._fixed.items()
+                       if all(f not in ctx.profiles or ctx.profiles[f].has(c) for f, c in p.items())}
         self._bundles = {k: v for k, v in self._bundles.items() if k[0] not in changed}
 
     def right_size(self, app: App, budget_ms: float) -> dict[str, Config]:

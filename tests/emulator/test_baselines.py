@@ -101,6 +101,23 @@ def test_orion_fixes_configurations_at_the_first_stage(apps, profiles):
     assert first.priorities == (planned["preprocess"],)
 
 
+def test_orion_sizes_a_stage_again_when_a_learned_table_drops_its_fixed_configuration(apps, profiles):
+    """With learned tables (--profiles-online) a function's table can be replaced by one without the
+    configuration a request's plan fixed: the next stage is sized on the table it has, not refused."""
+    from dataclasses import replace
+    policy = make_policy("orion", PolicyContext(apps, profiles))
+    pol = policy.proposer
+    app = apps["image-classification"]
+    pol.choose(app, _queue(app, "preprocess", 1), 0.0, NO_NODES)
+    dropped = pol._fixed["r0"]["resnet50"]
+    table = profiles["resnet50"]
+    learned = replace(table, entries=tuple(e for e in table.entries if e.config != dropped))
+    policy.add_app(app, {"resnet50": learned}, {})
+    later = pol.choose(app, _queue(app, "resnet50", 1), 10.0, NO_NODES)
+    assert dropped not in later.priorities
+    assert all(learned.has(c) for c in later.priorities)
+
+
 def test_orion_preplans_each_app_against_its_slo_not_the_budget_a_late_request_has_left(apps, profiles):
     """Orion right-sizes a DAG once, offline, for its latency target: a request whose first stage is
     scheduled late (most of its SLO spent queueing) gets the same plan as one scheduled at once --

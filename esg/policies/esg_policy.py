@@ -7,7 +7,8 @@ what has arrived). The distinct configurations of the queue's function across th
 the priority list ESG_Dispatch walks. Start-up is part of the path evaluation: the function may run on
 a kind of instance (a MIG profile, or CPU) where none of its workers exists only when the head's budget
 covers the start-up. Every function on a path counts the per-batch overhead
-(``PolicyContext.stage_overhead_ms``); a plan that fits only on run times alone is tried next. A late
+(``PolicyContext.stage_overhead_ms``); a plan that fits only on run times alone is tried next. With
+``PolicyContext.slo_percentile`` every run time counts at that percentile (:mod:`esg.tail`). A late
 head's queue is planned as for a request arriving now (on the existing workers first, then on any
 instance), so a backlog drains in batches; only when not even a fresh request could meet the SLO is
 every configuration tried, fastest first.
@@ -79,7 +80,7 @@ class EsgProposer:
     def _planner(self, app: App, overhead: float | None = None) -> Planner:
         over = self.ctx.stage_overhead_ms if overhead is None else overhead
         return Planner(app, {f: self.ctx.profiles[f] for f in app.functions}, self.ctx.prices,
-                       self.ctx.max_group, stage_overhead_ms=over)
+                       self.ctx.max_group, stage_overhead_ms=over, percentile=self.ctx.slo_percentile)
 
     def on_app_added(self, ctx: PolicyContext, app: App) -> None:
         self.ctx = ctx
@@ -162,7 +163,7 @@ class EsgProposer:
         self.expanded += result.stats.expanded
         if result.feasible:
             prios = result.priority_list(function)
-            lat = {c: planner.profiles[function].latency(c) for c in prios}
+            lat = {c: planner.run_latency(function, c) for c in prios}
             downstream = {f: c for f, c in result.paths[0].configs.items() if f != function}
             return (PlannedChoice(tuple(prios), latencies=lat, downstream=downstream, app=app.name),
                     result.valid_from_ms)

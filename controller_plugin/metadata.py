@@ -232,12 +232,17 @@ class ProfileStore:
     What is learned is kept per namespace: the function ``ns/[pkg/]f`` with table ``t`` learns into
     ``ns/t`` (:meth:`learned_name`), so no tenant can read or skew another's measurements by naming its
     table, unless the operator shares learned tables between all namespaces (``shared``). The offline
-    tables of ``<dir>`` and priors imported without a namespace are the operator's, for everyone."""
+    tables of ``<dir>`` and priors imported without a namespace are the operator's, for everyone.
 
-    def __init__(self, directory: Path, online: OnlineStore | None = None, shared: bool = False) -> None:
+    With ``percentile`` (the scheduler's ``--slo-percentile``) a learned table also records each measured
+    configuration's sketch at that percentile (:func:`esg.online.learned_profile`)."""
+
+    def __init__(self, directory: Path, online: OnlineStore | None = None, shared: bool = False,
+                 percentile: float | None = None) -> None:
         self.directory = Path(directory)
         self.online = online
         self.shared = shared
+        self.percentile = percentile
         self._cache: dict[str, Profile] = {}
 
     def learned_name(self, name: str, fqn: str) -> str:
@@ -262,7 +267,7 @@ class ProfileStore:
             else:
                 base = imported if imported is not None else prior
                 return learned_profile(fqn, stats, None if base is None else replace(base, function=fqn), spec,
-                                       bound_ms, gpu_model)
+                                       bound_ms, gpu_model, percentile=self.percentile)
         if prior is None:
             return default_profile(fqn, spec, bound_ms, gpu_model)
         return replace(prior, function=fqn)

@@ -148,7 +148,8 @@ class SchedulerService:
         self.registry.leading = False
         self.online = OnlineStore(self.redis, settings.topic_prefix) if settings.online_profiles else None
         self.plans = PlanCache(MetadataClient(settings.openwhisk_api, settings.openwhisk_auth),
-                               ProfileStore(settings.profiles_dir, self.online, settings.shared_profiles))
+                               ProfileStore(settings.profiles_dir, self.online, settings.shared_profiles,
+                                            settings.slo_percentile))
         self._observed: list[tuple[Observation, float | None]] = []
         self.open_range = OpenRange()
         self.checkpoints = Checkpoints(settings.kafka, checkpoint_topic(settings.topic_prefix, settings.controller_id))
@@ -161,7 +162,8 @@ class SchedulerService:
         self.channel = SchedulerChannel(self.redis, keys, fence=self.lease)
         self.dispatcher = Dispatcher(self.channel, self.registry, settings.incarnation, self.metrics)
         policy = make_policy(settings.policy, PolicyContext(apps={}, profiles={},
-                                                            stage_overhead_ms=settings.stage_overhead_ms))
+                                                            stage_overhead_ms=settings.stage_overhead_ms,
+                                                            slo_percentile=settings.slo_percentile))
         explorer = Explorer(settings.explore_fraction) if settings.online_profiles else None
         # pre-warm ids carry the incarnation too: an agent skips an id it has taken before. No holds: the
         # dispatcher hands the step the same snapshot every turn now, which would let the core skip a

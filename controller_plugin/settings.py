@@ -70,6 +70,8 @@ class SchedulerSettings:
     admission_control: bool = False
     #: The per-batch overhead the scheduler plans with (ESG_1Q's path latencies, admission control).
     stage_overhead_ms: float = HOP_MS
+    #: The run-time percentile ESG plans with (esg.tail); None: the tables' one latency figure.
+    slo_percentile: float | None = None
     #: OpenWhisk's activation store (CouchDB API), ``http://user:password@host:port[/database]``.
     activation_store: str | None = field(default=None, repr=False)
     deadline: Deadline = field(default_factory=Deadline)
@@ -92,6 +94,7 @@ class SchedulerSettings:
                 f"profiles={self.profiles_dir} online_profiles={self.online_profiles} "
                 f"explore_fraction={self.explore_fraction} admission_control={self.admission_control} "
                 f"stage_overhead_ms={self.stage_overhead_ms:g} "
+                f"slo_percentile={'none' if self.slo_percentile is None else format(self.slo_percentile, 'g')} "
                 f"agent_timeout_s={self.agent_timeout_s} prewarm={self.prewarm} "
                 f"incarnation={self.incarnation} name={self.name} lease_s={self.lease_s:g} "
                 f"activation_store={redact(self.activation_store) if self.activation_store else 'none'} "

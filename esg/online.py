@@ -31,6 +31,7 @@ from esg.model import Config
 from esg.policies.base import FunctionSpec
 from esg.profiles import Profile, ProfileEntry
 from esg.sketch import QuantileSketch
+from esg.tail import quantile_field
 
 MIN_SAMPLES = 3
 """Warm batches before a configuration's latency enters the table."""
@@ -119,8 +120,12 @@ def samples(profile: Profile) -> dict[str, int]:
 
 def learned_profile(function: str, stats: Mapping[Config, ConfigStats], prior: Profile | None,
                     spec: FunctionSpec, bound_ms: float, gpu_model: str,
-                    min_samples: int = MIN_SAMPLES) -> Profile:
-    """The table the planner uses: measured configurations over the prior; the default without either."""
+                    min_samples: int = MIN_SAMPLES, percentile: float | None = None) -> Profile:
+    """The table the planner uses: measured configurations over the prior; the default without either.
+
+    Each measured configuration records its sketch's ``p95_ms`` and warm ``samples``; with
+    ``percentile`` (the planner's, :mod:`esg.tail`) its sketch at that percentile too, ``p<percentile>_ms``,
+    which the planner uses once the samples suffice to have seen it."""
     ordered = sorted(stats.items(), key=lambda cs: config_order(cs[0]))
     counts = {c.label(): s.samples for c, s in ordered if s.samples or s.cold}
     extra: dict[str, Any] = {SAMPLES_FIELD: counts, BOUND_FIELD: float(bound_ms)}
@@ -130,7 +135,11 @@ def learned_profile(function: str, stats: Mapping[Config, ConfigStats], prior: P
         p50 = s.median()
         if s.samples >= min_samples and p50 is not None:
             p95 = s.sketch.quantile(0.95)
-            entries[c] = ProfileEntry(c, round(p50, 3), {"p95_ms": round(p95 or p50, 3), "samples": s.samples})
+            row: dict[str, Any] = {"p95_ms": round(p95 or p50, 3), "samples": s.samples}
+            if percentile is not None:
+                at = s.sketch.quantile(percentile / 100.0)
+                row[quantile_field(percentile)] = round(at or p50, 3)
+            entries[c] = ProfileEntry(c, round(p50, 3), row)
             learned += 1
     model = prior.gpu_model if prior is not None else geometry(gpu_model).model
     if not entries:

@@ -5,6 +5,12 @@ dominator groups (unless ``exact``), and runs A* group by group: the first group
 paths; each is completed by the cheapest feasible plan of the later groups, every later group getting
 its SLO share plus what the earlier groups left unused, capped so the groups after it can still meet
 their fastest latency.
+
+With ``percentile`` (``--slo-percentile``) every function counts its configurations' run times at that
+percentile (:mod:`esg.tail`: from the table's measured percentiles or its spread) instead of the
+table's ``latency_ms``, in the search, the grouping's estimates and the returned paths' latencies; a
+path's cost stays on ``latency_ms`` (resource-time is paid on average). Without it the planner is the
+one it always was.
 """
 
 from __future__ import annotations
@@ -18,17 +24,19 @@ from esg.model import App, Config
 from esg.profiles import Profile, median_latency
 from esg.search import Group, Option, Path, SearchStats, astar_top_k, brute_force_top_k, longest_path
 from esg.slo_split import DEFAULT_MAX_GROUP, group_latency, split_slo
+from esg.tail import latencies_at
 
 OptionFilter = Callable[[str, Config], bool]
 """Whether function ``f`` may use configuration ``c`` (e.g. batch caps, CPU-only functions)."""
 
 
 def build_options(profile: Profile, prices: Prices, allow: Callable[[Config], bool] | None = None,
-                  overhead_ms: float = 0.0) -> tuple[Option, ...]:
+                  overhead_ms: float = 0.0, latencies: Mapping[Config, float] | None = None) -> tuple[Option, ...]:
     """The profile's configurations as search options: cost from the cost model (on the profiled run
-    time), latency the profiled run time plus ``overhead_ms``, what the system adds to every batch."""
-    out = [Option(config_cost(prices, profile.gpu_model, e.config, e.latency_ms), e.latency_ms + overhead_ms,
-                  e.config)
+    time), latency the profiled run time -- or the one ``latencies`` gives the configuration (a
+    percentile's) -- plus ``overhead_ms``, what the system adds to every batch."""
+    out = [Option(config_cost(prices, profile.gpu_model, e.config, e.latency_ms),
+                  (e.latency_ms if latencies is None else latencies[e.config]) + overhead_ms, e.config)
            for e in profile.entries if allow is None or allow(e.config)]
     return tuple(sorted(out))
 
@@ -67,15 +75,26 @@ class Planner:
     stage_overhead_ms: float = 0.0
     """What the system adds to every batch beyond its profiled run time (the way to the worker and the
     result's way back): each function's latency on a path counts it once."""
+    percentile: float | None = None
+    """Plan every run time at this percentile (50 < p < 100, :mod:`esg.tail`); None: the tables'
+    ``latency_ms``."""
 
     def __post_init__(self) -> None:
         missing = [f for f in self.app.functions if f not in self.profiles]
         if missing:
             raise ProfileError(f"app {self.app.name!r}: function {missing[0]!r} has no profile")
         over = self.stage_overhead_ms
-        self._all_options = {f: build_options(self.profiles[f], self.prices, overhead_ms=over)
-                             for f in self.app.functions}
-        self._estimate = {f: median_latency(self.profiles[f], "upper") + over for f in self.app.functions}
+        self._at: dict[str, dict[Config, float]] | None = None
+        """Per function, each configuration's run time at :attr:`percentile` (None without one)."""
+        if self.percentile is None:
+            self._all_options = {f: build_options(self.profiles[f], self.prices, overhead_ms=over)
+                                 for f in self.app.functions}
+            self._estimate = {f: median_latency(self.profiles[f], "upper") + over for f in self.app.functions}
+        else:
+            at = self._at = {f: latencies_at(self.profiles[f], self.percentile) for f in self.app.functions}
+            self._all_options = {f: build_options(self.profiles[f], self.prices, overhead_ms=over, latencies=at[f])
+                                 for f in self.app.functions}
+            self._estimate = {f: _upper_median(at[f].values()) + over for f in self.app.functions}
         self._filtered: dict[tuple[str, Hashable], tuple[Option, ...]] = {}
         self.largest_batch = max((o.config.batch for opts in self._all_options.values() for o in opts), default=1)
         """The largest batch any function of the app has a configuration for: a batch cap above it
@@ -128,6 +147,16 @@ class Planner:
             return PlanResult(bool(paths), tuple(paths), (app.topo_order,), stats)
         return PlanResult(bool(paths), tuple(paths), tuple(s.functions for s in shares), stats)
 
+    def run_latency(self, function: str, config: Config) -> float:
+        """The run time ``function`` is planned with on ``config``: its table's ``latency_ms``, or its
+        percentile's when planning at one (the per-batch overhead not included)."""
+        if self._at is None:
+            return self.profiles[function].latency(config)
+        try:
+            return self._at[function][config]
+        except KeyError:
+            raise ProfileError(f"profile {function!r} has no configuration {config.label()}") from None
+
     def fastest_latency(self, allow: OptionFilter | None = None) -> float:
         """The app's latency with every function at its fastest allowed configuration."""
         quickest = _quickest({f: self.options(f, allow) for f in self.app.functions})
@@ -160,7 +189,13 @@ class Planner:
         pos = {f: i for i, f in enumerate(fs)}
         preds = [tuple(pos[p] for p in self.app.predecessors(f) if p in pos) for f in fs]
         over = self.stage_overhead_ms
-        return longest_path([self.profiles[f].latency(configs[f]) + over for f in fs], preds)
+        return longest_path([self.run_latency(f, configs[f]) + over for f in fs], preds)
+
+
+def _upper_median(values) -> float:
+    """The upper of the middle values (:func:`esg.profiles.median_latency`'s ``"upper"``)."""
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
 
 
 def _quickest(options: Mapping[str, tuple[Option, ...]]) -> dict[str, float]:

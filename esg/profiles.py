@@ -3,11 +3,17 @@
 A table is one JSON file ``<dir>/<function>.json`` (read by :mod:`esg_files`; :func:`profile_from_dict`
 parses its object). Unknown fields are kept (``extra``) and ignored; a malformed table is rejected with
 a :class:`ProfileError` naming the file and the field.
+
+Optional spread fields, read only when planning at a latency percentile (:mod:`esg.tail`):
+``latency_cv`` (a non-negative number: the run time's coefficient of variation), on the table or on a
+row, and a row's measured percentiles ``p<q>_ms`` (a positive number: ``p95_ms``, ``p99_ms``) with the
+``samples`` they come from. They are checked here, so a bad one is named when the table is read.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -39,6 +45,10 @@ class Profile:
             return self._latency_index[config]
         except KeyError:
             raise ProfileError(f"profile {self.function!r} has no configuration {config.label()}") from None
+
+    def has(self, config: Config) -> bool:
+        """Whether this table holds ``config``."""
+        return config in self._latency_index
 
     @cached_property
     def _latency_index(self) -> dict[Config, float]:
@@ -75,6 +85,12 @@ def median_latency(profile: Profile, even: Literal["upper", "mean"]) -> float:
 
 _TOP_FIELDS = {"function", "gpu_model", "configs", "cold_start_ms", "output_bytes"}
 _ENTRY_FIELDS = {"batch", "vcpus", "gpu", "latency_ms"}
+SPREAD_FIELD = "latency_cv"
+"""A table's (top level) or a row's spread: the coefficient of variation of the run time."""
+ROW_SAMPLES_FIELD = "samples"
+"""How many timed batches a row's figures come from (``esg profile``, learned tables)."""
+QUANTILE_FIELD = re.compile(r"^p(\d+(?:\.\d+)?)_ms$")
+"""A row's measured percentile of the run time: ``p95_ms``, ``p99_ms``, ``p99.9_ms``."""
 
 
 def profile_from_dict(data: Any, source: str) -> Profile:
@@ -109,6 +125,7 @@ def profile_from_dict(data: Any, source: str) -> Profile:
     if isinstance(out_bytes, bool) or not isinstance(out_bytes, int) or out_bytes < 0:
         raise ProfileError(f"{source}: field 'output_bytes' must be a non-negative integer")
     extra = {k: v for k, v in data.items() if k not in _TOP_FIELDS}
+    _check_spread(extra, source)
     return Profile(function, geo.model, tuple(entries), cold, out_bytes, extra)
 
 
@@ -133,7 +150,17 @@ def _entry(c: Any, i: int, source: str, geo) -> ProfileEntry:
             raise ProfileError(f"{where}: field 'gpu': {exc}") from None
     latency = _number(c["latency_ms"], "latency_ms", where)
     extra = {k: v for k, v in c.items() if k not in _ENTRY_FIELDS}
+    _check_spread(extra, where)
     return ProfileEntry(Config(c["batch"], c["vcpus"], gpu), latency, extra)
+
+
+def _check_spread(fields: Mapping[str, Any], where: str) -> None:
+    """The spread fields of a table or a row: ``latency_cv`` a non-negative number, ``p<q>_ms`` positive."""
+    if SPREAD_FIELD in fields:
+        _number(fields[SPREAD_FIELD], SPREAD_FIELD, where, allow_zero=True)
+    for name, value in fields.items():
+        if QUANTILE_FIELD.match(name):
+            _number(value, name, where)
 
 
 def _number(v: Any, name: str, where: str, allow_zero: bool = False) -> float:

@@ -54,6 +54,7 @@ non_negative_int = _in_range(int, lambda v: v >= 0, "0 or more", "non_negative_i
 positive_float = _in_range(float, lambda v: v > 0, "a positive number", "positive_float")
 non_negative_float = _in_range(float, lambda v: v >= 0, "0 or more", "non_negative_float")
 fraction = _in_range(float, lambda v: 0 <= v <= 1, "between 0 and 1", "fraction")
+percentile = _in_range(float, lambda v: 50 < v < 100, "strictly between 50 and 100 (e.g. 95 for p95)", "percentile")
 port = _in_range(int, lambda v: 1 <= v <= 65535, "a TCP port (1-65535)", "port")
 port_or_zero = _in_range(int, lambda v: 0 <= v <= 65535, "a TCP port (1-65535, or 0 for a free one)", "port_or_zero")
 

@@ -27,6 +27,7 @@ from esg.errors import EsgError, MigError
 from esg.mig import DEFAULT_GPU_MODEL, MAX_GPU_SHARE, geometry, is_whole, unshared, whole_model
 from esg.policies import make_policy, policy_names
 from esg.policies.base import PolicyContext
+from esg_cli import checks
 from esg_cli.checks import check_dir, check_writable_dir, check_writable_file
 from esg_cli.errors import CliError
 from esg_files import load_app, load_profiles, read_arrivals, read_hop_samples, write_arrivals
@@ -117,6 +118,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "factor up to 1+S, instead of unprofiled")
     p.add_argument("--explore-fraction", type=float, default=0.05, metavar="F",
                    help="with --profiles-online: the share of a function's calls that may be explored")
+    p.add_argument("--slo-percentile", type=checks.percentile, default=None, metavar="P",
+                   help="ESG plans every run time at its P-th percentile (50 < P < 100, e.g. 95) instead of the "
+                        "tables' one latency figure: from the tables' measured percentiles or spread (latency_cv; "
+                        "default 0.05), with --profiles-online from the learned sketches (default: that figure)")
     p.add_argument("--admission-control", action="store_true",
                    help="answer a request at once with an error when not even its app's fastest path fits what "
                         "is left of its SLO, instead of running it late (docs/emulator.md); reported in the "
@@ -371,7 +376,8 @@ def run_cell(args, cell, trace):
     policy = make_policy(policy_name, PolicyContext(apps, online.tables if online else profiles, seed=args.seed,
                                                     mig_reconfig_ms=args.mig_reconfig_ms,
                                                     cold_start_scale=args.cold_start_scale,
-                                                    stage_overhead_ms=stage_overhead_ms(args)))
+                                                    stage_overhead_ms=stage_overhead_ms(args),
+                                                    slo_percentile=getattr(args, "slo_percentile", None)))
     rng = np.random.default_rng([args.seed, _stable(policy_name), _stable(slo_level), _stable(load_level)])
     result = Emulation(apps, profiles, policy, requests, rng, cluster, params, online=online,
                        admission_control=getattr(args, "admission_control", False)).run()
@@ -396,7 +402,8 @@ def online_learning(args, apps, profiles):
     if args.prior_spread is not None:
         prior_rng = np.random.default_rng([args.seed, _stable("prior")])
         priors = {f: perturbed(p, args.prior_spread, prior_rng) for f, p in sorted(profiles.items())}
-    return OnlineLearning(profiles, apps, priors=priors, explore_fraction=args.explore_fraction)
+    return OnlineLearning(profiles, apps, priors=priors, explore_fraction=args.explore_fraction,
+                          percentile=getattr(args, "slo_percentile", None))
 
 
 def _stable(name: str) -> int:

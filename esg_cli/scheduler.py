@@ -96,6 +96,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stage-overhead-ms", type=checks.non_negative_float, default=None, metavar="MS",
                    help="the per-batch overhead the scheduler plans with: dispatch to the agent and the result "
                         "back (default 2.5, as esg emulate's --hop-ms; docs/live-vs-emulated.md measures it)")
+    p.add_argument("--slo-percentile", type=checks.percentile, default=None, metavar="P",
+                   help="ESG plans every run time at its P-th percentile (50 < P < 100, e.g. 95), from the tables' "
+                        "measured percentiles or spread and, with online profiles, the learned sketches, instead of "
+                        "the tables' one latency figure (as esg emulate --slo-percentile; default: that figure)")
     p.add_argument("--no-prewarm", action="store_true",
                    help="the policy starts no worker ahead of a batch and every worker keeps the agent's "
                         "--idle-ttl-s (as esg emulate --no-prewarm; default: the policy pre-warms and keeps "
@@ -134,6 +138,7 @@ def settings_from(args: argparse.Namespace):
                     explore_fraction=args.explore_fraction, admission_control=args.admission_control,
                     stage_overhead_ms=(HOP_MS if args.stage_overhead_ms is None
                                        else args.stage_overhead_ms),
+                    slo_percentile=args.slo_percentile,
                     activation_store=activation_store(args),
                     deadline=Deadline(args.timeout_factor, args.timeout_addon_s, args.std_time_limit_s),
                     parameter_keys=parameter_keys(args), lease_s=args.lease_s,

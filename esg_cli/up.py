@@ -92,6 +92,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--admission-control", action="store_true",
                    help="the scheduler rejects at once, with an application error, an activation whose app cannot "
                         "meet what is left of its SLO even at its fastest (esg scheduler --admission-control)")
+    p.add_argument("--slo-percentile", type=checks.percentile, default=None, metavar="P",
+                   help="the scheduler plans every run time at its P-th percentile, 50 < P < 100 (esg scheduler "
+                        "--slo-percentile)")
     p.add_argument("--no-prewarm", action="store_true",
                    help="the scheduler's policy starts no worker ahead of a batch and every worker keeps the "
                         "agents' TTL (as esg emulate --no-prewarm)")
@@ -312,6 +315,8 @@ def _start(stack: ExitStack, args: argparse.Namespace, apps: list[Deployed], log
         scheduler.append("--admission-control")
     if getattr(args, "no_prewarm", False):
         scheduler.append("--no-prewarm")
+    if getattr(args, "slo_percentile", None) is not None:
+        scheduler += ["--slo-percentile", f"{args.slo_percentile:g}"]
     for name in schedulers:
         start(name, [*scheduler, "--metrics-port", str(metrics[name])],
               dict(env, ESG_REDIS_FILE=str(creds / "scheduler" / "redis.url"), ESG_SCHEDULER_NAME=name))

@@ -6,7 +6,9 @@ exactly as the agent starts one (``ProcessWorker``: CPU affinity to the first ``
 (worker start + ``/init`` + the first request, which builds the model) is measured once per group. Every
 configuration then gets ``warmup`` unmeasured batches and ``runs`` timed batches of ``batch`` requests;
 a batch's time is the wall time of the pool's ``run`` call (one ``/run`` with the batch envelope, as
-the agent sends it). ``latency_ms`` is the median (p50); ``p99_ms`` and the samples are kept.
+the agent sends it). ``latency_ms`` is the median (p50); ``p95_ms``, ``p99_ms``, the samples and their
+spread ``latency_cv`` (sample standard deviation over mean; with two runs or more) are kept: planning at
+a percentile (``--slo-percentile``, ``esg.tail``) reads them.
 
 A configuration whose action answers an error (any status code other than 0) is recorded as failed,
 with the error, and the run goes on. Configurations the machine cannot run (more vCPUs than it has,
@@ -155,10 +157,7 @@ class Profiler:
             if (err := _error(results)) is not None:
                 return self._fail(config, store, err)
             samples.append(ms)
-        p50 = float(np.percentile(samples, 50))
-        store.record(config, {**config.to_dict(), "latency_ms": round(p50, 3), "p50_ms": round(p50, 3),
-                              "p99_ms": round(float(np.percentile(samples, 99)), 3),
-                              "samples": len(samples), "samples_ms": [round(s, 3) for s in samples]})
+        store.record(config, {**config.to_dict(), **row_figures(samples)})
         self.report.measured.append(config)
 
     def _fail(self, config: Config, store: PartialStore, error: str) -> None:
@@ -244,3 +243,17 @@ def _worker(spec: WorkerSpec, action: ActionCode) -> ProcessWorker:
     if spec.mig_uuid is None:
         env["ESG_ACTION_DEVICE"] = "cpu"
     return ProcessWorker(spec, action, extra_env=env)
+
+
+def row_figures(samples: list[float]) -> dict[str, Any]:
+    """A configuration's figures from its timed batches: the median as ``latency_ms`` (and ``p50_ms``),
+    ``p95_ms``, ``p99_ms``, ``samples`` (the count), the spread ``latency_cv`` (sample standard deviation
+    over mean, with two samples or more) and the samples themselves."""
+    p50 = float(np.percentile(samples, 50))
+    row: dict[str, Any] = {"latency_ms": round(p50, 3), "p50_ms": round(p50, 3),
+                           "p95_ms": round(float(np.percentile(samples, 95)), 3),
+                           "p99_ms": round(float(np.percentile(samples, 99)), 3)}
+    if len(samples) >= 2:
+        row["latency_cv"] = round(statistics.stdev(samples) / statistics.fmean(samples), 4)
+    row.update({"samples": len(samples), "samples_ms": [round(s, 3) for s in samples]})
+    return row

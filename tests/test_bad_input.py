@@ -338,7 +338,13 @@ EXTRA = [("emulate", "trace minute 0", case("emulate", "--trace-minute-s", "0", 
          ("emulate", "hop samples malformed", case("emulate", "--hop-samples", "{bad_trace}", "--out",
                                                     "{tmp}/out", needle="--hop-samples")),
          ("emulate", "hop samples and spread", case("emulate", "--hop-samples", "{bad_trace}", "--hop-log-sd",
-                                                     "0.5", "--out", "{tmp}/out", needle="--hop-log-sd"))]
+                                                     "0.5", "--out", "{tmp}/out", needle="--hop-log-sd")),
+         *((cmd, f"slo percentile {bad or 'empty'}", case(*argv, "--slo-percentile", bad, needle="--slo-percentile"))
+           for cmd, argv in (("emulate", ("emulate", "--out", "{tmp}/out")),
+                             ("plan", ("plan", "--app", APP, "--profiles", A100)),
+                             ("scheduler", ("scheduler", *SERVICE)),
+                             ("up", ("up",)))
+           for bad in ("50", "100", "120", "p95", "nan", ""))]
 
 
 @pytest.mark.parametrize("cmd,cls,c", EXTRA, ids=[f"{cmd}-{cls.replace(' ', '_')}" for cmd, cls, _ in EXTRA])

@@ -47,6 +47,9 @@ class OnlineLearning:
     priors: Mapping[str, Profile] = field(default_factory=dict)
     explore_fraction: float = 0.05
     bound_ms: float = DEFAULT_BOUND_MS
+    percentile: float | None = None
+    """The scheduler's planning percentile (``--slo-percentile``): the learned tables record their sketches
+    at it (:func:`esg.online.learned_profile`)."""
     learner: Learner = field(default_factory=Learner)
     explorer: Explorer = field(init=False)
     tables: dict[str, Profile] = field(init=False)
@@ -71,7 +74,7 @@ class OnlineLearning:
         model = self.truth[function].gpu_model
         stats = self.learner.table_stats(function)
         return learned_profile(function, stats, prior, self.spec(function), self.bound_ms, model,
-                               self.learner.min_samples)
+                               self.learner.min_samples, self.percentile)
 
     def latency(self, function: str, config: Config) -> float:
         """The true latency of ``config`` (see the module's note for batch sizes the table lacks)."""

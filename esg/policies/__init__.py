@@ -1,4 +1,5 @@
-"""Scheduling policies behind one interface: ESG and the baselines, chosen by name."""
+"""Scheduling policies, chosen by name: each a function that composes a :class:`~esg.policies.base.Policy`
+from a proposer and plugins (:mod:`esg.policies.points`), registered with :func:`register`."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from esg.policies.base import Policy, PolicyContext
 _REGISTRY: dict[str, Callable[[PolicyContext], Policy]] = {}
 
 
-def register(name: str):
-    def deco(factory):
+def register(name: str) -> Callable[[Callable[[PolicyContext], Policy]], Callable[[PolicyContext], Policy]]:
+    """Register a policy's factory under ``name`` (a decorator)."""
+    def deco(factory: Callable[[PolicyContext], Policy]) -> Callable[[PolicyContext], Policy]:
         _REGISTRY[name] = factory
         return factory
     return deco
@@ -18,10 +20,10 @@ def register(name: str):
 
 def make_policy(name: str, ctx: PolicyContext) -> Policy:
     _load_builtin()
-    try:
-        return _REGISTRY[name](ctx)
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(_REGISTRY))})") from None
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(sorted(_REGISTRY))})")
+    return factory(ctx)
 
 
 def policy_names() -> list[str]:

@@ -5,19 +5,26 @@ objective is cost, the constraint "end-to-end latency - QoS <= 0", starting from
 model-guided rounds. Here the black box is the profile-based latency model (each stage's profiled
 latency times the P95 of the execution noise, longest path through the DAG) and the cost model; the
 optimiser is optuna's TPE sampler with ``constraints_func`` (seeded), run **once per app and SLO level
-before the workload starts** (offline: it costs no scheduling time). The best feasible trial is fixed
+before the workload starts** (offline: it costs no scheduling time). Aquatope's containers run one
+invocation at a time, so the search space holds **batch-1 configurations only**: the cost the objective
+weighs is what one invocation -- the batch the queue delivers -- costs. The best feasible trial is fixed
 for every request; when no trial is feasible, the one with the smallest violation.
 
 Pre-warming and keep-alive (Aquatope's prediction-driven warm pool), a stand-in with the original's
-inputs and horizon: Aquatope predicts each function's invocations in the next interval with an
-uncertainty-aware (Bayesian LSTM) model and keeps that many containers warm, over-provisioning by the
+inputs and horizon: Aquatope predicts how many containers each function needs in the next interval with
+an uncertainty-aware (Bayesian LSTM) model and keeps that many warm, over-provisioning by the
 prediction's uncertainty. Here the prediction is an exponentially weighted mean and standard deviation
-of the app's per-interval request counts (every function of an app runs once per request), and the
-pool is sized for their upper bound, mean + 1.645 sd: by Little's law, that many calls in an interval
-keep ceil(calls x latency / (interval x batch)) workers of the planned configuration busy. At each
-interval boundary the pool of each function is topped up (workers running, idle of the planned kind,
-or starting count) by pre-warms placed by the platform (every node by free capacity). The keep-alive
-follows the prediction: two intervals while at least one call is predicted, else one.
+of each app's **peak rate** per interval (its calls in the busiest second of the interval; every
+function of an app runs once per request), taken at its upper bound, mean + 1.645 sd; the pool of a
+stage is the **concurrency** that rate keeps -- the 95th percentile of a Poisson number of invocations
+in flight with mean rate x the stage's P95 latency (hop included), at least one while calls are
+predicted. At each interval boundary the pool of each function is topped up (workers running, idle of
+the planned kind, or starting count) by pre-warms placed by the platform (every node by free
+capacity). The keep-alive follows the prediction: two intervals while at least one call is predicted,
+else one.
+
+Scaling beyond the pool is the platform's in the original; here it is the generic scale-out rule every
+baseline without an autoscaler of its own gets (:class:`esg.policies.common.BacklogGate`).
 """
 
 from __future__ import annotations
@@ -25,17 +32,20 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 
 import optuna
 
 from esg.cluster import ClusterSnapshot
 from esg.cost import config_cost
+from esg.events import Dispatch
 from esg.model import App, Config
 from esg.policies import register
-from esg.policies.base import Choice, Policy, PolicyContext
-from esg.policies.common import app_latency, p95_factor
-from esg.prewarm import Warming, WarmUp, idle_of_kind, smallest_of_kind
+from esg.policies.base import Choice, Policy, PolicyContext, Starting, apps_sharing
+from esg.policies.common import BacklogGate, app_latency, p95_factor
+from esg.policies.points import WarmUps
+from esg.prewarm import WarmUp, idle_of_kind, smallest_of_kind
 from esg.queues import AfwQueue
 
 N_STARTUP = 10
@@ -48,16 +58,48 @@ traces; here 10 s, so that a start-up (seconds) ends within the interval it was 
 run sees several predictions (the shipped trace replays a minute in 5 s by default)."""
 ALPHA, Z = 0.3, 1.645
 """The forecast's smoothing weight and the upper bound's z-score."""
+PEAK_MS = 1000.0
+"""The window of the peak rate: the original's container pool scheduler decides once a second."""
+POOL_QUANTILE = 0.95
+"""The pool covers this quantile of the invocations in flight (the planning percentile, P95)."""
+
+
+def poisson_quantile(mean: float, q: float) -> int:
+    """The smallest n with P(X <= n) >= q for X ~ Poisson(mean)."""
+    if mean <= 0.0:
+        return 0
+    term = math.exp(-mean)
+    total, n = term, 0
+    while total < q and n < 10_000:
+        n += 1
+        term *= mean / n
+        total += term
+    return n
 
 
 class Forecast:
-    """One app's per-interval request counts, and the prediction of the next interval's."""
+    """One app's per-interval request counts and peak rates, and the prediction of the next interval's."""
 
     def __init__(self) -> None:
         self.interval = -1
         self.count = 0
         self.mean = 0.0
         self.var = 0.0
+        self.second = -1
+        self.in_second = 0
+        self.peak = 0
+        """Calls in the busiest second of the open interval so far."""
+        self.peak_mean = 0.0
+        self.peak_var = 0.0
+
+    def add(self, now_ms: float) -> None:
+        """One call at ``now_ms`` (its interval advanced to already)."""
+        second = int(now_ms // PEAK_MS)
+        if second != self.second:
+            self.second, self.in_second = second, 0
+        self.in_second += 1
+        self.count += 1
+        self.peak = max(self.peak, self.in_second)
 
     def advance(self, interval: int) -> None:
         """Close the intervals before ``interval`` (the empty ones in between count as 0 calls)."""
@@ -68,12 +110,20 @@ class Forecast:
             err = self.count - self.mean
             self.mean += ALPHA * err
             self.var = (1 - ALPHA) * (self.var + ALPHA * err * err)
+            perr = self.peak - self.peak_mean
+            self.peak_mean += ALPHA * perr
+            self.peak_var = (1 - ALPHA) * (self.peak_var + ALPHA * perr * perr)
             self.count = 0
+            self.peak = 0
             self.interval += 1
 
     def upper(self) -> float:
         """The predicted calls in the next interval, uncertainty included."""
         return self.mean + Z * math.sqrt(self.var)
+
+    def peak_rate_per_ms(self) -> float:
+        """The predicted calls per millisecond in the next interval's busiest second, uncertainty included."""
+        return max(0.0, self.peak_mean + Z * math.sqrt(self.peak_var)) / PEAK_MS
 
 
 def _quiet_optuna(fn):
@@ -91,12 +141,11 @@ def _quiet_optuna(fn):
     return quiet
 
 
-@register("aquatope")
-class AquatopePolicy(Policy):
-    name = "aquatope"
+class AquatopeProposer:
+    """Aquatope's configurations: constrained BO per app, before the workload starts."""
 
     def __init__(self, ctx: PolicyContext, n_trials: int = N_TRIALS, noise_cv: float = NOISE_CV):
-        super().__init__(ctx)
+        self.ctx = ctx
         self.p95 = p95_factor(noise_cv)
         self.n_trials = n_trials
         self.evaluations = 0
@@ -105,16 +154,18 @@ class AquatopePolicy(Policy):
         """app -> (cost, P95 latency) of its plan."""
         for name in sorted(ctx.apps):
             self.plans[name] = self.optimise(ctx.apps[name])
-        self.forecasts: dict[str, Forecast] = {}
-        self._warming = Warming()
-        self._next_ms: float | None = None
 
-    def on_app_added(self, app: App) -> None:
-        for a in self.apps_sharing(app):
+    def work_units(self) -> int:
+        return 0  # planned offline: no scheduling time
+
+    def on_app_added(self, ctx: PolicyContext, app: App) -> None:
+        self.ctx = ctx
+        for a in apps_sharing(ctx, app):
             self.plans[a.name] = self.optimise(a)
 
     def _options(self, f: str) -> list[Config]:
-        return sorted((e.config for e in self.ctx.profiles[f].entries if self.ctx.spec(f).allows(e.config)),
+        return sorted((e.config for e in self.ctx.profiles[f].entries
+                       if e.config.batch == 1 and self.ctx.spec(f).allows(e.config)),
                       key=lambda c: (c.gpu or "", c.batch, c.vcpus))
 
     def evaluate(self, app: App, configs: dict[str, Config]) -> tuple[float, float]:
@@ -156,33 +207,58 @@ class AquatopePolicy(Policy):
         c = self.plans[app.name][queue.key[1]]
         return Choice((c,), latencies={c: self.ctx.profiles[queue.key[1]].latency(c)})
 
-    # -- prediction-driven warm pool -------------------------------------------------------------------
+
+
+class ForecastPool:
+    """Aquatope's prediction-driven warm pool and keep-alive."""
+
+    def __init__(self, ctx: PolicyContext, proposer: AquatopeProposer, starting: Starting):
+        self.ctx = ctx
+        self.proposer = proposer
+        self.starting = starting
+        self.forecasts: dict[str, Forecast] = {}
+        self.running: Counter[tuple[str, str]] = Counter()
+        """Batches in flight per AFW queue (their workers count in the pool)."""
+        self._next_ms: float | None = None
+
+    def on_app_added(self, ctx: PolicyContext, app: App) -> None:
+        self.ctx = ctx
+
+    def on_dispatch(self, dispatch: Dispatch) -> None:
+        self.running[(dispatch.app, dispatch.function)] += 1
+
+    def on_done(self, dispatch: Dispatch) -> None:
+        self.running[(dispatch.app, dispatch.function)] -= 1
+
     def on_arrival(self, request, app: App, now_ms: float) -> None:
         f = self.forecasts.setdefault(app.name, Forecast())
         f.advance(int(now_ms // INTERVAL_MS))
-        f.count += 1
+        f.add(now_ms)
         if self._next_ms is None:
             self._next_ms = (int(now_ms // INTERVAL_MS) + 1) * INTERVAL_MS
 
     def pool_size(self, app: str, function: str) -> int:
-        """The workers of ``function`` the next interval's predicted calls keep busy."""
+        """The workers of ``function`` the next interval's predicted peak concurrency keeps busy: the
+        :data:`POOL_QUANTILE` of the invocations in flight at the predicted peak rate (Little's law: rate
+        x the stage's P95 latency and hop, Poisson arrivals), at least one while calls are predicted."""
         f = self.forecasts.get(app)
-        calls = f.upper() if f is not None else 0.0
-        if calls < 0.5:
+        if f is None or f.upper() < 0.5:
             return 0
-        c = self.plans[app][function]
-        return math.ceil(calls * self.ctx.profiles[function].latency(c) / (INTERVAL_MS * c.batch))
+        c = self.proposer.plans[app][function]
+        in_flight = f.peak_rate_per_ms() * (self.ctx.profiles[function].latency(c) * self.proposer.p95
+                                             + self.ctx.stage_overhead_ms)
+        return max(1, poisson_quantile(in_flight, POOL_QUANTILE))
 
     def keep_alive_ms(self, app: str, function: str, now_ms: float) -> float | None:
         f = self.forecasts.get(app)
         return 2 * INTERVAL_MS if f is not None and f.upper() >= 1.0 else INTERVAL_MS
 
-    def prewarm(self, now_ms: float, snapshot: ClusterSnapshot, dispatched: Sequence) -> list[WarmUp]:
+    def prewarm(self, now_ms: float, snapshot: ClusterSnapshot, dispatched: Sequence[Dispatch],
+                asked: WarmUps) -> None:
         if self._next_ms is None or now_ms < self._next_ms:
-            return []
+            return
         interval = int(now_ms // INTERVAL_MS)
         self._next_ms = (interval + 1) * INTERVAL_MS
-        out: list[WarmUp] = []
         busy = False
         for name in sorted(self.forecasts):
             self.forecasts[name].advance(interval)
@@ -192,16 +268,23 @@ class AquatopePolicy(Policy):
                 if want <= 0:
                     continue
                 busy = True
-                c = self.plans[name][g]
+                c = self.proposer.plans[name][g]
                 have = (self.running[(name, g)] + idle_of_kind(snapshot, g, c.gpu)
-                        + self._warming.count(g, now_ms, c.gpu))
+                        + self.starting.warming.count(g, now_ms, c.gpu))
                 config = smallest_of_kind(self.ctx.profiles[g], c)
                 keep = self.keep_alive_ms(name, g, now_ms)
-                out.extend(WarmUp(name, g, config, keep, ready_by_ms=now_ms + INTERVAL_MS)
-                           for _ in range(want - have))
+                for _ in range(want - have):
+                    asked.add(WarmUp(name, g, config, keep, ready_by_ms=now_ms + INTERVAL_MS))
         if not busy:
             self._next_ms = None  # nothing predicted: asked again at the next call
-        return out
 
-    def prewarm_wake_ms(self) -> float | None:
+    def wake_ms(self) -> float | None:
         return self._next_ms
+
+
+@register("aquatope")
+def aquatope_policy(ctx: PolicyContext) -> Policy:
+    """Aquatope: BO-planned configurations placed by free capacity, a prediction-driven warm pool."""
+    proposer = AquatopeProposer(ctx)
+    starting = Starting(ctx)
+    return Policy("aquatope", ctx, proposer, [BacklogGate(), starting, ForecastPool(ctx, proposer, starting)])

@@ -1,19 +1,17 @@
 """Helpers the baseline policies share: per-stage SLO shares, weighted resources, config ladders, the
-bin-packing placer."""
+bin-packing node order, and the generic scale-out gate for the baselines whose papers name none."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from mypy_extensions import mypyc_attr
-
+from esg import placement
 from esg.cluster import ClusterSnapshot
 from esg.cost import Prices, config_cost
 from esg.mig import compute_slices
 from esg.model import App, Config, Job
-from esg.policies.placer import Placer
 from esg.profiles import Profile
 from esg.search import longest_path
 
@@ -69,10 +67,21 @@ def packing_order(snapshot: ClusterSnapshot, gpu: bool) -> list[str]:
     return sorted(snapshot.nodes, key=key)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
-class PackingPlacer(Placer):
-    """The shared placer with a bin-packing node order: the fullest GPU node that fits first (INFless's
-    and FaST-GShare's placement, :func:`packing_order`)."""
+class PackingOrder:
+    """Node order plugin: the fullest GPU node that fits first (INFless's and FaST-GShare's placement,
+    :func:`packing_order`)."""
 
     def preferred_nodes(self, app: App, head: Job, snapshot: ClusterSnapshot) -> list[str]:
         return packing_order(snapshot, gpu=True)
+
+
+class BacklogGate:
+    """Scale-out gate plugin: the generic rule for policies whose papers specify no autoscaler of their
+    own (Orion and Aquatope leave scaling to the platform): a new worker only when none of the queue's
+    batches runs, or when the running ones would take longer than a cold start to work the backlog off
+    (:func:`esg.placement.worth_starting`). A start-up of seconds for a backlog the running workers clear
+    in milliseconds only takes an instance from another function."""
+
+    def may_scale_out(self, running: int, queued: int, priorities: Sequence[Config],
+                      latency_of: Callable[[Config], float], startup: placement.StartupCosts) -> bool:
+        return placement.worth_starting(running, queued, priorities, latency_of, startup)

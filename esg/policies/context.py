@@ -51,6 +51,9 @@ class PolicyContext:
     """Multiplies the profiles' ``cold_start_ms`` (as the driver does)."""
     stage_overhead_ms: float = 0.0
     """What the driver adds to every batch beyond its run time (the hop to the worker and back)."""
+    slo_percentile: float | None = None
+    """The run-time percentile ESG_1Q plans with (``--slo-percentile``, :mod:`esg.tail`); None: the
+    tables' ``latency_ms``."""
 
     def spec(self, function: str) -> FunctionSpec:
         return self.specs.get(function, _ANY_FUNCTION)

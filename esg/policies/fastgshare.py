@@ -9,28 +9,29 @@ its share of the app SLO (proportional to its fastest latency), as for INFless.
 
 from __future__ import annotations
 
-from mypy_extensions import mypyc_attr
-
 from esg.cluster import ClusterSnapshot
 from esg.cost import config_cost
 from esg.model import App, Config
 from esg.policies import register
-from esg.policies.base import Choice, Policy, PolicyContext
-from esg.policies.common import PackingPlacer, stage_shares, weighted_resource
+from esg.policies.base import Choice, Policy, PolicyContext, apps_sharing
+from esg.policies.common import PackingOrder, stage_shares, weighted_resource
 from esg.queues import AfwQueue
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
-class FastGSharePolicy(Policy):
-    name = "fastgshare"
+class FastGShareProposer:
+    """FaST-Scheduler's configuration rule per function."""
 
     def __init__(self, ctx: PolicyContext):
-        super().__init__(ctx, PackingPlacer(ctx))
+        self.ctx = ctx
         self.expanded = 0
         self._ranked = {(a, f): self.ranked(app, f) for a, app in ctx.apps.items() for f in app.functions}
 
-    def on_app_added(self, app: App) -> None:
-        for a in self.apps_sharing(app):
+    def work_units(self) -> int:
+        return self.expanded
+
+    def on_app_added(self, ctx: PolicyContext, app: App) -> None:
+        self.ctx = ctx
+        for a in apps_sharing(ctx, app):
             self._ranked = {k: v for k, v in self._ranked.items() if k[0] != a.name}
             self._ranked.update({(a.name, f): self.ranked(a, f) for f in a.functions})
 
@@ -57,4 +58,7 @@ class FastGSharePolicy(Policy):
         return Choice(tuple(c for c, _ in ranked), latencies=dict(ranked))
 
 
-register("fastgshare")(FastGSharePolicy)  # a statement, not a decorator: mypyc keeps a decorated class out of native code
+@register("fastgshare")
+def fastgshare_policy(ctx: PolicyContext) -> Policy:
+    """FaST-GShare: its configuration rule, placed to pack GPU nodes."""
+    return Policy("fastgshare", ctx, FastGShareProposer(ctx), [PackingOrder()])

@@ -28,15 +28,22 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from typing import Final
 
-from mypy_extensions import mypyc_attr
-
 from esg.cluster import ClusterSnapshot
 from esg.events import Dispatch
 from esg.model import App, Config
 from esg.policies import register
-from esg.policies.base import Choice, Policy, PolicyContext
-from esg.policies.common import PackingPlacer, packing_order, stage_shares, weighted_resource
-from esg.prewarm import Timed, Warming, WarmUp, idle_of_kind, smallest_of_kind
+from esg.policies.base import (
+    Choice,
+    Policy,
+    PolicyContext,
+    Starting,
+    apps_sharing,
+    prewarm_start_ms,
+    rewarm_ms,
+)
+from esg.policies.common import PackingOrder, packing_order, stage_shares, weighted_resource
+from esg.policies.points import WarmUps
+from esg.prewarm import Timed, WarmUp, idle_of_kind, smallest_of_kind
 from esg.queues import AfwQueue
 
 RATE_WINDOW_MS: Final = 10_000.0
@@ -94,27 +101,27 @@ class Lsth:
         return max(self.long)
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
-class InflessPolicy(Policy):
-    name = "infless"
+class InflessProposer:
+    """INFless's estimator: configurations by CRE within the function's throughput window, batches that
+    wait at most their timeout."""
 
     def __init__(self, ctx: PolicyContext):
-        super().__init__(ctx, PackingPlacer(ctx))
+        self.ctx = ctx
         self.expanded = 0
         self.shares = {a: stage_shares(app, ctx.profiles, app.slo_ms) for a, app in ctx.apps.items()}
         self._arrivals: dict[str, deque[float]] = {a: deque() for a in ctx.apps}
         self._candidates = {(a, f): self.candidates(a, f) for a, app in ctx.apps.items() for f in app.functions}
-        self.lsth: dict[str, Lsth] = {}
-        self._pending = Timed()
-        self._warming = Warming()
 
-    def on_app_added(self, app: App) -> None:
+    def work_units(self) -> int:
+        return self.expanded
+
+    def on_app_added(self, ctx: PolicyContext, app: App) -> None:
+        self.ctx = ctx
         self._arrivals.setdefault(app.name, deque())
-        for a in self.apps_sharing(app):
-            self.shares[a.name] = stage_shares(a, self.ctx.profiles, a.slo_ms)
+        for a in apps_sharing(ctx, app):
+            self.shares[a.name] = stage_shares(a, ctx.profiles, a.slo_ms)
             self._candidates = {k: v for k, v in self._candidates.items() if k[0] != a.name}
             self._candidates.update({(a.name, f): self.candidates(a.name, f) for f in a.functions})
-
     def candidates(self, app: str, function: str) -> list[tuple[float, float, float, Config]]:
         """(CRE, T, timeout, config) of every config meeting its execution budget, best CRE first."""
         s = self.shares[app][function]
@@ -133,7 +140,6 @@ class InflessPolicy(Policy):
         return out
 
     def on_arrival(self, request, app: App, now_ms: float) -> None:
-        self.lsth.setdefault(app.name, Lsth()).add(request.arrival_ms)
         q = self._arrivals[app.name]
         q.append(now_ms)
         while q and q[0] < now_ms - RATE_WINDOW_MS:
@@ -165,7 +171,31 @@ class InflessPolicy(Policy):
         prios = [x for x in ordered if x[3].batch <= max(len(queue), 1)] or ordered
         return Choice(tuple(x[3] for x in prios[:8]), latencies={x[3]: x[1] for x in prios[:8]})
 
-    # -- LSTH pre-warming and keep-alive --------------------------------------------------------------
+
+
+class LsthWarmPool:
+    """INFless's LSTH pre-warming and keep-alive, per app."""
+
+    def __init__(self, ctx: PolicyContext, starting: Starting):
+        self.ctx = ctx
+        self.starting = starting
+        self.lsth: dict[str, Lsth] = {}
+        self.running: Counter[tuple[str, str]] = Counter()
+        """Batches in flight per AFW queue (a running worker needs no pre-warm)."""
+        self._pending = Timed()
+
+    def on_app_added(self, ctx: PolicyContext, app: App) -> None:
+        self.ctx = ctx
+
+    def on_arrival(self, request, app: App, now_ms: float) -> None:
+        self.lsth.setdefault(app.name, Lsth()).add(request.arrival_ms)
+
+    def on_dispatch(self, dispatch: Dispatch) -> None:
+        self.running[(dispatch.app, dispatch.function)] += 1
+
+    def on_done(self, dispatch: Dispatch) -> None:
+        self.running[(dispatch.app, dispatch.function)] -= 1
+
     def _windows(self, app: str) -> tuple[float, float] | None:
         h = self.lsth.get(app)
         return None if h is None else h.windows()
@@ -174,7 +204,7 @@ class InflessPolicy(Policy):
         """Whether a worker of ``function`` is released after its batch and pre-warmed again: its
         pre-warm window leaves time for a re-warm."""
         w = self._windows(app)
-        return w is not None and w[0] > self.rewarm_ms(function)
+        return w is not None and w[0] > rewarm_ms(self.ctx, function)
 
     def keep_alive_ms(self, app: str, function: str, now_ms: float) -> float | None:
         w = self._windows(app)
@@ -182,7 +212,11 @@ class InflessPolicy(Policy):
             return None
         return 0.0 if self._unloads(app, function) else w[0] + w[1]
 
-    def prewarm(self, now_ms: float, snapshot: ClusterSnapshot, dispatched: Sequence[Dispatch]) -> list[WarmUp]:
+    def wake_ms(self) -> float | None:
+        return self._pending.next_ms()
+
+    def prewarm(self, now_ms: float, snapshot: ClusterSnapshot, dispatched: Sequence[Dispatch],
+                asked: WarmUps) -> None:
         """A released worker comes back at its pre-warm window after its batch (planned end), ready for
         the next call, and waits for the keep-alive window."""
         for d in dispatched:
@@ -190,20 +224,24 @@ class InflessPolicy(Policy):
                 continue
             head, keep = self._windows(d.app)  # type: ignore[misc]
             end = now_ms + (d.planned_latency_ms or 0.0)
-            start = max(now_ms, self.prewarm_start_ms(d.function, d.config.gpu is not None, end + head))
+            start = max(now_ms, prewarm_start_ms(self.ctx, d.function, d.config.gpu is not None, end + head))
             config = smallest_of_kind(self.ctx.profiles[d.function], d.config)
             self._pending.add(start, WarmUp(d.app, d.function, config, keep, ready_by_ms=end + head))
-        due = self._pending.due(now_ms)
         out: list[WarmUp] = []
-        for want in due:
+        for want in self._pending.due(now_ms):
             kind = want.config.gpu
             if (self.running[(want.app, want.function)] + idle_of_kind(snapshot, want.function, kind)
-                    + self._warming.count(want.function, now_ms, kind)
+                    + self.starting.warming.count(want.function, now_ms, kind)
                     + sum(1 for w in out if w.function == want.function and w.config.gpu == kind)) > 0:
                 continue  # a worker runs, or one of that kind waits (or starts) already
             out.append(WarmUp(want.app, want.function, want.config, want.keep_alive_ms,
                               preferred=tuple(packing_order(snapshot, gpu=True)), ready_by_ms=want.ready_by_ms))
-        return out
+        for want in out:
+            asked.add(want)
 
 
-register("infless")(InflessPolicy)  # a statement, not a decorator: mypyc keeps a decorated class out of native code
+@register("infless")
+def infless_policy(ctx: PolicyContext) -> Policy:
+    """INFless: its estimator, bin-packing, LSTH pre-warming and keep-alive."""
+    starting = Starting(ctx)
+    return Policy("infless", ctx, InflessProposer(ctx), [PackingOrder(), starting, LsthWarmPool(ctx, starting)])

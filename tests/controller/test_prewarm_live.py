@@ -19,7 +19,8 @@ import pytest
 from controller_plugin.decisions import read_decisions
 from esg import policies
 from esg.model import Config
-from esg.policies.esg_policy import EsgPolicy
+from esg.policies.esg_policy import esg_policy
+from esg.policies.rules.wait_for_busy import WaitForBusy
 from esg.prewarm import WarmUp
 from esg_cli.openwhisk_standin import GUEST_KEY
 from tests.agent.agent_harness import AgentProcess, SchedulerSide
@@ -46,8 +47,8 @@ def deploy(standin) -> None:
 
 
 class PrewarmSuccessors:
-    """The hooks of a policy that pre-warms along the DAG, on the service's own policy (ESG's, as a
-    subclass: compiled, a method replaced on a policy instance would be bypassed): while ``armed``,
+    """The hooks of a policy that pre-warms along the DAG, on the service's own policy (ESG's proposer and
+    its wait for a busy worker, with a plugin in place of its pre-warming rules): while ``armed``,
     each dispatch of an app's entry function asks for its successors' workers beside it (CPU, one vCPU),
     and every batch's worker is kept warm ``KEEP_ALIVE_MS``."""
 
@@ -62,9 +63,13 @@ class PrewarmSuccessors:
     def policy(self, ctx):
         hook = self
 
-        class Hooked(EsgPolicy):
-            def prewarm(self, now_ms, snapshot, dispatched):
-                return hook.prewarm(now_ms, snapshot, dispatched)
+        class Hooked:  # a plugin in place of ESG's rules
+            def prewarm(self, now_ms, snapshot, dispatched, asked):
+                for want in hook.prewarm(now_ms, snapshot, dispatched):
+                    asked.add(want)
+
+            def wake_ms(self):
+                return None
 
             def on_prewarm(self, p, now_ms):
                 hook.placed.append(p)
@@ -72,7 +77,7 @@ class PrewarmSuccessors:
             def keep_alive_ms(self, app, function, now_ms):
                 return KEEP_ALIVE_MS if hook.armed else None
 
-        return Hooked(ctx)
+        return esg_policy(ctx, [WaitForBusy, lambda parts: Hooked()])
 
     def prewarm(self, now_ms, snapshot, dispatched):
         if not self.armed:

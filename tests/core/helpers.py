@@ -17,3 +17,19 @@ def profile(function: str, rows: list[tuple[int, int, str | None, float]], gpu_m
 
 def nodes(n: int, vcpus: int = 16, gpu: str | None = "A100-40GB") -> ClusterSnapshot:
     return ClusterSnapshot.of([NodeState(f"n{i}", vcpus, vcpus, gpu) for i in range(n)])
+
+
+def esg(ctx, jit_prewarm: bool = True, wait_for_busy: bool = True, spare_instances: bool = True,
+        pool_sizing: bool = True, **pool):
+    """ESG with its rules switched on or off (an ablation: a rule off is a rule left out), the pool rule's
+    figures (``burst_starts``, ``burst_busy``, ``fill_busy``) given."""
+    from functools import partial
+
+    from esg.policies.esg_policy import esg_policy
+    from esg.policies.rules.jit_prewarm import JitPrewarm
+    from esg.policies.rules.pool_sizing import PoolSizing
+    from esg.policies.rules.spare_instances import SpareInstances
+    from esg.policies.rules.wait_for_busy import WaitForBusy
+    on = ((jit_prewarm, JitPrewarm), (wait_for_busy, WaitForBusy), (spare_instances, SpareInstances),
+          (pool_sizing, partial(PoolSizing, **pool)))
+    return esg_policy(ctx, [rule for switched, rule in on if switched])

@@ -39,13 +39,15 @@ def test_a_profile_replaced_with_another_app_is_the_one_every_app_sharing_it_use
     assert s._rest_ms(CHAIN, "a") == pytest.approx(50.0)
     fresh = make_policy(policy, PolicyContext({"chain": CHAIN, "other": OTHER},
                                               {**profiles, "b": profile("b", SLOW_B)}))
+    mine, theirs = pol.proposer, fresh.proposer
     if policy == "infless":
-        assert pol.shares == fresh.shares and pol._candidates == fresh._candidates
+        assert mine.shares == theirs.shares and mine._candidates == theirs._candidates
     elif policy == "fastgshare":
-        assert pol._ranked == fresh._ranked
+        assert mine._ranked == theirs._ranked
     elif policy == "orion":
-        assert pol.ladders == fresh.ladders and not pol._plans
+        assert mine.ladders == theirs.ladders and not mine._plans
     elif policy == "aquatope":
-        assert pol.plans == fresh.plans
+        assert mine.plans == theirs.plans
     else:
-        assert pol.planners["chain"].profiles["b"] is pol.ctx.profiles["b"]
+        assert mine.planners["chain"].profiles["b"] is pol.ctx.profiles["b"]
+        assert all(getattr(p, "ctx", pol.ctx) is pol.ctx for p in pol.plugins), "every plugin has the new context"

@@ -253,3 +253,27 @@ def test_unknown_fields_are_kept_and_ignored(capsys, example):
 def test_bad_flags(capsys, example, args, needle):
     app, prof, _ = example
     _bad(capsys, ["--app", app, "--profiles", prof, *args], needle)
+
+
+def test_slo_percentile_plans_each_configuration_at_its_percentile_of_the_tables_spread(tmp_path, capsys):
+    from esg.tail import spread_factor
+
+    app = write_app(tmp_path / "chain.json", {"name": "chain", "slo_ms": 104, "functions": ["a", "b"],
+                                              "edges": [["a", "b"]]})
+    prof = tmp_path / "profiles"
+    prof.mkdir()
+    write_profile(prof, "a", [(1, 1, None, 50.0), (1, 2, None, 45.0)])
+    write_profile(prof, "b", [(1, 1, None, 50.0)], latency_cv=0.2)   # b's table: a wider spread
+    plain = _json_plan(capsys, app, prof)
+    assert plain["paths"][0]["configs"]["a"]["vcpus"] == 1 and plain["paths"][0]["latency_ms"] == 100.0
+    # at p90: a at the default 5 % spread, b at its table's 20 % (mean-1 log-normal factors)
+    cheap = 50.0 * spread_factor(0.05, 90) + 50.0 * spread_factor(0.2, 90)
+    fast = 45.0 * spread_factor(0.05, 90) + 50.0 * spread_factor(0.2, 90)
+    assert 104.0 < fast < 114.0 < cheap
+    assert not _json_plan(capsys, app, prof, "--slo-percentile", "90")["feasible"]
+    tail = _json_plan(capsys, app, prof, "--slo-percentile", "90", "--slo-ms", "114")
+    assert tail["paths"][0]["configs"]["a"]["vcpus"] == 2
+    assert tail["paths"][0]["latency_ms"] == pytest.approx(fast)
+    assert _json_plan(capsys, app, prof, "--slo-ms", "114")["paths"][0]["configs"]["a"]["vcpus"] == 1
+    rc, out, _ = _plan(capsys, "--app", app, "--profiles", prof, "--slo-percentile", "90", "--slo-ms", "114")
+    assert rc == 0 and "run times at p90" in out and f"{45.0 * spread_factor(0.05, 90):8.1f} ms" in out

@@ -33,7 +33,7 @@ def test_aquatope_restores_optuna_verbosity_after_its_search():
     old = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.DEBUG)
     try:
-        policy.optimise(app)
+        policy.proposer.optimise(app)
         assert optuna.logging.get_verbosity() == optuna.logging.DEBUG
     finally:
         optuna.logging.set_verbosity(old)

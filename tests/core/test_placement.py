@@ -11,9 +11,10 @@ from esg.dispatch import Placement, Wait
 from esg.model import App, Config, Job
 from esg.policies import PolicyContext, make_policy
 from esg.policies.base import Choice
-from esg.policies.common import PackingPlacer
-from esg.policies.esg_policy import EsgPlacer
+from esg.policies.common import BacklogGate, PackingOrder
+from esg.policies.esg_policy import LocalityOrder, WorthStarting
 from esg.policies.placer import Placer
+from esg.policies.points import NodeOrder, ScaleOutGate
 from esg.queues import AfwQueue
 
 from .helpers import profile
@@ -76,16 +77,18 @@ def test_every_policy_falls_back_when_its_configuration_fits_nowhere(name):
 
 @pytest.mark.parametrize("name", POLICIES)
 def test_every_policy_waits_for_a_running_worker_rather_than_start_one_past_the_budget(name):
-    """The baselines scale out once more jobs wait than the running batches take next; ESG once the
-    running batches would take longer than a cold start to clear the queue (its own rule)."""
+    """INFless and FaST-GShare scale out once more jobs wait than the running batches take next; ESG,
+    Orion and Aquatope once the running batches would take longer than a cold start to clear the queue
+    (ESG's own rule, the generic one for the two whose papers leave scaling to the platform)."""
     pol = make(name, cold_ms=3000.0)
     pol.running[("one", "f")] = 1
     placed = place(pol, Choice((Config(1, 1, "1g.5gb"),)), queue(1), cluster())
     assert isinstance(placed, Wait) and "warm worker" in placed.reason
-    # two jobs on one running batch of one (10 ms each): the baselines start another worker; ESG waits
-    # 20 ms rather than pay a 3 s cold start, and starts one for a backlog of 301 (3.01 s > 3 s)
+    # two jobs on one running batch of one (10 ms each): INFless and FaST-GShare start another worker;
+    # the backlog rule waits 20 ms rather than pay a 3 s cold start, and starts one for a backlog of 301
+    # (3.01 s > 3 s)
     placed = place(pol, Choice((Config(1, 1, "1g.5gb"),)), queue(2), cluster())
-    if name == "esg":
+    if name in ("esg", "orion", "aquatope"):
         assert isinstance(placed, Wait) and "warm worker" in placed.reason
         placed = place(pol, Choice((Config(1, 1, "1g.5gb"),)), queue(301), cluster())
     assert isinstance(placed, Placement) and placed.fit.create
@@ -107,28 +110,28 @@ def test_node_order_is_each_originals():
     assert esg.preferred_nodes(APP, after, snap) == [after.pred_node]
 
 
-def test_baselines_compose_the_shared_placer_and_esg_has_its_own():
-    """The split: each policy's placer is a :class:`Placer`; the baselines' is the shared one (INFless and
-    FaST-GShare with their bin-packing node order, nothing else changed), ESG's is its own, with
-    ESG_Dispatch's locality order and ESG's scale-out rule (a start-up weighed against the backlog)."""
-    placers = {name: make(name).placer for name in POLICIES}
-    assert all(isinstance(p, Placer) for p in placers.values())
-    assert type(placers["orion"]) is Placer and type(placers["aquatope"]) is Placer
-    assert type(placers["infless"]) is PackingPlacer and type(placers["fastgshare"]) is PackingPlacer
-    assert type(placers["esg"]) is EsgPlacer
-    # the baselines' placers keep the shared scale-out rule and binding; only the packing order is theirs
-    for cls in (Placer, PackingPlacer):
-        assert cls.may_scale_out is Placer.may_scale_out and cls.place is Placer.place
-    assert PackingPlacer.preferred_nodes is not Placer.preferred_nodes
-    # ESG's placer binds as the shared one does, with its own node order and scale-out rule
-    assert EsgPlacer.place is Placer.place
-    assert EsgPlacer.preferred_nodes is not Placer.preferred_nodes
-    assert EsgPlacer.may_scale_out is not Placer.may_scale_out
+def test_every_policy_places_through_the_shared_placer_with_its_own_plugins():
+    """The split: every policy binds with the shared :class:`Placer`; what differs is its plugins -- INFless
+    and FaST-GShare a bin-packing node order, ESG ESG_Dispatch's locality order and its scale-out gate (a
+    start-up weighed against the backlog), Orion and Aquatope the platform's order and the generic
+    backlog gate (their papers leave scaling to the platform)."""
+    policies = {name: make(name) for name in POLICIES}
+    placers = {name: p.placer for name, p in policies.items()}
+    assert all(isinstance(p, Placer) and type(p).place is Placer.place for p in placers.values())
+
+    def kinds(name: str, point: type) -> list[type]:
+        return [type(p) for p in policies[name].plugins if isinstance(p, point)]
+    assert kinds("infless", NodeOrder) == kinds("fastgshare", NodeOrder) == [PackingOrder]
+    assert not kinds("infless", ScaleOutGate) and not kinds("fastgshare", ScaleOutGate)
+    assert kinds("esg", NodeOrder) == [LocalityOrder] and kinds("esg", ScaleOutGate) == [WorthStarting]
+    for name in ("orion", "aquatope"):
+        assert not kinds(name, NodeOrder) and kinds(name, ScaleOutGate) == [BacklogGate]
     # and the rules differ where they should: one batch of one running, two jobs waiting (10 ms each),
     # a 3 s cold start -- the shared rule starts a worker, ESG's does not
     lat, startup, one = (lambda c: 10.0), placement.StartupCosts(2000.0, 3000.0), (Config(1, 1, "1g.5gb"),)
-    assert placers["orion"].may_scale_out(1, 2, one, lat, startup)
+    assert placers["infless"].may_scale_out(1, 2, one, lat, startup)
     assert not placers["esg"].may_scale_out(1, 2, one, lat, startup)
+    assert not placers["orion"].may_scale_out(1, 2, one, lat, startup)
 
 
 def test_a_wait_is_typed_and_carries_its_reason():

@@ -48,9 +48,9 @@ def test_cached_choices_equal_fresh_ones_as_budgets_shrink_and_grow(name):
         length = rng.choice((1, 2, 4))
         queue = _queue(app, function, length, 1000.0 + budget)
         fresh = _policy(app).choose(app, queue, 1000.0, snapshot)
-        before = kept.searches
+        before = kept.proposer.searches
         assert kept.choose(app, queue, 1000.0, snapshot) == fresh, (function, length, budget)
-        searches += kept.searches - before
+        searches += kept.proposer.searches - before
     assert searches < len(budgets)  # the cache did answer some of them
 
 
@@ -83,8 +83,8 @@ def test_queues_longer_than_the_largest_batch_share_one_plan(name):
     kept = _policy(app)
     snapshot = nodes(2)
     function = app.functions[0]
-    largest = kept.planners[app.name].largest_batch
+    largest = kept.proposer.planners[app.name].largest_batch
     for length in range(largest, largest + 12):
         queue = _queue(app, function, length, 1000.0 + app.slo_ms)
         assert kept.choose(app, queue, 1000.0, snapshot) == _policy(app).choose(app, queue, 1000.0, snapshot)
-    assert kept.searches == 1
+    assert kept.proposer.searches == 1

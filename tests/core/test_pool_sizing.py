@@ -1,5 +1,5 @@
-"""ESG's pool rule (EsgPolicy._size_pools, esg.prewarm.spare_instance with ``idle_elsewhere``): while the
-load seen keeps at most ``POOL_FILL_BUSY`` of the MIG instances busy, a GPU function gets one more worker
+"""ESG's pool rule (esg.policies.rules.pool_sizing, esg.prewarm.spare_instance with ``idle_elsewhere``): while the
+load seen keeps at most ``FILL_BUSY`` of the MIG instances busy, a GPU function gets one more worker
 on an instance ESG holds already for other functions (no MIG change, no instance more), on the profiles
 ESG_1Q's plan for a fresh request uses -- before any of its heads waits. A rule of the scheduler step, so
 the emulator and the live service decide alike."""
@@ -11,11 +11,11 @@ from esg.events import Arrival, Request
 from esg.index import idle_by_function
 from esg.model import App
 from esg.policies import PolicyContext
-from esg.policies.esg_policy import POOL_BURST_STARTS, POOL_FILL_BUSY, EsgPolicy
+from esg.policies.rules.pool_sizing import BURST_STARTS, FILL_BUSY, PoolSizing
 from esg.prewarm import spare_instance
 from esg.scheduler import Scheduler
 
-from .helpers import profile
+from .helpers import esg, profile
 
 F_REF, G1, G2 = SliceRef("1g.5gb", 0), SliceRef("1g.5gb", 1), SliceRef("1g.5gb", 2)
 D3 = SliceRef("3g.20gb", 4)
@@ -41,7 +41,7 @@ def scheduler(latency_ms: float, slo_ms: float = 100.0, cold_ms: float = 1000.0,
     app = App("a", slo_ms, ("f",), ())
     ctx = PolicyContext({"a": app}, {"f": profile("f", [(1, 1, "1g.5gb", latency_ms)], cold_start_ms=cold_ms)},
                         mig_reconfig_ms=mig_ms)
-    return Scheduler({"a": app}, EsgPolicy(ctx, **{"spare_instances": False, **flags}))
+    return Scheduler({"a": app}, esg(ctx, **{"spare_instances": False, **flags}))
 
 
 def snapshot() -> ClusterSnapshot:
@@ -62,9 +62,9 @@ def test_no_pool_start_when_switched_off():
 
 def test_no_pool_start_while_the_load_keeps_the_instances_busy():
     # f's jobs take 900 ms each, counted over a re-warm (a 2000 ms cold start, MIG changes free): one job
-    # keeps 0.45 of an instance busy, 0.15 of the three; three jobs 0.45 of them, above POOL_FILL_BUSY (the
+    # keeps 0.45 of an instance busy, 0.15 of the three; three jobs 0.45 of them, above FILL_BUSY (the
     # two that wait start no worker: their 1800 ms of work is less than a cold start)
-    assert 0.15 <= POOL_FILL_BUSY < 0.45
+    assert 0.15 <= FILL_BUSY < 0.45
     def run(n: int):
         s = scheduler(900.0, 1000.0, cold_ms=2000.0, mig_ms=0.0)
         return s.step(0.0, snapshot(), [Arrival(Request(f"r{i}", "a", 0.0)) for i in range(n)])
@@ -81,7 +81,7 @@ def test_the_pool_grows_on_every_profile_the_fresh_plan_uses():
     def run(latency_1g: float):
         app = App("a", 100.0, ("d",), ())
         prof = profile("d", [(1, 1, "3g.20gb", 7.0), (1, 1, "1g.5gb", latency_1g)], cold_start_ms=1000.0)
-        s = Scheduler({"a": app}, EsgPolicy(PolicyContext({"a": app}, {"d": prof}, mig_reconfig_ms=2000.0),
+        s = Scheduler({"a": app}, esg(PolicyContext({"a": app}, {"d": prof}, mig_reconfig_ms=2000.0),
                                             spare_instances=False))
         snap = ClusterSnapshot({"n0": node("n0", {("d", D3): 1, ("g", G1): 1, ("g", G2): 1}, refs=(D3, G1, G2))},
                                tracks_workers=True)
@@ -98,15 +98,13 @@ def test_the_pool_grows_on_every_profile_the_fresh_plan_uses():
 H_REF, G3, G4 = SliceRef("1g.5gb", 3), SliceRef("1g.5gb", 5), SliceRef("1g.5gb", 6)
 
 
-def two_functions(**attrs) -> tuple[Scheduler, list]:
+def two_functions(**pool) -> tuple[Scheduler, list]:
     """Apps f and h (10 ms on 1g, a 1000 ms cold start, 2000 ms a MIG instance) on one node that holds f's
     and h's instances and four more held for g; f and h each get a request at 0 ms and at 5 ms (the
-    policy's ``attrs`` set first). Returns the scheduler and the two steps' pre-warms."""
+    pool rule's figures ``pool`` given). Returns the scheduler and the two steps' pre-warms."""
     apps = {"af": App("af", 100.0, ("f",), ()), "ah": App("ah", 100.0, ("h",), ())}
     profs = {fn: profile(fn, [(1, 1, "1g.5gb", 10.0)], cold_start_ms=1000.0) for fn in ("f", "h")}
-    policy = EsgPolicy(PolicyContext(apps, profs, mig_reconfig_ms=2000.0), spare_instances=False)
-    for k, v in attrs.items():
-        setattr(policy, k, v)
+    policy = esg(PolicyContext(apps, profs, mig_reconfig_ms=2000.0), spare_instances=False, **pool)
     s = Scheduler(apps, policy)
     refs = (F_REF, G1, G2, H_REF, G3, G4)
 
@@ -120,19 +118,19 @@ def two_functions(**attrs) -> tuple[Scheduler, list]:
 
 
 def test_while_the_instances_are_nearly_idle_a_second_pool_starts_before_the_first_worker_is_ready():
-    # the load: 4 jobs of 10 ms over a 3000 ms re-warm, far below POOL_BURST_BUSY of 6 instances
+    # the load: 4 jobs of 10 ms over a 3000 ms re-warm, far below BURST_BUSY of 6 instances
     s, (first, second) = two_functions()
-    assert s.policy.pool_burst_starts == POOL_BURST_STARTS > 1
+    assert s.policy.rule(PoolSizing).burst_starts == BURST_STARTS > 1
     assert len(first) == 1 and len(second) == 1, "one start a node a step, a second before the first is ready"
     assert {first[0].function, second[0].function} == {"f", "h"}
     assert second[0].fit.slice in (G1, G2, G3, G4) and not second[0].fit.create
 
 
 def test_one_pool_start_at_a_time_per_node_when_burst_starts_are_off():
-    _, (first, second) = two_functions(pool_burst_starts=1)
+    _, (first, second) = two_functions(burst_starts=1)
     assert len(first) == 1 and not second, "the first worker is still starting: no second start on n0"
 
 
 def test_one_pool_start_at_a_time_above_the_burst_share():
-    _, (first, second) = two_functions(pool_burst_busy=0.0)
+    _, (first, second) = two_functions(burst_busy=0.0)
     assert len(first) == 1 and not second

@@ -3,14 +3,19 @@ each policy's defining pre-warm and keep-alive rule."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from esg.cluster import ClusterSnapshot, Fit, NodeState, Slice, SliceRef
 from esg.events import Arrival, Dispatch, Request
 from esg.model import App, Config
 from esg.policies import PolicyContext, make_policy
-from esg.policies.aquatope import INTERVAL_MS
-from esg.policies.infless import BIN_MS, MARGIN
+from esg.policies.aquatope import INTERVAL_MS, ForecastPool
+from esg.policies.base import Starting, rewarm_ms
+from esg.policies.infless import BIN_MS, MARGIN, LsthWarmPool
+from esg.policies.rules.jit_prewarm import JitPrewarm
+from esg.policies.rules.shared import PlannedChoice
 from esg.prewarm import WarmUp, place_warmup
 from esg.queues import AfwQueue
 from esg.scheduler import Scheduler
@@ -70,8 +75,8 @@ def test_esg_prewarms_the_successor_on_the_predecessors_node_ready_at_its_planne
     assert p.ready_by_ms == pytest.approx(100.0 + d.planned_latency_ms)
     assert p.fit.create and any(sl.ref == p.fit.slice and sl.busy for sl in snap.nodes[d.node].slices)
     # b's worker counts as near a's node while it starts: the next batch of a there starts none more
-    assert s.policy._warm_near("b", "1g.5gb", d.node, snap, 101.0)
-    assert not s.policy._warm_near("b", "1g.5gb", d.node, snap, 100.0 + 3001.0), "started by then"
+    assert s.policy.rule(JitPrewarm).warm_near("b", "1g.5gb", d.node, snap, 101.0)
+    assert not s.policy.rule(JitPrewarm).warm_near("b", "1g.5gb", d.node, snap, 100.0 + 3001.0), "started by then"
 
 
 def test_esg_does_not_prewarm_where_an_idle_worker_of_that_kind_waits():
@@ -91,19 +96,6 @@ def test_esg_times_a_prewarm_from_the_planned_latency_when_the_start_up_is_short
     assert not out.prewarms and out.wake_at_ms == pytest.approx(start)
     later = s.step(start, snap, [])
     assert [p.function for p in later.prewarms] == ["b"] and later.prewarms[0].node == d.node
-
-
-def test_esg_keep_alive_follows_the_request_gaps_bounded_below_by_a_rewarm():
-    from esg.policies.esg_policy import EsgPolicy
-    profiles = {"a": profile("a", A_ROWS, cold_start_ms=100.0), "b": profile("b", B_ROWS, cold_start_ms=100.0)}
-    pol = EsgPolicy(PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=0.0), bounded_keep_alive=True)
-    assert pol.keep_alive_ms("chain", "b", 0.0) is None, "too few gaps seen: the platform's"
-    for i in range(40):
-        pol.on_arrival(Request(f"r{i}", "chain", 50.0 * i), CHAIN, 50.0 * i)
-    assert pol.keep_alive_ms("chain", "b", 2000.0) == pytest.approx(100.0), "2 x 50 ms gap = the 100 ms re-warm"
-    for i in range(40, 80):
-        pol.on_arrival(Request(f"r{i}", "chain", 2000.0 + 400.0 * (i - 40)), CHAIN, 0.0)
-    assert pol.keep_alive_ms("chain", "b", 0.0) == pytest.approx(800.0)
 
 
 def test_esg_by_default_keeps_the_platforms_keep_alive():
@@ -130,7 +122,7 @@ def test_infless_keeps_a_worker_for_its_histograms_windows():
     pol = _infless()
     for i in range(30):  # a call every 30 s: every idle time in the first one-minute bin
         pol.on_arrival(Request(f"r{i}", "chain", 30_000.0 * i), CHAIN, 30_000.0 * i)
-    head, keep = pol.lsth["chain"].windows()
+    head, keep = pol.rule(LsthWarmPool).lsth["chain"].windows()
     assert head == 0.0 and keep == pytest.approx(BIN_MS * (1 + MARGIN))
     assert pol.keep_alive_ms("chain", "a", 0.0) == pytest.approx(keep)
 
@@ -141,7 +133,7 @@ def test_infless_releases_a_worker_and_prewarms_it_back_at_its_prewarm_window():
     for i in range(30):  # a call every 5 minutes: pre-warm window 4.5 min, far beyond a re-warm
         t = 300_000.0 * i
         pol.on_arrival(Request(f"r{i}", "chain", t), CHAIN, t)
-    head, keep = pol.lsth["chain"].windows()
+    head, keep = pol.rule(LsthWarmPool).lsth["chain"].windows()
     assert head == pytest.approx(5 * BIN_MS * (1 - MARGIN))
     assert pol.keep_alive_ms("chain", "a", t) == 0.0, "released after its batch"
     d = Dispatch("b0", "chain", "a", (), Config(1, 1, None), Fit("n0"), 10.0)
@@ -159,7 +151,7 @@ def test_orion_prewarms_the_downstream_stage_in_its_planned_configuration():
     snap = tracked(2)
     out = s.step(0.0, snap, [Arrival(Request("r0", "chain", 0.0))])
     (p,) = out.prewarms
-    plan = s.policy._fixed["r0"]
+    plan = s.policy.proposer._fixed["r0"]
     assert p.function == "b" and p.config == plan["b"] and p.keep_alive_ms is None, "the driver's default"
     # an idle worker of that kind anywhere is Orion's spare: no pre-warm then
     s2 = scheduler("orion")
@@ -179,17 +171,29 @@ def test_aquatope_prewarms_the_predicted_number_of_workers():
             pol.on_arrival(Request(f"r{k}-{i}", "chain", t), CHAIN, t)
     boundary = 30 * INTERVAL_MS
     wants = pol.prewarm(boundary, tracked(2), [])
-    f = pol.forecasts["chain"]
+    forecast_pool = pol.rule(ForecastPool)
+    f = forecast_pool.forecasts["chain"]
     assert f.mean == pytest.approx(550.0, rel=1e-3) and 550.0 < f.upper() < 560.0, "the spread over-provisions a little"
-    # Little's law: 550 calls x 50 ms / 10 s = 2.75 -> 3 workers of a; x 40 ms: 2.2 -> 3 of b
-    assert sum(w.function == "a" for w in wants) == 3
-    assert sum(w.function == "b" for w in wants) == 3
+    # the busiest second holds 55 calls (56 where a second's edges catch one more)
+    assert 55.0 <= f.peak_rate_per_ms() * 1000.0 <= 57.5
+    # Little's law at that peak: 55/s x (50 ms x P95 factor + hop) in flight on average, the pool its
+    # Poisson 95th percentile (a reference sum of the Poisson probabilities, term by term)
+
+    def pool(latency_ms):
+        mean = f.peak_rate_per_ms() * (latency_ms * pol.proposer.p95 + pol.ctx.stage_overhead_ms)
+        n, total = 0, math.exp(-mean)
+        while total < 0.95:
+            n += 1
+            total += math.exp(-mean) * mean ** n / math.factorial(n)
+        return n
+    assert sum(w.function == "a" for w in wants) == pool(50.0) >= 4
+    assert sum(w.function == "b" for w in wants) == pool(40.0) >= 3
     assert all(w.config.gpu == "1g.5gb" for w in wants if w.function == "b")
-    # workers running count towards the pool: two batches of a in flight leave one to start
-    pol.running[("chain", "a")] = 2
-    pol._next_ms = boundary  # asked again at the same boundary
+    # workers running count towards the pool: two batches of a in flight leave two fewer to start
+    forecast_pool.running[("chain", "a")] = 2
+    forecast_pool._next_ms = boundary  # asked again at the same boundary
     again = pol.prewarm(boundary, tracked(2), [])
-    assert sum(w.function == "a" for w in again) == 1
+    assert sum(w.function == "a" for w in again) == pool(50.0) - 2
     assert pol.prewarm_wake_ms() == boundary + INTERVAL_MS
     assert pol.keep_alive_ms("chain", "a", boundary) == 2 * INTERVAL_MS
 
@@ -198,17 +202,12 @@ def test_aquatope_prewarms_the_predicted_number_of_workers():
 def test_esg_prewarms_each_batch_of_a_queue_from_the_plan_it_was_placed_from():
     """Two batches of a's queue dispatched in one step, placed from plans with b on different MIG
     profiles: each pre-warms its own plan's b (not both the last plan's)."""
-    from esg.policies.esg_policy import EsgPolicy, _PlannedChoice
     profiles = {"a": profile("a", A_ROWS, cold_start_ms=1000.0), "b": profile("b", B_ROWS, cold_start_ms=1000.0)}
     cpu = Config(1, 1, None)
-    plans = iter([_PlannedChoice((cpu,), downstream={"b": Config(1, 1, "1g.5gb")}, app="chain"),
-                  _PlannedChoice((cpu,), downstream={"b": Config(1, 1, "3g.20gb")}, app="chain")])
-
-    class Planned(EsgPolicy):  # a subclass, not a method replaced on an instance: compiled (esg_build),
-        def _choose(self, *args):  # the policy's own calls would bypass the instance's
-            return next(plans)
-
-    pol = Planned(PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=2000.0))
+    plans = iter([PlannedChoice((cpu,), downstream={"b": Config(1, 1, "1g.5gb")}, app="chain"),
+                  PlannedChoice((cpu,), downstream={"b": Config(1, 1, "3g.20gb")}, app="chain")])
+    pol = make_policy("esg", PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=2000.0))
+    pol.proposer.choose = lambda *args: next(plans)  # plain Python: the composition calls the instance's
     snap = tracked(1)
     batches = []
     for i in range(2):
@@ -218,7 +217,7 @@ def test_esg_prewarms_each_batch_of_a_queue_from_the_plan_it_was_placed_from():
         batches.append(d)
     wants = pol.prewarm(0.0, snap, batches)
     assert sorted(w.config.gpu for w in wants) == ["1g.5gb", "3g.20gb"]
-    assert not pol._batch_choice, "a batch's choice is forgotten once used"
+    assert not pol.rule(JitPrewarm)._placed_from, "a batch's choice is forgotten once used"
 
 
 def test_a_prewarmed_worker_counts_as_starting_until_the_hop_is_over_too():
@@ -231,29 +230,19 @@ def test_a_prewarmed_worker_counts_as_starting_until_the_hop_is_over_too():
     out = s.step(0.0, snap, [Arrival(Request("r0", "chain", 0.0))])
     (p,) = out.prewarms
     assert p.fit.create
-    assert s.policy._warm_near("b", "1g.5gb", p.node, snap, 3000.0 + 40.0), "still on its way: hop not over"
-    assert not s.policy._warm_near("b", "1g.5gb", p.node, snap, 3000.0 + 51.0)
+    assert s.policy.rule(JitPrewarm).warm_near("b", "1g.5gb", p.node, snap, 3000.0 + 40.0), "still on its way: hop not over"
+    assert not s.policy.rule(JitPrewarm).warm_near("b", "1g.5gb", p.node, snap, 3000.0 + 51.0)
 
 
 def test_a_cpu_only_function_rewarms_without_a_mig_reconfiguration():
     profiles = {"a": profile("a", A_ROWS, cold_start_ms=100.0), "b": profile("b", B_ROWS, cold_start_ms=100.0)}
     pol = make_policy("esg", PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=2000.0))
-    assert pol.rewarm_ms("a") == pytest.approx(100.0), "a has only CPU configurations"
-    assert pol.rewarm_ms("b") == pytest.approx(2100.0)
+    assert rewarm_ms(pol.ctx, "a") == pytest.approx(100.0), "a has only CPU configurations"
+    assert rewarm_ms(pol.ctx, "b") == pytest.approx(2100.0)
     from esg.policies.context import FunctionSpec
     no_gpu = make_policy("esg", PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=2000.0,
                                               specs={"b": FunctionSpec(gpu=False)}))
-    assert no_gpu.rewarm_ms("b") == pytest.approx(100.0), "esg-gpu off: b runs on CPU only"
-
-
-def test_esg_bounded_keep_alive_of_a_cpu_only_function_is_bounded_by_its_cold_start_alone():
-    from esg.policies.esg_policy import EsgPolicy
-    profiles = {"a": profile("a", A_ROWS, cold_start_ms=100.0), "b": profile("b", B_ROWS, cold_start_ms=100.0)}
-    pol = EsgPolicy(PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=2000.0), bounded_keep_alive=True)
-    for i in range(40):
-        pol.on_arrival(Request(f"r{i}", "chain", 10.0 * i), CHAIN, 10.0 * i)
-    assert pol.keep_alive_ms("chain", "a", 400.0) == pytest.approx(100.0), "a CPU worker needs no MIG instance"
-    assert pol.keep_alive_ms("chain", "b", 400.0) == pytest.approx(2100.0)
+    assert rewarm_ms(no_gpu.ctx, "b") == pytest.approx(100.0), "esg-gpu off: b runs on CPU only"
 
 
 def test_infless_releases_a_cpu_only_worker_whose_window_covers_its_cold_start():
@@ -263,7 +252,7 @@ def test_infless_releases_a_cpu_only_worker_whose_window_covers_its_cold_start()
     pol = make_policy("infless", PolicyContext({"chain": CHAIN}, profiles, mig_reconfig_ms=60_000.0))
     for i in range(30):  # a call every 90 s: every idle time in the second one-minute bin
         pol.on_arrival(Request(f"r{i}", "chain", 90_000.0 * i), CHAIN, 90_000.0 * i)
-    head, _ = pol.lsth["chain"].windows()
+    head, _ = pol.rule(LsthWarmPool).lsth["chain"].windows()
     assert head == pytest.approx(BIN_MS * (1 - MARGIN))
     assert pol.keep_alive_ms("chain", "a", 0.0) == 0.0, "released, pre-warmed back"
     assert pol.keep_alive_ms("chain", "b", 0.0) > 0.0, "kept: a GPU re-warm takes longer than the window"
@@ -292,7 +281,8 @@ def test_a_timed_prewarm_starts_a_hop_earlier_so_its_worker_is_ready_by_the_plan
     (p,) = s.step(start, snap, []).prewarms
     assert p.function == "b" and p.ready_by_ms == pytest.approx(end)
     # ready (hop, then the cold start) exactly at the planned end
-    assert s.policy._warming.count("b", end - 0.5) == 1 and s.policy._warming.count("b", end + 0.5) == 0
+    warming = s.policy.rule(Starting).warming
+    assert warming.count("b", end - 0.5) == 1 and warming.count("b", end + 0.5) == 0
 
 
 def test_infless_times_its_prewarm_back_a_hop_earlier_too():
@@ -303,7 +293,7 @@ def test_infless_times_its_prewarm_back_a_hop_earlier_too():
     for i in range(30):
         t = 300_000.0 * i
         pol.on_arrival(Request(f"r{i}", "chain", t), CHAIN, t)
-    head, _ = pol.lsth["chain"].windows()
+    head, _ = pol.rule(LsthWarmPool).lsth["chain"].windows()
     d = Dispatch("b0", "chain", "a", (), Config(1, 1, None), Fit("n0"), 10.0)
     assert pol.prewarm(t, tracked(1), [d]) == []
     assert pol.prewarm_wake_ms() == pytest.approx(t + 10.0 + head - 50.0 - 1000.0)

@@ -1,4 +1,4 @@
-"""ESG's spare-instance rule (EsgPolicy._spare, esg.prewarm.spare_instance): a head that waits for a busy
+"""ESG's spare-instance rule (esg.policies.rules.spare_instances, esg.prewarm.spare_instance): a head that waits for a busy
 worker of its function gets that function a second worker on an idle MIG instance held already for
 another function that keeps an idle worker elsewhere on the node -- no MIG change, no instance taken
 from anyone. A rule of the scheduler step, so the emulator and the live service decide alike."""
@@ -10,11 +10,10 @@ from esg.events import Arrival, Request
 from esg.model import App, Config
 from esg.placement import WAITING_FOR_A_WORKER
 from esg.policies import PolicyContext
-from esg.policies.esg_policy import EsgPolicy
 from esg.prewarm import WarmUp, place_warmup, spare_instance
 from esg.scheduler import Scheduler
 
-from .helpers import profile
+from .helpers import esg, profile
 
 F_REF, G1, G2 = SliceRef("1g.5gb", 0), SliceRef("1g.5gb", 1), SliceRef("1g.5gb", 2)
 
@@ -56,7 +55,7 @@ def step_with_busy_worker(**flags):
     app = App("a", 100.0, ("f",), ())
     ctx = PolicyContext({"a": app}, {"f": profile("f", [(1, 1, "1g.5gb", 10.0)], cold_start_ms=1000.0)},
                         mig_reconfig_ms=2000.0)
-    s = Scheduler({"a": app}, EsgPolicy(ctx, **{"pool_sizing": False, **flags}))  # the spare rule alone
+    s = Scheduler({"a": app}, esg(ctx, **{"pool_sizing": False, **flags}))  # the spare rule alone
     snap = ClusterSnapshot({"n0": node({("f", F_REF): 1, ("g", G1): 1, ("g", G2): 1})}, tracks_workers=True)
     first = s.step(0.0, snap, [Arrival(Request("r0", "a", 0.0))])
     assert first.dispatches[0].fit.warm_worker == ("f", F_REF) and not first.prewarms

@@ -1,4 +1,4 @@
-"""ESG's wait for a busy worker (EsgPolicy(wait_for_busy=True), the default; EsgPolicy._frees_in_time): a
+"""ESG's wait for a busy worker (esg.policies.rules.wait_for_busy, on by default): a
 head with an on-time plan whose function has a worker that frees within the head's budget -- running a
 batch of the function for another app's queue, or idle on an instance busy with another function's
 batch -- waits for it instead of starting a new worker (a cold start of seconds). A rule of the
@@ -11,10 +11,9 @@ from esg.events import Arrival, BatchDone, Request
 from esg.model import App
 from esg.placement import WAITING_FOR_A_WORKER
 from esg.policies import PolicyContext
-from esg.policies.esg_policy import EsgPolicy
 from esg.scheduler import Scheduler
 
-from .helpers import profile
+from .helpers import esg, profile
 
 A_REF, SPARE = SliceRef("1g.5gb", 0), SliceRef("1g.5gb", 1)
 
@@ -29,7 +28,7 @@ def scheduler(apps: dict[str, App], latency: dict[str, float], **flags) -> Sched
     ctx = PolicyContext(apps, {f: profile(f, [(1, 1, "1g.5gb", ms)], cold_start_ms=1000.0) for f, ms in latency.items()},
                         mig_reconfig_ms=2000.0)
     # the pool and spare-instance rules off: only the scale-out decision is looked at
-    return Scheduler(apps, EsgPolicy(ctx, pool_sizing=False, spare_instances=False, **flags))
+    return Scheduler(apps, esg(ctx, pool_sizing=False, spare_instances=False, **flags))
 
 
 def test_a_head_waits_for_its_functions_worker_busy_with_another_apps_batch():
@@ -75,3 +74,17 @@ def test_a_worker_that_frees_too_late_for_the_head_is_not_waited_for():
     s.step(0.0, snap, [Arrival(Request("r0", "a", 0.0))])
     (d,) = s.step(1.0, snap, [Arrival(Request("r1", "b", 1.0))]).dispatches
     assert d.function == "f" and d.fit.warm_worker is None and d.fit.slice == SPARE
+
+
+def test_a_head_starts_a_worker_when_the_busy_one_frees_too_late():
+    # b's job starts g's first worker cold (1 s and a 2 s MIG instance): it frees seconds after a's head,
+    # with 99 ms left, must end -- so a's head starts its own
+    apps = {name: App(name, 100.0, ("g",), ()) for name in ("a", "b")}
+    ctx = PolicyContext(apps, {"g": profile("g", [(1, 1, "1g.5gb", 10.0)], cold_start_ms=1000.0)},
+                        mig_reconfig_ms=2000.0)
+    s = Scheduler(apps, esg(ctx))
+    snap = ClusterSnapshot({"n0": NodeState("n0", 16, 16, "A100-40GB")}, tracks_workers=True)
+    (first,) = s.step(0.0, snap, [Arrival(Request("r0", "b", 0.0))]).dispatches
+    assert first.fit.warm_worker is None
+    (d,) = s.step(1.0, snap, [Arrival(Request("r1", "a", 1.0))]).dispatches
+    assert d.app == "a" and d.fit.warm_worker is None, "a start-up of seconds for a head with 99 ms left"

@@ -1,7 +1,7 @@
-"""ESG keeps what it works out from each function's workers -- its pool (``EsgPolicy._thin_pools``) and
-the kinds of instance it is warm on (``EsgPolicy._warm_kinds``) -- while they have not moved
-(``EsgPolicy._seen``, ``ClusterIndex.idle_generation``): at every step of a run whose
-workers start, finish, expire and are killed often, the index's generation moves whenever a function's
+"""ESG keeps what it works out from each function's workers -- its pool (``PoolSizing.thin_pools``) and
+the kinds of instance it is warm on (``EsgProposer.warm_kinds``) -- while they have not moved
+(``ClusterIndex.idle_generation``, ``InFlight.moves``): at every step of a run whose workers start,
+finish, expire and are killed often, the index's generation moves whenever a function's
 idle workers do, and what is kept is what is worked out afresh."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from esg.emulator import ClusterSpec, Emulation, EmulatorParams
 from esg.emulator.workload import generate
 from esg.policies import make_policy
 from esg.policies.base import PolicyContext
+from esg.policies.rules.pool_sizing import PoolSizing
 
 # short keep-alive and cheap MIG changes: workers expire and instances are destroyed often
 PARAMS = EmulatorParams(warmup_ms=0.0, keep_alive_ms=150.0, mig_reconfig_ms=20.0, cold_start_scale=0.2)
@@ -61,17 +62,17 @@ def test_what_is_kept_is_what_is_worked_out_afresh_at_every_step(apps, profiles)
     em: Emulation
 
     def check(now, nodes, scheduler):
-        policy = scheduler.policy
+        proposer, pools = scheduler.policy.proposer, scheduler.policy.rule(PoolSizing)
         snapshot = em.view(now)
-        per_profile = snapshot.index.instances_total()
-        load = dict.fromkeys(policy._served_functions(), 1.0)
-        kept_state = (policy._workers_seen, policy._pools_instances)
-        kept = policy._thin_pools(snapshot, {}, load, per_profile)
-        kept_kinds = {f: policy._warm_kinds(f, snapshot) for f in functions}
-        policy._workers_seen, policy._pools_instances = {}, {}
-        fresh = policy._thin_pools(snapshot, {}, load, per_profile)
-        fresh_kinds = {f: policy._warm_kinds(f, snapshot) for f in functions}
-        policy._workers_seen, policy._pools_instances = kept_state  # the run goes on with what it kept
+        per_profile = pools.instances(snapshot)
+        load = dict.fromkeys(pools._served, 1.0)
+        kept_state = (pools._pools, pools._pools_instances, proposer._warm)
+        kept = pools.thin_pools(snapshot, set(), load, per_profile)
+        kept_kinds = {f: proposer.warm_kinds(f, snapshot) for f in functions}
+        pools._pools, pools._pools_instances, proposer._warm = {}, {}, {}
+        fresh = pools.thin_pools(snapshot, set(), load, per_profile)
+        fresh_kinds = {f: proposer.warm_kinds(f, snapshot) for f in functions}
+        pools._pools, pools._pools_instances, proposer._warm = kept_state  # the run goes on with what it kept
         assert kept == fresh, f"pools at {now}"
         assert kept_kinds == fresh_kinds, f"warm kinds at {now}"
         checked["steps"] += 1
@@ -83,8 +84,8 @@ def test_what_is_kept_is_what_is_worked_out_afresh_at_every_step(apps, profiles)
 
 
 def test_the_kept_instance_sum_is_the_clusters_at_every_step(apps, profiles):
-    """The index's sum of the nodes' MIG instances per profile (``ClusterIndex.instances_total``), kept
-    while its ``instances_generation`` stays, equals a count of the node states' instances at every step of
+    """ESG's sum of the nodes' MIG instances per profile (``PoolSizing.instances``), kept while the
+    index's ``instances_generation`` stays, equals a count of the node states' instances at every step of
     a run that creates and destroys instances often."""
     checked = {"kept": 0, "moved": 0}
     last = {"epoch": -1, "sum": None}
@@ -96,7 +97,7 @@ def test_the_kept_instance_sum_is_the_clusters_at_every_step(apps, profiles):
         for state in snapshot.nodes.values():
             for s in state.slices:
                 fresh[s.ref.profile] = fresh.get(s.ref.profile, 0) + 1
-        assert snapshot.index.instances_total() == fresh, f"instances at {now}"
+        assert scheduler.policy.rule(PoolSizing).instances(snapshot) == fresh, f"instances at {now}"
         if snapshot.index.instances_generation == last["epoch"]:
             checked["kept"] += 1
         elif last["sum"] is not None and fresh != last["sum"]:

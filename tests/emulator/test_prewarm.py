@@ -8,8 +8,9 @@ from esg.cost import Prices
 from esg.emulator import ClusterSpec, Emulation, EmulatorParams
 from esg.events import Request
 from esg.model import App, Config
-from esg.policies.base import PolicyContext
-from esg.policies.fastgshare import FastGSharePolicy
+from esg.policies.base import Policy, PolicyContext, Starting
+from esg.policies.common import PackingOrder
+from esg.policies.fastgshare import FastGShareProposer
 from esg.prewarm import WarmUp
 from tests.core.helpers import profile
 
@@ -17,26 +18,32 @@ APP = App("one", 5000.0, ("f",), ())
 COLD, MIG, RUN = 300.0, 50.0, 20.0
 
 
-class PrewarmsOnce(FastGSharePolicy):
-    """FaST-GShare's choices, plus one worker of f pre-warmed at the first step."""
+class PrewarmsOnce:
+    """A plugin: one worker of f pre-warmed at the first step."""
 
-    def __init__(self, ctx, keep_alive_ms=5000.0):
-        super().__init__(ctx)
+    def __init__(self, keep_alive_ms=5000.0):
         self.asked = False
         self.keep = keep_alive_ms
 
-    def prewarm(self, now_ms, snapshot, dispatched):
-        if self.asked:
-            return []
-        self.asked = True
-        return [WarmUp("one", "f", Config(1, 1, "3g.20gb"), self.keep)]
+    def prewarm(self, now_ms, snapshot, dispatched, asked):
+        if not self.asked:
+            self.asked = True
+            asked.add(WarmUp("one", "f", Config(1, 1, "3g.20gb"), self.keep))
+
+    def wake_ms(self):
+        return None
+
+
+def prewarms_once(ctx, keep_alive_ms) -> Policy:
+    """FaST-GShare's choices and node order, plus :class:`PrewarmsOnce`."""
+    return Policy("fastgshare+", ctx, FastGShareProposer(ctx), [PackingOrder(), Starting(ctx), PrewarmsOnce(keep_alive_ms)])
 
 
 def run(prewarm: bool, keep_alive_ms: float = 5000.0):
     profiles = {"f": profile("f", [(1, 1, "3g.20gb", RUN)], cold_start_ms=COLD)}
     apps = {"one": APP}
     params = EmulatorParams(noise_cv=0.0, warmup_ms=0.0, mig_reconfig_ms=MIG, hop_ms=0.0, prewarm=prewarm)
-    pol = PrewarmsOnce(PolicyContext(apps, profiles, mig_reconfig_ms=MIG), keep_alive_ms)
+    pol = prewarms_once(PolicyContext(apps, profiles, mig_reconfig_ms=MIG), keep_alive_ms)
     requests = [Request("a", "one", 0.0), Request("b", "one", 1000.0), Request("c", "one", 1000.0)]
     return Emulation(apps, profiles, pol, requests, np.random.default_rng(0), ClusterSpec(nodes=1), params).run().metrics
 

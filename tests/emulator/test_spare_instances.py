@@ -9,8 +9,7 @@ from esg.emulator import ClusterSpec, Emulation, EmulatorParams
 from esg.events import Request
 from esg.model import App
 from esg.policies.base import PolicyContext
-from esg.policies.esg_policy import EsgPolicy
-from tests.core.helpers import profile
+from tests.core.helpers import esg, profile
 
 X = App("x", 5000.0, ("g",), ())
 Y = App("y", 100.0, ("f",), ())
@@ -24,7 +23,7 @@ def run(spare: bool, pool: bool = False):
                 "f": profile("f", [(1, 1, "1g.5gb", RUN_F)], cold_start_ms=COLD)}
     apps = {"x": X, "y": Y}
     params = EmulatorParams(noise_cv=0.0, warmup_ms=0.0, mig_reconfig_ms=MIG, hop_ms=0.0)
-    policy = EsgPolicy(PolicyContext(apps, profiles, mig_reconfig_ms=MIG), spare_instances=spare,
+    policy = esg(PolicyContext(apps, profiles, mig_reconfig_ms=MIG), spare_instances=spare,
                        pool_sizing=pool)
     requests = [Request("x0", "x", 0.0), Request("x1", "x", 0.0), Request("x2", "x", 0.0),  # g: 3 workers, in time
                 Request("y0", "y", 1000.0),  # f's first worker, beside one of g's (a cold start: y0 misses)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -24,7 +25,9 @@ def test_profile_writes_a_table_the_planner_accepts(esg, tmp_path):
     assert [(c.batch, c.vcpus, c.gpu) for c in prof.configs] == [(1, 1, None), (2, 1, None)]
     for e in prof.entries:
         assert e.latency_ms == e.extra["p50_ms"] > 0
-        assert e.extra["p99_ms"] >= e.extra["p50_ms"] and e.extra["samples"] == 2
+        assert e.extra["p99_ms"] >= e.extra["p95_ms"] >= e.extra["p50_ms"] and e.extra["samples"] == 2
+        runs = e.extra["samples_ms"]   # the spread it measured: the runs' standard deviation over their mean
+        assert e.extra["latency_cv"] == pytest.approx(statistics.stdev(runs) / statistics.fmean(runs), abs=1e-4)
     assert prof.cold_start_ms > 0 and prof.output_bytes > 0
     measured = prof.extra["measured"]
     assert measured["runner"] == "process" and measured["runs"] == 2 and measured["cpu"] and measured["date"]
@@ -35,6 +38,13 @@ def test_profile_writes_a_table_the_planner_accepts(esg, tmp_path):
     assert r.code == 0, r.err
     plan = json.loads(r.out)
     assert plan["feasible"] and plan["paths"][0]["configs"]["preprocess"]["gpu"] is None
+    # two runs show no p95 (20 are needed): planning at p95 uses the spread they measured
+    r = esg("plan", "--app", app, "--profiles", out, "--json", "--slo-percentile", "95")
+    assert r.code == 0, r.err
+    path = json.loads(r.out)["paths"][0]
+    e = next(e for e in prof.entries if e.config.batch == path["configs"]["preprocess"]["batch"])
+    from esg.tail import spread_factor
+    assert path["latency_ms"] == pytest.approx(e.latency_ms * spread_factor(e.extra["latency_cv"], 95))
 
 
 def test_thread_count_follows_the_pinned_vcpus(esg, tmp_path):

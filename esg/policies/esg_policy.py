@@ -258,7 +258,6 @@ ESG_RULES: tuple[RuleFactory, ...] = (JitPrewarm, WaitForBusy, SpareInstances, P
 """ESG's rules, in the order their hooks run (each takes the parts they share, :class:`EsgParts`)."""
 
 
-@register("esg")
 def esg_policy(ctx: PolicyContext, rules: Sequence[RuleFactory] = ESG_RULES, name: str = "esg") -> Policy:
     """ESG: :class:`EsgProposer`, :class:`LocalityOrder`, :class:`WorthStarting` and ``rules``."""
     in_flight = InFlight()
@@ -267,6 +266,9 @@ def esg_policy(ctx: PolicyContext, rules: Sequence[RuleFactory] = ESG_RULES, nam
     made = [rule(parts) for rule in rules]
     return Policy(name, ctx, proposer, [LocalityOrder(), WorthStarting(), in_flight, parts.starting,
                                          parts.spare_starts, *made])
+
+
+register("esg")(esg_policy)  # registered undecorated: a decorator's type would hide the keyword arguments
 
 
 @register("esg-paper")

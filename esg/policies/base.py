@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import cast
 
+from mypy_extensions import mypyc_attr
+
 from esg import placement
 from esg.cluster import ClusterSnapshot
 from esg.dispatch import Placement, Wait
@@ -70,6 +72,7 @@ def _one(plugins: Sequence[object], point: type, name: str) -> object | None:
     return found[0] if found else None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Policy:
     """A proposer composed with plugins; the scheduler calls only this."""
 

@@ -27,9 +27,8 @@ import itertools
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
 
-from esg.cluster import INSTANCES, ClusterSnapshot, Fit, NodeState, SliceRef, idle_by_kind
+from esg.cluster import ClusterSnapshot, Fit, NodeState, SliceRef
 from esg.events import Prewarm
 from esg.model import Config
 from esg.profiles import Profile
@@ -110,50 +109,6 @@ def spare_instance(node: NodeState, function: str, profile: str,
     return None
 
 
-def idle_by_function(node: NodeState, profile: str) -> dict[str, int]:
-    """Per function, the idle instances of ``profile`` on ``node`` holding an idle worker of it
-    (remembered on the node's state, ``NodeState.memo``, which every change of its instances or workers
-    clears: ESG's pool rule asks for every node at every step; the caller must not change it)."""
-    key = ("idle_by_function", profile)
-    found: dict[str, int] | None = node.memo.get(key)
-    if found is None:
-        idle = {s.ref for s in node.slices if not s.busy and s.ref.profile == profile}
-        found = {}
-        for (f, r), n in node.idle_workers.items():
-            if n > 0 and r in idle:
-                found[f] = found.get(f, 0) + 1
-        node.memo[key] = found
-    return found
-
-
-def stocked_profiles(node: NodeState) -> frozenset[str]:
-    """The MIG profiles of ``node``'s idle instances that hold an idle worker: the only profiles
-    :func:`spare_instance` can find an instance of there (an instance holding no worker is not spare).
-    Remembered on ``NodeState.memo``, cleared at every change of the node."""
-    found: frozenset[str] | None = node.memo.get("stocked")
-    if found is None:
-        idle = {s.ref for s in node.slices if not s.busy}
-        found = node.memo["stocked"] = frozenset([r.profile for (_, r), n in node.idle_workers.items()
-                                                  if n > 0 and r is not None and r in idle]) if idle else _NO_PROFILES
-    return found
-
-
-_NO_PROFILES: Final[frozenset[str]] = frozenset()
-
-
-def instances_by_profile(node: NodeState) -> dict[str, int]:
-    """``node``'s MIG instances counted by profile (remembered on ``NodeState.memo``, cleared at every
-    change of the node but one that only makes an instance busy or idle; the caller must not change
-    it)."""
-    found: dict[str, int] | None = node.memo.get(INSTANCES)
-    if found is None:
-        found = {}
-        for s in node.slices:
-            found[s.ref.profile] = found.get(s.ref.profile, 0) + 1
-        node.memo[INSTANCES] = found
-    return found
-
-
 def smallest_of_kind(profile: Profile, config: Config) -> Config:
     """The profiled configuration of ``config``'s kind of instance holding the fewest vCPUs (then the
     smallest batch): what a pre-warmed worker reserves while it starts. A worker serves any batch and
@@ -201,7 +156,7 @@ def idle_of_kind(snapshot: ClusterSnapshot, function: str, kind: str | None,
     for name in snapshot.nodes_with_warm(function):
         if name not in nodes:
             continue
-        counts = idle_by_kind(snapshot.nodes[name]).get(function)
+        counts = snapshot.index.idle_by_kind(name).get(function)
         if counts is not None:
             total += counts.get(kind, 0)
     return total

@@ -17,9 +17,9 @@ import math
 from dataclasses import dataclass, field
 
 from esg import mig
-from esg.cluster import CarriedMemos, NodeState, Slice, SliceRef
 from esg.events import Dispatch, Prewarm
 from esg.model import Config
+from esg.state import NodeState, Slice, SliceRef
 
 WorkerKey = tuple[str, SliceRef | None]
 
@@ -76,13 +76,13 @@ class NodeModel:
     def snapshot(self, now_ms: float) -> NodeState:
         """The node as the scheduler sees it.
 
-        One state object is kept and brought up to date in place: :meth:`finish` applies its release
-        to it, and :meth:`start` keeps the scheduler's own reservation on it when that reservation says
-        exactly what happened (``reserved``). It is built afresh only when that cannot be vouched for
-        (a MIG instance destroyed with its workers, a warm worker taken that the reservation did not
-        count) or when an idle worker's keep-alive ran out. Its ``memo`` stays true of it: a change made
-        here clears it (keeping what it updates: :class:`esg.cluster.CarriedMemos`), so the
-        emulation puts it into its snapshot with the memo kept."""
+        One state object is kept while it holds: :meth:`start` keeps the scheduler's own reservation on
+        it when that reservation says exactly what happened (``reserved``), and the emulation applies a
+        batch's end (:meth:`finish`, :meth:`warmed`) to it through its snapshot
+        (``ClusterSnapshot.finish``, which keeps the snapshot's index up to date). It is built afresh
+        only when that cannot be vouched for (a MIG instance destroyed with its workers, a warm worker
+        taken that the reservation did not count, a pre-warm started) or when an idle worker's
+        keep-alive ran out (:attr:`snapshot_stale`)."""
         if self._state is not None and now_ms > self._next_expiry and now_ms > self.next_expiry_ms:
             self._state = None
         if self._state is None:
@@ -192,18 +192,6 @@ class NodeModel:
         expiry = now_ms + keep_alive_ms
         bisect.insort(self.idle_workers.setdefault(key, []), (expiry, now_ms))
         self._next_expiry = min(self._next_expiry, expiry)
-        state = self._state
-        if state is not None:
-            kept = CarriedMemos(state)  # (the same instances: one is idle again)
-            state.vcpus_free += config.vcpus
-            freed = 0
-            for s in state.slices:
-                if s.ref == ref:
-                    freed = 1 if s.busy else freed
-                    s.busy = False
-            before = state.idle_workers.get(key, 0)
-            state.idle_workers[key] = before + 1
-            kept.put_back(state, ref, freed, key, before)
 
     def _expire(self, now_ms: float) -> None:
         """Drop workers idle past their keep-alive. Each list is in expiry order: workers join it

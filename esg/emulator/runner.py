@@ -29,7 +29,7 @@ from typing import Any, Final, cast
 import numpy as np
 from mypy_extensions import mypyc_attr
 
-from esg.cluster import ClusterSnapshot
+from esg.cluster import ClusterSnapshot, Fit
 from esg.cost import Prices
 from esg.emulator.clock import DONE, TIMER, WARM, EventHeap
 from esg.emulator.config import ClusterSpec, EmulatorParams
@@ -84,8 +84,8 @@ class Emulation:
         self.nodes = {n: NodeModel(n, cluster.vcpus, cluster.gpu_model) for n in cluster.node_names()}
         self._snapshot = ClusterSnapshot({n: m.snapshot(0.0) for n, m in self.nodes.items()}, tracks_workers=True)
         self._changed: set[str] = set()
-        self._idled: dict[str, bool | str] = {}
-        """Per node changed since the last view by workers becoming idle: their function (True: several)."""
+        """Nodes to look at in the next view: built again where their model's last state no longer holds,
+        their next expiry queued."""
         self._expiries: list[tuple[float, str]] = []
         """(time, node) when an idle worker of the node expires (entries may be stale)."""
         self._pushed: dict[str, float] = {}
@@ -202,22 +202,24 @@ class Emulation:
         for name in sorted(self._changed):
             model = self.nodes[name]
             state = model.snapshot(now)
-            # (a node model keeps its state's memo true); the same state object: changed in place by the
-            # batches that finished or the workers that warmed, whose function's idle workers alone moved
-            workers = self._idled.get(name, True) if state is self._snapshot.nodes.get(name) else True
-            self._snapshot.put(state, memo_kept=True, workers=workers)
+            if state is not self._snapshot.nodes.get(name):
+                self._snapshot.put(state)
             expiry = model.next_expiry_ms
             if expiry != math.inf and self._pushed.get(name) != expiry:
                 self._pushed[name] = expiry
                 heapq.heappush(expiries, (expiry, name))
         self._changed.clear()
-        self._idled.clear()
         return self._snapshot
 
-    def _idle_again(self, node: str, function: str) -> None:
-        """A worker of ``function`` became idle on ``node`` (its state changed in place, if kept)."""
+    def _idle_again(self, node: str, function: str, config: Config, fit: Fit) -> None:
+        """A worker of ``function`` became idle on ``node`` (its batch or start-up, of ``config`` on
+        ``fit``, ended): the node model's state on the run's snapshot, while it still holds, is changed
+        through :meth:`ClusterSnapshot.finish` (so the snapshot's index follows exactly what moved); else
+        the node is built again at the next view. Either way the next view looks at the node again: the
+        worker's keep-alive may end before any other there."""
         self._changed.add(node)
-        self._idled[node] = function if self._idled.get(node, function) == function else True
+        if not self.nodes[node].snapshot_stale:
+            self._snapshot.finish(function, config, fit)
 
     def _start(self, d: Dispatch, now: float, decision_ms: float) -> None:
         node = self.nodes[d.node]
@@ -270,7 +272,7 @@ class Emulation:
 
     def _warmed(self, p: Prewarm, now: float) -> None:
         self.nodes[p.node].warmed(p, now, p.keep_alive_ms if p.keep_alive_ms is not None else self.params.keep_alive_ms)
-        self._idle_again(p.node, p.function)
+        self._idle_again(p.node, p.function, p.config, p.fit)
 
     def _charge_idle(self, start_ms: float, end_ms: float, now: float) -> None:
         """Idle warm workers cost the price of the MIG instance they keep, for the time inside the
@@ -336,9 +338,9 @@ class Emulation:
     def _finish(self, batch_id: str, now: float) -> BatchDone:
         d, _ = self._flight[batch_id]
         del self._flight[batch_id]
-        self._idle_again(d.node, d.function)
         keep = d.keep_alive_ms if d.keep_alive_ms is not None else self.params.keep_alive_ms
         self.nodes[d.node].finish(d, now, keep)
+        self._idle_again(d.node, d.function, d.config, d.fit)
         if self.online is not None:
             run_ms, cold, init_ms = self._runs.pop(batch_id)
             changed = self.online.observe(d, run_ms, cold, init_ms)

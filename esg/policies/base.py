@@ -18,6 +18,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import cast
+
+from mypy_extensions import mypyc_attr
 
 from esg import placement
 from esg.cluster import ClusterSnapshot
@@ -69,6 +72,7 @@ def _one(plugins: Sequence[object], point: type, name: str) -> object | None:
     return found[0] if found else None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Policy:
     """A proposer composed with plugins; the scheduler calls only this."""
 
@@ -78,12 +82,12 @@ class Policy:
         self.proposer = proposer
         self.plugins = (proposer, *plugins)
         every = self.plugins
-        gate = _one(every, ScaleOutGate, "scale-out gate")
-        self.placer = Placer(ctx) if gate is None else _GatedPlacer(ctx, gate)  # type: ignore[arg-type]
-        order = _one(every, NodeOrder, "node order")
-        self._order = self.placer.preferred_nodes if order is None else order.preferred_nodes  # type: ignore[union-attr]
-        keep = _one(every, KeepAlive, "keep-alive")
-        self._keep = None if keep is None else keep.keep_alive_ms  # type: ignore[union-attr]
+        gate = cast("ScaleOutGate | None", _one(every, ScaleOutGate, "scale-out gate"))
+        self.placer = Placer(ctx) if gate is None else _GatedPlacer(ctx, gate)
+        order = cast("NodeOrder | None", _one(every, NodeOrder, "node order"))
+        self._order = self.placer.preferred_nodes if order is None else order.preferred_nodes
+        keep = cast("KeepAlive | None", _one(every, KeepAlive, "keep-alive"))
+        self._keep = None if keep is None else keep.keep_alive_ms
         self._also = tuple(p.also_running for p in every if isinstance(p, AlsoRunning))
         self._prewarms = tuple(p for p in every if isinstance(p, PreWarm))
         self._arrival = tuple(p.on_arrival for p in every if isinstance(p, OnArrival))

@@ -70,9 +70,9 @@ class EsgProposer:
         self._rest: dict[tuple[str, str], float] = {}
         self._gpu_kinds: dict[str, tuple[str, ...]] = {}
         self._startups: dict[str, tuple[float, float]] = {}
-        self._warm: dict[str, tuple[ClusterSnapshot, tuple[int, int, int], Kinds]] = {}
-        """Per function, :meth:`warm_kinds` with the marks it was worked out at (the snapshot, its idle
-        counters for the function, the function's moves in flight): kept while the marks stay."""
+        self._warm: dict[str, tuple[ClusterSnapshot, tuple[int, int], Kinds]] = {}
+        """Per function, :meth:`warm_kinds` with the marks it was worked out at (the snapshot, its index's
+        ``idle_generation`` of the function, the function's moves in flight): kept while the marks stay."""
         self._on_time: set[QueueKey] = set()
         self.searches = 0
         self.expanded = 0
@@ -224,7 +224,7 @@ class EsgProposer:
     def warm_kinds(self, function: str, snapshot: ClusterSnapshot) -> Kinds:
         """The kinds of instance where a worker of ``function`` exists: idle on a node, or running one of
         this policy's batches (asked for every queue's head at every step, so kept while its marks stay)."""
-        marks = (snapshot.idle_epoch, snapshot.idle_moves.get(function, 0), self.in_flight.moves(function))
+        marks = (snapshot.index.idle_generation(function), self.in_flight.moves(function))
         seen = self._warm.get(function)
         if seen is not None and seen[0] is snapshot and seen[1] == marks:
             return seen[2]
@@ -258,7 +258,6 @@ ESG_RULES: tuple[RuleFactory, ...] = (JitPrewarm, WaitForBusy, SpareInstances, P
 """ESG's rules, in the order their hooks run (each takes the parts they share, :class:`EsgParts`)."""
 
 
-@register("esg")
 def esg_policy(ctx: PolicyContext, rules: Sequence[RuleFactory] = ESG_RULES, name: str = "esg") -> Policy:
     """ESG: :class:`EsgProposer`, :class:`LocalityOrder`, :class:`WorthStarting` and ``rules``."""
     in_flight = InFlight()
@@ -267,6 +266,9 @@ def esg_policy(ctx: PolicyContext, rules: Sequence[RuleFactory] = ESG_RULES, nam
     made = [rule(parts) for rule in rules]
     return Policy(name, ctx, proposer, [LocalityOrder(), WorthStarting(), in_flight, parts.starting,
                                          parts.spare_starts, *made])
+
+
+register("esg")(esg_policy)  # registered undecorated: a decorator's type would hide the keyword arguments
 
 
 @register("esg-paper")

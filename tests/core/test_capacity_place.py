@@ -9,7 +9,8 @@ import bisect
 from hypothesis import given
 from hypothesis import strategies as st
 
-from esg.cluster import NodeState, _place_in, _preferred_first, _reorder
+from esg.index import _place_in, _preferred_first, _reorder
+from esg.state import NodeState
 
 keys = st.tuples(st.integers(-8, 0), st.integers(-16, 0), st.sampled_from(["n0", "n1", "n2", "n3"]))
 

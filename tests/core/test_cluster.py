@@ -66,10 +66,10 @@ def test_a_fit_takes_the_idle_worker_of_the_function_on_any_idle_instance_of_the
     other = refs[1] if named == refs[0] else refs[0]
     state = snap.nodes["n0"]
     state.idle_workers = {("f", other): 1, ("g", named): 1}
-    state.memo.clear()
+    snap.put(state)
     warm = snap.fit("n0", Config(1, 1, "1g.5gb"), "f")
     assert warm.warm_worker == ("f", other) and warm.slice == other and not warm.create and not warm.destroy
     assert snap.fit("n0", Config(1, 1, "1g.5gb"), "h").warm_worker is None, "no worker of h: the layout's fit"
     next(sl for sl in state.slices if sl.ref == other).busy = True
-    state.memo.clear()
+    snap.put(state)
     assert snap.fit("n0", Config(1, 1, "1g.5gb"), "f").warm_worker is None, "f's instance is busy"

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from esg.cluster import ClusterSnapshot, NodeState, Slice, SliceRef
 from esg.events import Arrival, Request
+from esg.index import idle_by_function
 from esg.model import App
 from esg.policies import PolicyContext
 from esg.policies.rules.pool_sizing import BURST_STARTS, FILL_BUSY, PoolSizing
-from esg.prewarm import idle_by_function, spare_instance
+from esg.prewarm import spare_instance
 from esg.scheduler import Scheduler
 
 from .helpers import esg, profile

@@ -1,7 +1,7 @@
 """ESG keeps what it works out from each function's workers -- its pool (``PoolSizing.thin_pools``) and
 the kinds of instance it is warm on (``EsgProposer.warm_kinds``) -- while they have not moved
-(``ClusterSnapshot.idle_epoch`` / ``idle_moves``, ``InFlight.moves``): at every step of a run whose
-workers start, finish, expire and are killed often, the snapshot's counters move whenever a function's
+(``ClusterIndex.idle_generation``, ``InFlight.moves``): at every step of a run whose workers start,
+finish, expire and are killed often, the index's generation moves whenever a function's
 idle workers do, and what is kept is what is worked out afresh."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_a_functions_idle_counter_moves_whenever_its_idle_workers_do(apps, profi
     def check(now, nodes, scheduler):
         snapshot = em.view(now)
         for f in functions:
-            counters = (snapshot.idle_epoch, snapshot.idle_moves.get(f, 0))
+            counters = snapshot.index.idle_generation(f)
             idle = _idle(snapshot, f)
             before = last.get(f)
             if before is not None and before[0] == counters:
@@ -85,7 +85,7 @@ def test_what_is_kept_is_what_is_worked_out_afresh_at_every_step(apps, profiles)
 
 def test_the_kept_instance_sum_is_the_clusters_at_every_step(apps, profiles):
     """ESG's sum of the nodes' MIG instances per profile (``PoolSizing.instances``), kept while the
-    snapshot's ``instances_epoch`` stays, equals a count of the node states' instances at every step of
+    index's ``instances_generation`` stays, equals a count of the node states' instances at every step of
     a run that creates and destroys instances often."""
     checked = {"kept": 0, "moved": 0}
     last = {"epoch": -1, "sum": None}
@@ -98,11 +98,11 @@ def test_the_kept_instance_sum_is_the_clusters_at_every_step(apps, profiles):
             for s in state.slices:
                 fresh[s.ref.profile] = fresh.get(s.ref.profile, 0) + 1
         assert scheduler.policy.rule(PoolSizing).instances(snapshot) == fresh, f"instances at {now}"
-        if snapshot.instances_epoch == last["epoch"]:
+        if snapshot.index.instances_generation == last["epoch"]:
             checked["kept"] += 1
         elif last["sum"] is not None and fresh != last["sum"]:
             checked["moved"] += 1
-        last["epoch"], last["sum"] = snapshot.instances_epoch, fresh
+        last["epoch"], last["sum"] = snapshot.index.instances_generation, fresh
 
     em = _emulation(apps, profiles, check)
     em.run()

@@ -32,7 +32,7 @@ from esg.model import App
 from esg.policies.base import PolicyContext, rewarm_ms
 from esg.policies.points import WarmUps
 from esg.policies.rules.shared import EsgParts
-from esg.prewarm import WarmUp, idle_by_function, instances_by_profile, spare_instance, stocked_profiles
+from esg.prewarm import WarmUp, spare_instance
 
 FILL_BUSY: Final = 0.3
 """Pools grow only while the load seen keeps at most this share of the MIG instances busy."""
@@ -60,11 +60,10 @@ class PoolSizing:
         """The keys of :attr:`_service`, sorted (they are only ever added)."""
         self._windows: dict[str, float] = {}
         self._profiles: dict[str, tuple[str, ...]] = {}
-        self._pools: dict[str, tuple[ClusterSnapshot, tuple[int, int, int], Pool]] = {}
-        """Per function, :meth:`_pool_of` with the marks it was worked out at (the snapshot, its idle
-        counters for the function, its moves in flight), for :attr:`_pools_instances`."""
+        self._pools: dict[str, tuple[ClusterSnapshot, tuple[int, int], Pool]] = {}
+        """Per function, :meth:`_pool_of` with the marks it was worked out at (the snapshot, its index's
+        ``idle_generation`` of the function, its moves in flight), for :attr:`_pools_instances`."""
         self._pools_instances: dict[str, int] = {}
-        self._summed: tuple[ClusterSnapshot | None, int, dict[str, int]] = (None, -1, {})
 
     def on_app_added(self, ctx: PolicyContext, app: App) -> None:
         self.ctx = ctx
@@ -127,25 +126,18 @@ class PoolSizing:
         stocked: set[str] = set()
         for node in snapshot.route((), True):
             if not starts.full(node, now_ms, slots):
-                stocked.update(stocked_profiles(snapshot.nodes[node]))
+                stocked.update(snapshot.index.stocked_profiles(node))
         warming = self.parts.starting.warming
         short = sorted((-load[function] / max(workers, 1), function, profile) for function, workers, thin in pools
                        for profile in thin if profile in stocked and not warming.count(function, now_ms, profile))
         if short:
             self._grow(now_ms, snapshot, asked, short, slots)
 
-    def instances(self, snapshot: ClusterSnapshot) -> dict[str, int]:
-        """The cluster's MIG instances by profile, summed again only when ``instances_epoch`` moved
-        (the caller must not change it)."""
-        summed = self._summed
-        if summed[0] is snapshot and summed[1] == snapshot.instances_epoch:
-            return summed[2]
-        per_profile: dict[str, int] = {}
-        for node in snapshot.nodes.values():
-            for profile, n in instances_by_profile(node).items():
-                per_profile[profile] = per_profile.get(profile, 0) + n
-        self._summed = (snapshot, snapshot.instances_epoch, per_profile)
-        return per_profile
+    @staticmethod
+    def instances(snapshot: ClusterSnapshot) -> dict[str, int]:
+        """The cluster's MIG instances by profile (:meth:`esg.index.ClusterIndex.instances_total`, summed
+        again only when the index's ``instances_generation`` moved; the caller must not change it)."""
+        return snapshot.index.instances_total()
 
     def thin_pools(self, snapshot: ClusterSnapshot, wanted: set[str], load: dict[str, float],
                    per_profile: dict[str, int]) -> list[tuple[str, int, list[str]]]:
@@ -164,7 +156,7 @@ class PoolSizing:
             profiles = self.pool_profiles(function)
             if not profiles:
                 continue
-            marks = (snapshot.idle_epoch, snapshot.idle_moves.get(function, 0), in_flight.moves(function))
+            marks = (snapshot.index.idle_generation(function), in_flight.moves(function))
             seen = self._pools.get(function)
             if seen is not None and seen[0] is snapshot and seen[1] == marks:
                 pool = seen[2]
@@ -222,16 +214,13 @@ class PoolSizing:
             if function in placed:
                 continue
             for node in snapshot.route((), True):
-                state = snapshot.nodes[node]
-                if starts.full(node, now_ms, slots) or profile not in stocked_profiles(state):
+                if starts.full(node, now_ms, slots) or profile not in snapshot.index.stocked_profiles(node):
                     continue
+                state = snapshot.nodes[node]
                 total = totals.get(profile)
                 if total is None:
-                    total = totals[profile] = {}
-                    for s in snapshot.nodes.values():
-                        for f, n in idle_by_function(s, profile).items():
-                            total[f] = total.get(f, 0) + n
-                here = idle_by_function(state, profile)
+                    total = totals[profile] = snapshot.index.idle_by_function_total(profile)
+                here = snapshot.index.idle_by_function(node, profile)
                 ref = spare_instance(state, function, profile, {f: n - here.get(f, 0) for f, n in total.items()})
                 if ref is None:
                     continue

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from hypothesis import strategies as st
+
+from esg.cost import Prices, config_cost
 from esg.model import App, Config
 from esg.profiles import Profile, ProfileEntry
 
@@ -66,3 +70,33 @@ def grid_rows(seed: int, base_ms: float, batches=(1, 4), vcpus=(1, 2), gpus=(Non
                 lat = base_ms * b ** 0.7 / speed * rng.uniform(0.9, 1.1)
                 rows.append((b, v, g, round(lat, 1)))
     return rows
+
+
+def k_cheapest_costs(app: App, profiles: Mapping[str, Profile], budget: float, k: int,
+                     latency_of: Callable[[str, ProfileEntry], float]) -> list[float]:
+    """The K cheapest feasible paths' costs, by listing every path: a path is feasible when its longest
+    path over ``latency_of`` (the figure a planner plans with) fits ``budget``; its cost is on the
+    tables' ``latency_ms``."""
+    fs = list(app.functions)
+    costs = []
+    for entries in itertools.product(*(profiles[f].entries for f in fs)):
+        lat = {f: latency_of(f, e) for f, e in zip(fs, entries)}
+        if dag_latency(fs, app.edges, lat) <= budget + 1e-9:
+            costs.append(sum(config_cost(Prices(), profiles[f].gpu_model, e.config, e.latency_ms)
+                             for f, e in zip(fs, entries)))
+    return sorted(costs)[:k]
+
+
+def draw_dag(draw) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+    """A random DAG of 2-5 functions (hypothesis): its functions and its edges (each forward pair or not)."""
+    n = draw(st.integers(2, 5))
+    fs = [f"f{i}" for i in range(n)]
+    return fs, tuple((fs[i], fs[j]) for i in range(n) for j in range(i + 1, n) if draw(st.booleans()))
+
+
+def draw_cells(draw) -> list[tuple[int, int, str | None]]:
+    """1-4 distinct (batch, vCPUs, MIG profile) configurations of one function (hypothesis)."""
+    m = draw(st.integers(1, 4))
+    return draw(st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]),
+                                   st.sampled_from([None, "1g.5gb", "3g.20gb"])),
+                         min_size=m, max_size=m, unique=True))

@@ -3,16 +3,13 @@ reference see the same latencies, and both agree with an enumeration written out
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from esg.cost import Prices, config_cost
 from esg.model import App
 from esg.planner import Planner
-from tests.core._helpers import dag_latency, make_profile
+from tests.core._helpers import dag_latency, draw_cells, draw_dag, k_cheapest_costs, make_profile
 
 CHAIN = App("chain", 100, ("a", "b"), (("a", "b"),))
 
@@ -30,29 +27,16 @@ def test_the_overhead_makes_a_budget_edge_plan_infeasible_and_picks_the_faster_o
 
 def _enumerate(app: App, profiles, budget: float, k: int, overhead: float) -> list[float]:
     """The K cheapest feasible paths' costs, by listing every path."""
-    fs = list(app.functions)
-    prices = Prices()
-    costs = []
-    for entries in itertools.product(*(profiles[f].entries for f in fs)):
-        lat = {f: e.latency_ms + overhead for f, e in zip(fs, entries)}
-        if dag_latency(fs, app.edges, lat) <= budget + 1e-9:
-            costs.append(sum(config_cost(prices, profiles[f].gpu_model, e.config, e.latency_ms)
-                             for f, e in zip(fs, entries)))
-    return sorted(costs)[:k]
+    return k_cheapest_costs(app, profiles, budget, k, lambda f, e: e.latency_ms + overhead)
 
 
 @st.composite
 def cases(draw):
-    n = draw(st.integers(2, 5))
-    fs = [f"f{i}" for i in range(n)]
-    edges = tuple((fs[i], fs[j]) for i in range(n) for j in range(i + 1, n) if draw(st.booleans()))
+    fs, edges = draw_dag(draw)
     profiles = {}
     for f in fs:
-        m = draw(st.integers(1, 4))
-        cells = draw(st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]),
-                                        st.sampled_from([None, "1g.5gb", "3g.20gb"])),
-                              min_size=m, max_size=m, unique=True))
-        lats = draw(st.lists(st.integers(1, 30), min_size=m, max_size=m))
+        cells = draw_cells(draw)
+        lats = draw(st.lists(st.integers(1, 30), min_size=len(cells), max_size=len(cells)))
         profiles[f] = make_profile(f, [(b, v, g, float(lt)) for (b, v, g), lt in zip(cells, lats)])
     return (App("rand", 100, tuple(fs), edges), profiles, float(draw(st.integers(1, 150))),
             draw(st.integers(1, 4)), draw(st.sampled_from([0.0, 0.5, 2.5, 7.0])))

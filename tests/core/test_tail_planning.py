@@ -4,7 +4,6 @@ written out here whose percentiles are found by bisection on the log-normal's di
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -30,7 +29,7 @@ from esg.tail import (
     spread_factor,
 )
 from esg.timing import lognormal_params
-from tests.core._helpers import dag_latency, make_profile
+from tests.core._helpers import dag_latency, draw_cells, draw_dag, k_cheapest_costs, make_profile
 
 
 def _lognormal_quantile(cv: float, p: float) -> float:
@@ -147,29 +146,17 @@ def test_without_a_percentile_the_planner_is_unchanged():
 
 def _enumerate(app: App, profiles, budget: float, k: int, overhead: float, p: float) -> list[float]:
     """The K cheapest feasible paths' costs, by listing every path at the reference percentiles."""
-    fs = list(app.functions)
-    costs = []
-    for entries in itertools.product(*(profiles[f].entries for f in fs)):
-        lat = {f: _reference_latency(profiles[f], e, p) + overhead for f, e in zip(fs, entries)}
-        if dag_latency(fs, app.edges, lat) <= budget + 1e-9:
-            costs.append(sum(config_cost(Prices(), profiles[f].gpu_model, e.config, e.latency_ms)
-                             for f, e in zip(fs, entries)))
-    return sorted(costs)[:k]
+    return k_cheapest_costs(app, profiles, budget, k,
+                            lambda f, e: _reference_latency(profiles[f], e, p) + overhead)
 
 
 @st.composite
 def cases(draw):
-    n = draw(st.integers(2, 5))
-    fs = [f"f{i}" for i in range(n)]
-    edges = tuple((fs[i], fs[j]) for i in range(n) for j in range(i + 1, n) if draw(st.booleans()))
+    fs, edges = draw_dag(draw)
     profiles = {}
     for f in fs:
-        m = draw(st.integers(1, 4))
-        cells = draw(st.lists(st.tuples(st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]),
-                                        st.sampled_from([None, "1g.5gb", "3g.20gb"])),
-                              min_size=m, max_size=m, unique=True))
         entries = []
-        for b, v, g in cells:
+        for b, v, g in draw_cells(draw):
             lat = float(draw(st.integers(1, 30)))
             extra: dict = {}
             kind = draw(st.sampled_from(["none", "cv", "p95", "p95-few", "p99"]))

@@ -165,14 +165,11 @@ class SchedulerService:
                                                             stage_overhead_ms=settings.stage_overhead_ms,
                                                             slo_percentile=settings.slo_percentile))
         explorer = Explorer(settings.explore_fraction) if settings.online_profiles else None
-        # pre-warm ids carry the incarnation too: an agent skips an id it has taken before. No holds: the
-        # dispatcher hands the step the same snapshot every turn now, which would let the core skip a
-        # waiting queue while nothing it depends on changed; live, that lowered the twin cluster's hit
-        # rate (tests/e2e/test_live_vs_emulated.py: 39-48 % in four runs with holds, 52-53 % in three
-        # without), so the live step places every waiting head at every turn, as it did when the
-        # snapshot was rebuilt each turn
+        # pre-warm ids carry the incarnation too: an agent skips an id it has taken before. The dispatcher
+        # hands the step one snapshot kept across turns, so a waiting head is placed again only after an
+        # event that can end its wait (esg.waits), as in the emulator
         core = Scheduler({}, policy, batch_ids=(f"{settings.incarnation}-{i}" for i in itertools.count()),
-                         keep_holds=False, explorer=explorer, admission_control=settings.admission_control,
+                         explorer=explorer, admission_control=settings.admission_control,
                          prewarm=settings.prewarm,
                          prewarm_ids=(f"{settings.incarnation}-w{i}" for i in itertools.count()))
         self.workflows = Workflows(core, self.channel.reply_to, self.metrics, settings.deadline_margin_s,

@@ -26,11 +26,13 @@ default, whichever policy runs.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from esg.mig import geometry
 from esg.model import Config
 from esg.profiles import Profile, ProfileEntry
+from esg.state import Fit
 
 if TYPE_CHECKING:   # imported where used: the policy types' modules read the platform defaults below
     from esg.policies.context import Choice, FunctionSpec
@@ -49,6 +51,19 @@ MIG_RECONFIG_MS: Final = 2000.0
 O(1 s)" and a full re-partition several seconds; 2 s per changed instance covers GPU and compute
 instance create/destroy): what a policy weighs a carve at, and what the emulator and the timing twin
 charge."""
+
+@dataclass(frozen=True)
+class StartupCosts:
+    """What starting a batch costs before it runs: MIG instances created or destroyed and a cold start
+    when no idle worker waits (the driver's figures; the platform's MIG change by default)."""
+
+    mig_reconfig_ms: float = MIG_RECONFIG_MS
+    cold_start_ms: float = 0.0
+
+    def of(self, fit: Fit) -> float:
+        cold = 0.0 if fit.warm_worker is not None else self.cold_start_ms
+        return fit.changed_instances * self.mig_reconfig_ms + cold
+
 
 DEFAULT_MAX_BATCH: Final = 8
 """The largest batch of a default configuration when the action has no ``esg-max-batch`` (the largest

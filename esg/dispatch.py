@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Collection, Iterator, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Final
 
 from esg.cluster import ClusterSnapshot, Fit
 from esg.model import Config, Job, set_field
+from esg.waits import Until
 
 
 def home_node(app: str, function: str, nodes: Collection[str]) -> str:
@@ -65,12 +66,20 @@ class Placement:
 @dataclass(frozen=True)
 class Wait:
     """The head batch of a queue is not placed now; ``reason`` says why (the scheduler reports it per
-    queue in ``StepResult.waiting``)."""
+    queue in ``StepResult.waiting``) and ``until`` names the events that can end the wait
+    (:mod:`esg.waits`; None: any change can, so the head is placed again at the next step)."""
 
     reason: str
+    until: Until | None = field(default=None, compare=False)
+    """(Not compared: two waits for one reason are one verdict.)"""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, until: Until | None = None) -> None:
         set_field(self, "reason", reason)  # (written out, as Placement's)
+        set_field(self, "until", until)
+
+    def ending(self, until: Until) -> Wait:
+        """The same wait, ended by ``until``'s events."""
+        return Wait(self.reason, until)
 
 
 NO_CONFIGURATION: Final = Wait("no configuration meets the remaining budget")

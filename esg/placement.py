@@ -25,15 +25,13 @@ taken, in the same order. A head that is not placed gets a :class:`~esg.dispatch
 
 from __future__ import annotations
 
-import bisect
-import math
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Final
 
 from esg.cluster import ClusterSnapshot, Fit
-from esg.defaults import MIG_RECONFIG_MS
+from esg.defaults import StartupCosts
 from esg.dispatch import NO_CONFIGURATION, Placement, Wait, candidate_fits, dispatch, fits_nowhere, node_order
 from esg.model import Config
 from esg.profiles import Profile
@@ -43,18 +41,6 @@ WAITING_FOR_A_WORKER: Final = "waiting for a warm worker of "
 be in time, and the placer's scale-out rule starts none)."""
 FALLBACK_OPTIONS: Final = 4
 """How many of the function's fastest configurations the shared fallback tries."""
-
-
-@dataclass(frozen=True)
-class StartupCosts:
-    """What starting a batch costs before it runs (the driver's figures)."""
-
-    mig_reconfig_ms: float = MIG_RECONFIG_MS
-    cold_start_ms: float = 0.0
-
-    def of(self, fit: Fit) -> float:
-        cold = 0.0 if fit.warm_worker is not None else self.cold_start_ms
-        return fit.changed_instances * self.mig_reconfig_ms + cold
 
 
 @dataclass
@@ -231,111 +217,3 @@ def latency_lookup(latencies: Mapping[Config, float], profile: Profile) -> Calla
         lat = latencies.get(config)
         return lat if lat is not None else profile.latency(config)
     return latency_of
-
-
-class Hold:
-    """A head batch that waits, kept so that the next steps need not place it again while nothing it
-    depends on changed (the scheduler checks its queue, the policy's choice and the running batches;
-    this checks the nodes). Its :attr:`wait` is the verdict given meanwhile.
-
-    Whether :func:`place` (with its fallback) waits is a function of per-node facts about the lists
-    it walked: on a node, does a configuration fit, and does one take an idle warm worker or start
-    within the budget. Waiting means no node has the second; the verdict (and its reason) stays the
-    same as long as that holds and "fits somewhere" keeps its truth value for each list. So only a node
-    that changed is looked at again, with the budget the head has then. Each list is either known to
-    fit nowhere (``fits`` None) or fits on the nodes of ``fits``. Configurations are looked at per MIG profile: their fit on a node is the
-    same but for the vCPUs, so the profile's fewest vCPUs decide whether one fits, and the fastest of
-    those the node's free vCPUs allow decides the start."""
-
-    __slots__ = ("wait", "function", "deadline_ms", "rest_ms", "startup", "parts", "scale_out", "answers", "deep")
-
-    def __init__(self, wait: Wait, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
-                 parts: list[tuple[tuple, set[str] | None]], deep: int,
-                 scale_out: Callable[[int, int], tuple[bool, ...]] | None, answers: tuple[bool, ...]):
-        self.wait = wait
-        """The verdict, given again while the hold holds."""
-        self.function = function
-        self.deadline_ms = deadline_ms
-        self.rest_ms = rest_ms
-        """The head's budget at ``now`` is ``deadline_ms - now - rest_ms`` (as the placement computes it)."""
-        self.startup = startup
-        self.parts = parts
-        self.scale_out = scale_out
-        """The placer's scale-out answer for each list walked, given (running, queued) batches; None: the
-        verdict does not depend on it."""
-        self.answers = answers
-        """Those answers when the hold was made."""
-        self.deep = deep
-        """The queue length from which more jobs change nothing (the lists, capped to it, stay)."""
-
-    @classmethod
-    def of(cls, wait: Wait, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
-           lists: Sequence[tuple[Sequence[Config], Callable[[Config], float] | None | tuple, bool]],
-           snapshot: ClusterSnapshot, deep: int = 0,
-           scale_out: Callable[[int, int], tuple[bool, ...]] | None = None, answers: tuple[bool, ...] = ()) -> Hold:
-        """``lists``: (configurations, their latency (None: any fit places) or their
-        :func:`profile_groups` already made, whether one fits somewhere); ``deep``: see :attr:`deep`."""
-        parts = []
-        for configs, latency_of, fits_somewhere in lists:
-            groups = latency_of if isinstance(latency_of, tuple) else profile_groups(configs, latency_of)
-            found = None
-            if fits_somewhere:
-                found = {n for n in snapshot.nodes if cls._fits(snapshot, n, groups, function)}
-            parts.append((tuple(groups), found))
-        return cls(wait, function, deadline_ms, rest_ms, startup, parts, deep, scale_out, answers)
-
-    def same_scale_out(self, running: int, queued: int) -> bool:
-        """Whether the placer's scale-out rule answers as it did when the hold was made."""
-        return self.scale_out is None or self.scale_out(running, queued) == self.answers
-
-    @staticmethod
-    def _fits(snapshot: ClusterSnapshot, node: str, groups, function: str) -> bool:
-        free = snapshot.nodes[node].vcpus_free
-        return any(free >= probe.vcpus and snapshot.fit(node, probe, function) is not None
-                   for probe, _, _ in groups)
-
-    def holds_on(self, snapshot: ClusterSnapshot, node: str, now_ms: float) -> bool:
-        """Whether the verdict still holds at ``now_ms`` after ``node`` changed (the others did not)."""
-        free = snapshot.nodes[node].vcpus_free if node in snapshot.nodes else -1
-        budget = self.deadline_ms - now_ms - self.rest_ms
-        for groups, fits in self.parts:
-            found = False
-            for probe, vcpus, best in groups:
-                if free < probe.vcpus:
-                    continue
-                fit = snapshot.fit(node, probe, self.function)
-                if fit is None:
-                    continue
-                found = True
-                if fit.warm_worker is not None:
-                    return False
-                if self.startup.of(fit) + best[bisect.bisect_right(vcpus, free) - 1] <= budget:
-                    return False
-            if fits is None:
-                if found:
-                    return False
-            elif found:
-                fits.add(node)
-            else:
-                fits.discard(node)
-                if not fits:
-                    return False
-        return True
-
-
-def profile_groups(configs: Sequence[Config], latency_of: Callable[[Config], float] | None) -> tuple:
-    """``configs`` by MIG profile, as :class:`Hold` looks at them: per profile (a probe configuration
-    with its fewest vCPUs, the vCPU counts in order, the fastest latency up to each count)."""
-    by_gpu: dict[str | None, list[tuple[int, float]]] = {}
-    for c in configs:
-        by_gpu.setdefault(c.gpu, []).append((c.vcpus, latency_of(c) if latency_of else -math.inf))
-    groups = []
-    for gpu, opts in by_gpu.items():
-        opts.sort()
-        vcpus = [v for v, _ in opts]
-        best, low = [], math.inf
-        for _, lat in opts:
-            low = min(low, lat)
-            best.append(low)
-        groups.append((Config(1, vcpus[0], gpu), vcpus, best))
-    return tuple(groups)

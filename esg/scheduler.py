@@ -6,7 +6,8 @@ arrived, batches that finished) and the cluster as they know it. The scheduler f
 (entry jobs enqueued, successors enqueued once all their predecessors are done, finished requests
 reported), then walks the non-empty AFW queues, earliest head deadline first: the policy proposes a
 configuration priority list for the head of a queue and its placer places a batch, or answers why the
-head waits (a :class:`~esg.dispatch.Wait`). It reserves on the snapshot it is given, so one step never
+head waits (a :class:`~esg.dispatch.Wait`, naming the events that can end the wait: :mod:`esg.waits`;
+a waiting queue's head is placed again only after one of them). It reserves on the snapshot it is given, so one step never
 over-commits a node. After the dispatches, the policy may ask for workers to be started ahead of their
 first batch (:mod:`esg.prewarm`; ``StepResult.prewarms``, reserved on the same snapshot), and each
 dispatch carries the policy's keep-alive for its worker.
@@ -38,12 +39,12 @@ from esg.events import (
 )
 from esg.explore import Explorer
 from esg.model import App, Config, Job
-from esg.placement import Hold, StartupCosts
 from esg.policies.base import FunctionSpec, Policy
 from esg.prewarm import place_warmup, prewarm_of
 from esg.profiles import Profile
 from esg.queues import AfwQueue, AfwQueues, QueueKey
 from esg.slo_split import group_latency
+from esg.waits import NO_STARTUP, Until
 
 
 @dataclass
@@ -71,18 +72,19 @@ class StepResult:
         self.wake_at_ms = wake_at_ms
 
 
-_NO_STARTUP: Final = StartupCosts(0.0, 0.0)
 REJECTED_KEPT: Final = 100_000
 """How many rejected request ids the scheduler remembers against redelivery."""
 _NO_VCPUS: Final = Wait("nothing fits: no free vCPUs on any node")
-_POLICY_HOLDS: Final = Wait("the policy holds the queue")
+_POLICY_WAITS: Final = Wait("the policy holds the queue")
 
 
 @dataclass(slots=True)
-class _Held:
-    """A queue whose head waited, with what its verdict was computed from."""
+class _Waiting:
+    """A queue whose head waits, with what its wait was worked out from: the queue's side of the events
+    that end it (its head, length, proposal, running batches) and the snapshot whose changes since
+    :attr:`seen` its :class:`~esg.waits.Until` weighs."""
 
-    hold: Hold
+    wait: Wait
     head: Job
     queued: int
     running: int
@@ -92,9 +94,9 @@ class _Held:
     seen: int
     """The snapshot's :attr:`ClusterSnapshot.version` when the nodes were last checked."""
 
-    def __init__(self, hold: Hold, head: Job, queued: int, running: int, choice: Any, snapshot: ClusterSnapshot,
+    def __init__(self, wait: Wait, head: Job, queued: int, running: int, choice: Any, snapshot: ClusterSnapshot,
                  nodes: int, seen: int) -> None:
-        self.hold, self.head, self.queued, self.running = hold, head, queued, running  # (see StepResult)
+        self.wait, self.head, self.queued, self.running = wait, head, queued, running  # (see StepResult)
         self.choice, self.snapshot, self.nodes, self.seen = choice, snapshot, nodes, seen
 
 
@@ -118,7 +120,7 @@ class Scheduler:
     DAG."""
 
     def __init__(self, apps: Mapping[str, App], policy: Policy, batch_ids: Iterable[str] | None = None,
-                 explorer: Explorer | None = None, keep_holds: bool = True, admission_control: bool = False,
+                 explorer: Explorer | None = None, reuse_waits: bool = True, admission_control: bool = False,
                  prewarm: bool = True, prewarm_ids: Iterable[str] | None = None):
         self.apps = dict(apps)
         self.admission_control = admission_control
@@ -142,12 +144,11 @@ class Scheduler:
         self._next_id = 0
         """The next batch id's number when the caller gives none (``b0``, ``b1``, ...: counted here rather
         than drawn from ``map(str.format, count())``, whose every id is a call through the interpreter)."""
-        self.keep_holds = keep_holds
-        """Remember why a head waits and skip placing it again while nothing it depends on changed
-        (False: place every waiting head at every step; the outputs are the same)."""
-        self._held: dict[QueueKey, _Held] = {}
-        self._last_snapshot: ClusterSnapshot | None = None
-        self._holding = False
+        self.reuse_waits = reuse_waits
+        """Keep a waiting head's wait and place the head again only after an event that can end it
+        (False: place every waiting head at every step; the outputs are the same -- what the tests of
+        the waits compare against)."""
+        self._waiting: dict[QueueKey, _Waiting] = {}
         self.prewarm = prewarm
         """Ask the policy for pre-warms and its keep-alive (False: no worker is started ahead of a batch,
         and every worker keeps the driver's default keep-alive)."""
@@ -168,10 +169,6 @@ class Scheduler:
             elif self._requests.pop(event.request_id, None) is not None:
                 self._dead_jobs = True
         self._wake = cast("float | None", None)  # not narrowed to None: the calls below set it
-        # a driver that builds a new snapshot every step (the live service) gets no holds: they could
-        # never be used, since a hold is only good on the snapshot it was made on
-        self._holding = self.keep_holds and snapshot is self._last_snapshot
-        self._last_snapshot = snapshot
         self._decide(now_ms, snapshot, out)
         if self.prewarm:
             self._prewarms(now_ms, snapshot, out)
@@ -330,52 +327,57 @@ class Scheduler:
             return probe
         choice = self._choose(app, queue, now_ms, snapshot)
         if not choice.priorities:
+            # the policy's own wait: it is asked again at every step, and at its retry time at the latest
             if choice.retry_at_ms is not None:
                 self._wake = choice.retry_at_ms if self._wake is None else min(self._wake, choice.retry_at_ms)
-            return Wait(choice.reason) if choice.reason else _POLICY_HOLDS
+            return Wait(choice.reason) if choice.reason else _POLICY_WAITS
         key = queue.key
-        held = self._held.get(key)
-        if held is not None:
-            del self._held[key]
-        if held is not None and self._still_waits(held, queue, choice, snapshot, now_ms):
-            self._held[key] = held
-            self.policy.on_wait(app, queue, choice, held.hold.wait)
-            return held.hold.wait
+        waiting = self._waiting.get(key)
+        if waiting is not None:
+            del self._waiting[key]
+            if self._goes_on(waiting, queue, choice, snapshot, now_ms):
+                self._waiting[key] = waiting
+                self.policy.on_wait(app, queue, choice, waiting.wait)
+                return waiting.wait
         preferred = self.policy.preferred_nodes(app, queue.head, snapshot)
-        holds: list[Hold] | None = [] if self._holding else None
         if self._is_default(key[1]):
             # the default rule places too: its configurations in order, the first that fits
             placed = dispatch(snapshot, choice.priorities, preferred, self._no_fit)
-            if isinstance(placed, Wait) and holds is not None and snapshot.nodes:
-                holds.append(Hold.of(placed, key[1], 0.0, 0.0, _NO_STARTUP, [(choice.priorities, None, False)],
-                                     snapshot))
+            if isinstance(placed, Wait) and snapshot.nodes:
+                placed = placed.ending(Until.placed(key[1], 0.0, 0.0, NO_STARTUP, [(choice.priorities, None, False)],
+                                                    snapshot))
         else:
-            placed = self.policy.place(app, queue, choice, snapshot, preferred, now_ms, self._no_fit, holds)
+            placed = self.policy.place(app, queue, choice, snapshot, preferred, now_ms, self._no_fit)
         if isinstance(placed, Wait):
-            if holds:
-                self._held[key] = _Held(holds[0], queue.head, len(queue), self.policy.running_for(key), choice,
-                                        snapshot, len(snapshot.nodes), snapshot.version)
+            if placed.until is not None and self.reuse_waits:
+                self._waiting[key] = _Waiting(placed, queue.head, len(queue), self.policy.running_for(key), choice,
+                                              snapshot, len(snapshot.nodes), snapshot.version)
             self.policy.on_wait(app, queue, choice, placed)
             return placed
         return self._commit(app, queue, placed, choice.latency_of(placed.config), now_ms)
 
-    def _still_waits(self, held: _Held, queue: AfwQueue, choice, snapshot: ClusterSnapshot, now_ms: float) -> bool:
-        """Whether placing the head again would wait for the same reason: the same head job, a queue
-        length that changes nothing (the same, or both at least the hold's ``deep``), the same choice,
-        snapshot and scale-out answers, and every node that changed since still leaves it waiting."""
-        hold = held.hold
+    def _goes_on(self, waiting: _Waiting, queue: AfwQueue, choice, snapshot: ClusterSnapshot, now_ms: float) -> bool:
+        """Whether no event that ends ``waiting`` happened: the same head job, a queue length that changes
+        nothing (the same, or both at least the wait's ``deep``), the same proposal, snapshot and
+        scale-out answers, and no node that changed since ended it
+        (:meth:`Until.ended_on <esg.waits.Until.ended_on>`)."""
+        until = waiting.wait.until
+        if until is None:
+            return False
         queued, running = len(queue), self.policy.running_for(queue.key)
-        if (queue.head is not held.head or held.snapshot is not snapshot or len(snapshot.nodes) != held.nodes
-                or (queued != held.queued and min(queued, held.queued) < hold.deep)
-                or (held.choice is not choice and held.choice != choice)):
+        # a wait's node events are changes of the snapshot it was worked out on: on another snapshot
+        # object (a driver that built its view anew) the head is placed again
+        if (queue.head is not waiting.head or waiting.snapshot is not snapshot or len(snapshot.nodes) != waiting.nodes
+                or (queued != waiting.queued and min(queued, waiting.queued) < until.deep)
+                or (waiting.choice is not choice and waiting.choice != choice)):
             return False
-        if (queued != held.queued or running != held.running) and not hold.same_scale_out(running, queued):
+        if (queued != waiting.queued or running != waiting.running) and not until.same_scale_out(running, queued):
             return False
-        for node in snapshot.changed_since(held.seen):
-            if not hold.holds_on(snapshot, node, now_ms):
+        for node in snapshot.changed_since(waiting.seen):
+            if until.ended_on(snapshot, node, now_ms):
                 return False
-        held.seen = snapshot.version
-        held.queued, held.running = queued, running
+        waiting.seen = snapshot.version
+        waiting.queued, waiting.running = queued, running
         return True
 
     def _explore(self, app: App, queue: AfwQueue, now_ms: float, snapshot: ClusterSnapshot) -> Dispatch | None:
@@ -450,7 +452,7 @@ class Scheduler:
         """Register (or replace) an app at run time; the live service learns apps from action metadata."""
         self.apps[app.name] = app
         self.policy.add_app(app, profiles, specs or {})
-        self._held.clear()
+        self._waiting.clear()
         functions = set(app.functions)  # its profiles replace those of its functions, for every app
         changed = {a.name for a in self.apps.values() if functions & set(a.functions)}
         self._rest = {k: v for k, v in self._rest.items() if k[0] not in changed}

@@ -43,6 +43,7 @@ COMPILED = (
     # the step and its drivers' hot loop
     "esg/scheduler.py",
     "esg/placement.py",
+    "esg/waits.py",
     "esg/dispatch.py",
     "esg/prewarm.py",
     "esg/defaults.py",

@@ -20,7 +20,7 @@ def test_the_emulator_charges_the_platform_defaults():
 
 def test_the_scheduler_plans_with_them():
     from controller_plugin.settings import SchedulerSettings
-    from esg.placement import StartupCosts
+    from esg.defaults import StartupCosts
     from esg.policies.context import PolicyContext
 
     assert SchedulerSettings.__dataclass_fields__["stage_overhead_ms"].default == HOP_MS

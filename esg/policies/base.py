@@ -22,8 +22,8 @@ from typing import cast
 
 from mypy_extensions import mypyc_attr
 
-from esg import placement
 from esg.cluster import ClusterSnapshot
+from esg.defaults import StartupCosts
 from esg.dispatch import Placement, Wait
 from esg.events import Dispatch, Prewarm, Request
 from esg.model import App, Config, Job
@@ -61,7 +61,7 @@ class _GatedPlacer(Placer):
         self._gate = gate
 
     def may_scale_out(self, running: int, queued: int, priorities: Sequence[Config],
-                      latency_of: Callable[[Config], float], startup: placement.StartupCosts) -> bool:
+                      latency_of: Callable[[Config], float], startup: StartupCosts) -> bool:
         return self._gate.may_scale_out(running, queued, priorities, latency_of, startup)
 
 
@@ -123,12 +123,10 @@ class Policy:
         return self._order(app, head, snapshot)
 
     def place(self, app: App, queue: AfwQueue, choice: Choice, snapshot: ClusterSnapshot,
-              preferred: Sequence[str], now_ms: float, no_fit: set[Config],
-              holds: list[placement.Hold] | None = None) -> Placement | Wait:
-        """Where the head batch runs, or why it waits (:meth:`Placer.place
+              preferred: Sequence[str], now_ms: float, no_fit: set[Config]) -> Placement | Wait:
+        """Where the head batch runs, or why it waits and what can end the wait (:meth:`Placer.place
         <esg.policies.placer.Placer.place>`, given :meth:`running_for` the queue)."""
-        return self.placer.place(app, queue, choice, snapshot, preferred, now_ms, no_fit, self.running_for(queue.key),
-                                 holds)
+        return self.placer.place(app, queue, choice, snapshot, preferred, now_ms, no_fit, self.running_for(queue.key))
 
     def running_for(self, key: tuple[str, str]) -> int:
         """What the scale-out gate counts as running for queue ``key``: its batches in flight and what

@@ -10,6 +10,7 @@ from typing import Final
 from esg import placement
 from esg.cluster import ClusterSnapshot
 from esg.cost import Prices, config_cost
+from esg.defaults import StartupCosts
 from esg.mig import compute_slices
 from esg.model import App, Config, Job
 from esg.profiles import Profile
@@ -83,5 +84,5 @@ class BacklogGate:
     in milliseconds only takes an instance from another function."""
 
     def may_scale_out(self, running: int, queued: int, priorities: Sequence[Config],
-                      latency_of: Callable[[Config], float], startup: placement.StartupCosts) -> bool:
+                      latency_of: Callable[[Config], float], startup: StartupCosts) -> bool:
         return placement.worth_starting(running, queued, priorities, latency_of, startup)

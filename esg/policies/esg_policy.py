@@ -33,9 +33,10 @@ import math
 from collections.abc import Callable, Sequence
 
 from esg.cluster import ClusterSnapshot
+from esg.defaults import StartupCosts
 from esg.dispatch import locality_order
 from esg.model import App, Config, Job
-from esg.placement import StartupCosts, worth_starting
+from esg.placement import worth_starting
 from esg.planner import Planner
 from esg.policies import register
 from esg.policies.base import Choice, Policy, PolicyContext, Starting, apps_sharing

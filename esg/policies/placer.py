@@ -30,12 +30,14 @@ from mypy_extensions import mypyc_attr
 
 from esg import placement
 from esg.cluster import ClusterSnapshot
+from esg.defaults import StartupCosts
 from esg.dispatch import NO_CONFIGURATION, Placement, Wait
 from esg.model import App, Config, Job
 from esg.policies.context import Choice, PolicyContext
 from esg.queues import AfwQueue
 from esg.slo_split import group_latency
 from esg.timing import cold_start_ms
+from esg.waits import Until, profile_groups
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -49,7 +51,7 @@ class Placer:
         self._fastest: dict[str, tuple[Config, ...]] = {}
         self._groups: dict[tuple, tuple[object, tuple]] = {}
         """(function, configurations, id of the latencies) -> (those latencies, their profile groups)."""
-        self._startup: dict[str, tuple[object, placement.StartupCosts]] = {}
+        self._startup: dict[str, tuple[object, StartupCosts]] = {}
         """function -> (its profile, the start-up costs worked out from it)."""
         self._caps: dict[tuple[int, int], tuple[tuple[Config, ...], object, tuple[Config, ...]]] = {}
         """(id of the priorities, queue length) -> (those priorities, the profile, :func:`placement.cap_batches`)."""
@@ -73,19 +75,17 @@ class Placer:
         return []
 
     def may_scale_out(self, running: int, queued: int, priorities: Sequence[Config],
-                      latency_of: Callable[[Config], float], startup: placement.StartupCosts) -> bool:
+                      latency_of: Callable[[Config], float], startup: StartupCosts) -> bool:
         """Whether the head batch may start a new worker when no idle one takes it: the shared scale-out
         rule (:func:`esg.placement.may_scale_out`)."""
         return placement.may_scale_out(running, queued, priorities)
 
     def place(self, app: App, queue: AfwQueue, choice: Choice, snapshot: ClusterSnapshot,
-              preferred: Sequence[str], now_ms: float, no_fit: set[Config], running: int,
-              holds: list[placement.Hold] | None = None) -> Placement | Wait:
+              preferred: Sequence[str], now_ms: float, no_fit: set[Config], running: int) -> Placement | Wait:
         """Where the head batch runs: the shared machinery of :mod:`esg.placement` (whole batches,
         warm workers first, start-up against the budget, :meth:`may_scale_out` given the ``running``
         batches of the queue), then a fallback to the function's fastest configurations when none of the
-        choice's fits on any node. When it waits and ``holds`` is given, the
-        :class:`~esg.placement.Hold` that tells when that may change is appended to it."""
+        choice's fits on any node. A wait names the events that can end it (:class:`~esg.waits.Until`)."""
         function = queue.key[1]
         profile = self.ctx.profiles[function]
         queued = len(queue)
@@ -98,41 +98,43 @@ class Placer:
         latency_of = placement.latency_lookup(choice.latencies, profile)
         head = placement.HeadBatch(function, own, latency_of, preferred, budget, startup,
                                    self.may_scale_out(running, queued, own, latency_of, startup))
-        seen: set[str] | None = set() if holds is not None else None
+        seen: set[str] = set()
         placed = placement.place(snapshot, head, no_fit, seen)
-        if not isinstance(placed, Wait) or not all(c in no_fit for c in own):
-            if isinstance(placed, Wait) and holds is not None and seen:
-                holds.append(self._hold(placed, head, [(own, True)], snapshot, queue.head.deadline_ms, rest,
-                                        choice.latencies, running, queued))
+        if not isinstance(placed, Wait):
             return placed
+        if not all(c in no_fit for c in own):
+            if not seen:
+                return placed  # (no node looked at: nothing to watch, placed again next step)
+            return placed.ending(self._until(head, [(own, True)], snapshot, queue.head.deadline_ms, rest,
+                                             choice.latencies, running, queued))
         spare = placement.fallback(self._fastest_first(function), queued, set(own))
         if not spare:
-            if holds is not None:
-                holds.append(self._hold(placed, head, [(own, False)], snapshot, queue.head.deadline_ms, rest,
-                                        choice.latencies, running, queued))
-            return placed
+            return placed.ending(self._until(head, [(own, False)], snapshot, queue.head.deadline_ms, rest,
+                                             choice.latencies, running, queued))
         head = replace(head, priorities=spare,
                        may_scale_out=self.may_scale_out(running, queued, spare, latency_of, startup))
-        seen2: set[str] | None = set() if holds is not None else None
+        seen2: set[str] = set()
         placed = placement.place(snapshot, head, no_fit, seen2)
-        if isinstance(placed, Wait) and holds is not None:
-            holds.append(self._hold(placed, head, [(own, False), (spare, bool(seen2))], snapshot,
-                                    queue.head.deadline_ms, rest, choice.latencies, running, queued))
+        if isinstance(placed, Wait):
+            return placed.ending(self._until(head, [(own, False), (spare, bool(seen2))], snapshot,
+                                             queue.head.deadline_ms, rest, choice.latencies, running, queued))
         return placed
 
-    def _hold(self, wait: Wait, head: placement.HeadBatch, lists, snapshot: ClusterSnapshot, deadline_ms: float,
-              rest_ms: float, latencies: Mapping[Config, float], running: int, queued: int) -> placement.Hold:
+    def _until(self, head: placement.HeadBatch, lists, snapshot: ClusterSnapshot, deadline_ms: float,
+               rest_ms: float, latencies: Mapping[Config, float], running: int, queued: int) -> Until:
+        """The events that end the wait of ``head`` after walking ``lists`` (configurations, whether one
+        fits somewhere)."""
         made = []
         for configs, fits in lists:
             if not snapshot.tracks_workers:
-                groups = placement.profile_groups(configs, None)  # untracked: any fit places
+                groups = profile_groups(configs, None)  # untracked: any fit places
             else:
                 key = (head.function, configs, id(latencies))
                 hit = self._groups.get(key)
                 if hit is None or hit[0] is not latencies:  # (kept, the latencies' id is not reused)
                     if len(self._groups) >= 4096:
                         self._groups.clear()
-                    hit = self._groups[key] = (latencies, placement.profile_groups(configs, head.latency_of))
+                    hit = self._groups[key] = (latencies, profile_groups(configs, head.latency_of))
                 groups = hit[1]
             made.append((configs, groups, fits))
         # from the table's largest batch on, a longer queue caps and falls back to the same lists
@@ -142,8 +144,8 @@ class Placer:
         def scale_out(r: int, q: int) -> tuple[bool, ...]:
             """This placer's scale-out answer for each list the walk used, with these counts."""
             return tuple(self.may_scale_out(r, q, configs, head.latency_of, head.startup) for configs in lists_)
-        return placement.Hold.of(wait, head.function, deadline_ms, rest_ms, head.startup, made, snapshot, deep,
-                                 scale_out, scale_out(running, queued))
+        return Until.placed(head.function, deadline_ms, rest_ms, head.startup, made, snapshot, deep,
+                            scale_out, scale_out(running, queued))
 
     def _capped(self, priorities: tuple[Config, ...], queued: int, profile) -> tuple[Config, ...]:
         """:func:`placement.cap_batches`, remembered per (priorities, queue length, profile): a policy's
@@ -156,11 +158,11 @@ class Placer:
             hit = self._caps[key] = (priorities, profile, placement.cap_batches(priorities, queued, profile))
         return hit[2]
 
-    def _startup_of(self, function: str, profile) -> placement.StartupCosts:
+    def _startup_of(self, function: str, profile) -> StartupCosts:
         """The function's start-up costs (remembered while its profile and the context stay)."""
         hit = self._startup.get(function)
         if hit is None or hit[0] is not profile:
-            hit = self._startup[function] = (profile, placement.StartupCosts(
+            hit = self._startup[function] = (profile, StartupCosts(
                 self.ctx.mig_reconfig_ms, cold_start_ms(profile, self.ctx.cold_start_scale)))
         return hit[1]
 

@@ -36,10 +36,10 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from esg.cluster import ClusterSnapshot
+from esg.defaults import StartupCosts
 from esg.dispatch import Wait
 from esg.events import Dispatch, Prewarm, Request
 from esg.model import App, Config, Job
-from esg.placement import StartupCosts
 from esg.policies.context import Choice, PolicyContext
 from esg.prewarm import WarmUp
 from esg.queues import AfwQueue

@@ -15,7 +15,7 @@ from agent_channel.protocol import BatchResult, Heartbeat, IdleWorkers
 from controller_plugin.dispatcher import Dispatcher
 from controller_plugin.health import AgentRegistry
 from controller_plugin.metrics import Metrics
-from controller_plugin.workflows import Send
+from controller_plugin.workflows import PrewarmSend, Send
 from esg.cluster import NodeReport, Slice, SliceRef, tracked
 from esg.emulator.nodes import NodeModel
 from esg.events import Arrival, BatchDone, Request
@@ -205,15 +205,33 @@ def test_the_snapshot_kept_across_turns_is_the_one_built_afresh(ops):
     latest reports and every claim (:func:`esg.cluster.tracked`) shows -- whatever the order of sends,
     takes, answers and reports, reports that lag, and reports that name batches whose results have not
     come yet."""
+    _live_turns(ops, prewarm=False, check_view=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(turns, st.booleans())
+def test_live_waits_decide_as_placing_every_waiting_head_again(ops, prewarm):
+    """The live service keeps a waiting head's wait and places it again only after an event the wait
+    names (esg.waits), on the dispatcher's kept snapshot: every turn -- those with events and those with
+    only time passing -- must decide what placing every waiting head again decides."""
+    kept = _live_turns(ops, prewarm=prewarm, reuse_waits=True)
+    again = _live_turns(ops, prewarm=prewarm, reuse_waits=False)
+    assert kept == again
+
+
+def _live_turns(ops, prewarm: bool, check_view: bool = False, reuse_waits: bool = True) -> list:
+    """Drive the dispatcher and the core through ``ops`` (two nodes whose agents take, answer and report
+    in the order given) as the service's turns do; every turn's decisions."""
     disp, s = dispatcher(), Scheduler({"one": APP}, make_policy("esg", PolicyContext(
         {"one": APP}, {"f": profile("f", ROWS, cold_start_ms=3000.0)})), batch_ids=(f"inc-{i}" for i in range(1000)),
-        prewarm=False)
+        prewarm=prewarm, reuse_waits=reuse_waits)
     truth = {n: NodeModel(n, 4, "A100-40GB") for n in ("n0", "n1")}
     sent: list = []         # dispatched, not taken by the agent
     taken: list = []        # taken, not answered
     answered: list = []     # answered by the agent, result not delivered yet
     done: dict[str, list[str]] = {n: [] for n in truth}
     seq = {n: 1 for n in truth}
+    decided: list = []
     for t in truth.values():
         disp.heartbeat(_heartbeat(t, 1, (), ()), 0.0)
     events: list = []
@@ -239,15 +257,20 @@ def test_the_snapshot_kept_across_turns_is_the_one_built_afresh(ops):
             running = [d.batch_id for d in taken if d.node == n]
             disp.heartbeat(_heartbeat(truth[n], seq[n], running, done[n][-4:]), 0.1 * i)
         view = disp.snapshot()
-        fresh = tracked([NodeReport(a.heartbeat.node_state(), frozenset(a.heartbeat.running),
-                                    frozenset(a.heartbeat.done)) for a in disp.registry.live()], disp._claims())
-        assert {n: _seen(v) for n, v in view.nodes.items()} == {n: _seen(v) for n, v in fresh.nodes.items()}
-        if events:
+        if check_view:
+            fresh = tracked([NodeReport(a.heartbeat.node_state(), frozenset(a.heartbeat.running),
+                                        frozenset(a.heartbeat.done)) for a in disp.registry.live()], disp._claims())
+            assert {n: _seen(v) for n, v in view.nodes.items()} == {n: _seen(v) for n, v in fresh.nodes.items()}
+        if events or not check_view:
             out = s.step(float(i), view, events)
             events = []
+            decided.append((i, [(d.batch_id, d.config, d.fit, [j.job_id for j in d.jobs]) for d in out.dispatches],
+                            dict(out.waiting), [(p.function, p.fit) for p in out.prewarms]))
             for d in out.dispatches:
                 send(disp, d)
                 sent.append(d)
+            disp.prewarmed([PrewarmSend(p, None) for p in out.prewarms], 0.1 * i)
+    return decided
 
 
 def test_the_decision_log_keeps_what_the_agent_says_a_prewarm_did():

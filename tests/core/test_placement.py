@@ -7,6 +7,7 @@ import pytest
 
 from esg import placement
 from esg.cluster import ClusterSnapshot, NodeState, Slice, SliceRef
+from esg.defaults import StartupCosts
 from esg.dispatch import Placement, Wait
 from esg.model import App, Config, Job
 from esg.policies import PolicyContext, make_policy
@@ -128,7 +129,7 @@ def test_every_policy_places_through_the_shared_placer_with_its_own_plugins():
         assert not kinds(name, NodeOrder) and kinds(name, ScaleOutGate) == [BacklogGate]
     # and the rules differ where they should: one batch of one running, two jobs waiting (10 ms each),
     # a 3 s cold start -- the shared rule starts a worker, ESG's does not
-    lat, startup, one = (lambda c: 10.0), placement.StartupCosts(2000.0, 3000.0), (Config(1, 1, "1g.5gb"),)
+    lat, startup, one = (lambda c: 10.0), StartupCosts(2000.0, 3000.0), (Config(1, 1, "1g.5gb"),)
     assert placers["infless"].may_scale_out(1, 2, one, lat, startup)
     assert not placers["esg"].may_scale_out(1, 2, one, lat, startup)
     assert not placers["orion"].may_scale_out(1, 2, one, lat, startup)

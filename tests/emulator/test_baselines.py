@@ -252,11 +252,12 @@ def test_scale_out_rule_of_each_baseline(apps, profiles):
     """Orion and Aquatope (whose papers leave scaling to the platform) get the generic backlog rule
     (:func:`esg.placement.worth_starting`); INFless and FaST-GShare keep the queue rule (rule 4)."""
     from esg import placement
+    from esg.defaults import StartupCosts
     one = (Config(1, 2, "1g.5gb"),)
 
     def latency_of(c):
         return 5.0
-    startup = placement.StartupCosts(2000.0, 3000.0)
+    startup = StartupCosts(2000.0, 3000.0)
     for name in ("orion", "aquatope"):
         pol = make_policy(name, PolicyContext(apps, profiles, seed=0))
         # three jobs behind one running batch of 5 ms: cleared in 15 ms, far less than a 3 s cold start

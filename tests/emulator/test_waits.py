@@ -1,5 +1,6 @@
-"""A waiting head is not placed again while nothing it depends on changed (``Scheduler.keep_holds``):
-every step must decide exactly what placing every waiting head again decides."""
+"""A waiting head is placed again only after an event its wait names (:mod:`esg.waits`,
+``Scheduler.reuse_waits``): every step must decide exactly what placing every waiting head again
+decides."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class _Recorded:
         return r
 
 
-def _decisions(apps, profiles, policy: str | Callable[[PolicyContext], Policy], keep_holds: bool, seed: int, nodes: int, params: EmulatorParams,
+def _decisions(apps, profiles, policy: str | Callable[[PolicyContext], Policy], reuse_waits: bool, seed: int, nodes: int, params: EmulatorParams,
                load: str = "heavy", seconds: float = 3.0, online: bool = False):
     """Every step's full result: (time, dispatches, why each queue waits, wake-up), and the summary."""
     rng = np.random.default_rng(seed)
@@ -51,7 +52,7 @@ def _decisions(apps, profiles, policy: str | Callable[[PolicyContext], Policy], 
     ctx = PolicyContext(apps, tables)
     em = Emulation(apps, profiles, make_policy(policy, ctx) if isinstance(policy, str) else policy(ctx), requests, rng,
                    ClusterSpec(nodes=nodes, vcpus=16), params, online=learning)
-    em.scheduler.keep_holds = keep_holds
+    em.scheduler.reuse_waits = reuse_waits
     log = []
     em.scheduler = _Recorded(em.scheduler, log)
     result = em.run()
@@ -60,7 +61,7 @@ def _decisions(apps, profiles, policy: str | Callable[[PolicyContext], Policy], 
 
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("params", range(len(PARAMS)))
-def test_kept_holds_decide_as_placing_every_head_again(policy, params, apps, profiles):
+def test_waits_decide_as_placing_every_head_again(policy, params, apps, profiles):
     for seed in (0, 1):
         full = _decisions(apps, profiles, policy, False, seed, 2, PARAMS[params])
         kept = _decisions(apps, profiles, policy, True, seed, 2, PARAMS[params])
@@ -70,14 +71,14 @@ def test_kept_holds_decide_as_placing_every_head_again(policy, params, apps, pro
 
 
 @pytest.mark.parametrize("policy", ["esg", "infless"])
-def test_kept_holds_on_more_nodes_and_lighter_load(policy, apps, profiles):
+def test_waits_on_more_nodes_and_lighter_load(policy, apps, profiles):
     for load in ("light", "heavy"):
         full = _decisions(apps, profiles, policy, False, 4, 5, PARAMS[1], load=load, seconds=1.5)
         kept = _decisions(apps, profiles, policy, True, 4, 5, PARAMS[1], load=load, seconds=1.5)
         assert kept == full
 
 
-def test_kept_holds_with_online_profiles(apps, profiles):
+def test_waits_with_online_profiles(apps, profiles):
     """Unprofiled functions (the default rule places them), exploration and tables replaced mid-run."""
     sub = {a: dataclasses.replace(apps[a], slo_ms=apps[a].slo_ms * 4) for a in ("image-classification",)}
     truth = {f: profiles[f] for a in sub.values() for f in a.functions}
@@ -87,7 +88,7 @@ def test_kept_holds_with_online_profiles(apps, profiles):
 
 
 def test_a_waiting_head_is_placed_again_only_after_a_change(apps, profiles):
-    """What the holds are for: far fewer placements of waiting heads than queue visits."""
+    """What the waits are for: far fewer placements of waiting heads than queue visits."""
     calls = {"place": 0}
 
     class Counted(Policy):

@@ -255,8 +255,14 @@ class WorthStarting:
 
 
 RuleFactory = Callable[[EsgParts], object]
-ESG_RULES: tuple[RuleFactory, ...] = (JitPrewarm, WaitForBusy, SpareInstances, PoolSizing)
-"""ESG's rules, in the order their hooks run (each takes the parts they share, :class:`EsgParts`)."""
+RULE_NAMES: dict[str, RuleFactory] = {
+    "jit-prewarm": JitPrewarm, "wait-for-busy": WaitForBusy, "spare-instances": SpareInstances,
+    "pool-sizing": PoolSizing,
+}
+"""ESG's added rules by the name an ablation uses (policy ``esg-without-<name>`` is ``esg`` with that
+one rule left out), in the order their hooks run."""
+ESG_RULES: tuple[RuleFactory, ...] = tuple(RULE_NAMES.values())
+"""ESG's rules (each takes the parts they share, :class:`EsgParts`)."""
 
 
 def esg_policy(ctx: PolicyContext, rules: Sequence[RuleFactory] = ESG_RULES, name: str = "esg") -> Policy:
@@ -278,14 +284,6 @@ def esg_paper_policy(ctx: PolicyContext) -> Policy:
     of the rules this project added. Its scale-out gate is the generic one every policy without an
     autoscaler of its own uses (:class:`WorthStarting`), so the difference from ``esg`` is the rules."""
     return esg_policy(ctx, rules=(), name="esg-paper")
-
-
-RULE_NAMES: dict[str, RuleFactory] = {
-    "jit-prewarm": JitPrewarm, "wait-for-busy": WaitForBusy, "spare-instances": SpareInstances,
-    "pool-sizing": PoolSizing,
-}
-"""ESG's added rules by the name an ablation uses: policy ``esg-without-<name>`` is ``esg`` with that
-one rule left out."""
 
 
 def _without(left_out: str) -> None:

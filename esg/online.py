@@ -153,7 +153,8 @@ def learned_profile(function: str, stats: Mapping[Config, ConfigStats], prior: P
     if learned:
         base_extra[SOURCE_FIELD] = "online"
     return Profile(function, model, tuple(entries[c] for c in sorted(entries, key=config_order)), cold_ms,
-                   prior.output_bytes if prior is not None else 0, {**base_extra, **extra})
+                   prior.output_bytes if prior is not None else 0, {**base_extra, **extra},
+                   prior.gpu_memory_mb if prior is not None else 0)
 
 
 @dataclass(frozen=True)

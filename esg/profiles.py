@@ -39,6 +39,9 @@ class Profile:
     cold_start_ms: float = 0.0
     output_bytes: int = 0
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    gpu_memory_mb: int = 0
+    """The GPU memory one warm worker of the function holds on its MIG instance (MiB: runtime context,
+    weights and the allocator's peak at the table's largest batch); 0: not known, not limited."""
 
     def latency(self, config: Config) -> float:
         try:
@@ -68,6 +71,8 @@ class Profile:
             "configs": [{**e.extra, **e.config.to_dict(), "latency_ms": e.latency_ms} for e in self.entries],
             "cold_start_ms": self.cold_start_ms, "output_bytes": self.output_bytes,
         })
+        if self.gpu_memory_mb:
+            out[GPU_MEMORY_FIELD] = self.gpu_memory_mb
         return out
 
 
@@ -83,7 +88,9 @@ def median_latency(profile: Profile, even: Literal["upper", "mean"]) -> float:
     return (lats[n // 2 - 1] + lats[n // 2]) / 2
 
 
-_TOP_FIELDS = {"function", "gpu_model", "configs", "cold_start_ms", "output_bytes"}
+GPU_MEMORY_FIELD = "gpu_memory_mb"
+"""A table's (top level) GPU memory per worker, MiB (:attr:`Profile.gpu_memory_mb`)."""
+_TOP_FIELDS = {"function", "gpu_model", "configs", "cold_start_ms", "output_bytes", GPU_MEMORY_FIELD}
 _ENTRY_FIELDS = {"batch", "vcpus", "gpu", "latency_ms"}
 SPREAD_FIELD = "latency_cv"
 """A table's (top level) or a row's spread: the coefficient of variation of the run time."""
@@ -124,9 +131,12 @@ def profile_from_dict(data: Any, source: str) -> Profile:
     out_bytes = data.get("output_bytes", 0)
     if isinstance(out_bytes, bool) or not isinstance(out_bytes, int) or out_bytes < 0:
         raise ProfileError(f"{source}: field 'output_bytes' must be a non-negative integer")
+    memory = data.get(GPU_MEMORY_FIELD, 0)
+    if isinstance(memory, bool) or not isinstance(memory, int) or memory < 0:
+        raise ProfileError(f"{source}: field {GPU_MEMORY_FIELD!r} must be a non-negative integer (MiB)")
     extra = {k: v for k, v in data.items() if k not in _TOP_FIELDS}
     _check_spread(extra, source)
-    return Profile(function, geo.model, tuple(entries), cold, out_bytes, extra)
+    return Profile(function, geo.model, tuple(entries), cold, out_bytes, extra, memory)
 
 
 def _entry(c: Any, i: int, source: str, geo) -> ProfileEntry:

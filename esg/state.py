@@ -114,6 +114,9 @@ class Fit:
     destroy: tuple[SliceRef, ...] = ()
     warm_worker: tuple[str, SliceRef | None] | None = None
     """The idle warm worker this placement takes (None: a cold start, or not tracked)."""
+    evict: tuple[tuple[str, int], ...] = ()
+    """Idle warm workers (function, how many) to stop on ``slice`` before the new worker starts there:
+    the GPU memory they hold is what it lacks (:mod:`esg.memory`)."""
 
     @property
     def reconfigures(self) -> bool:

@@ -36,7 +36,7 @@ def perturbed(profile: Profile, spread: float, rng: np.random.Generator) -> Prof
     entries = tuple(ProfileEntry(e.config, round(e.latency_ms * math.exp(rng.uniform(-k, k)), 3), e.extra)
                     for e in profile.entries)
     return Profile(profile.function, profile.gpu_model, entries, profile.cold_start_ms, profile.output_bytes,
-                   profile.extra)
+                   profile.extra, profile.gpu_memory_mb)
 
 
 @dataclass

@@ -60,6 +60,10 @@ class ClusterSnapshot:
     def nowhere(self) -> set[Config]:
         return self.index.nowhere
 
+    def use_memory(self, memory: dict[str, int]) -> None:
+        """Weigh new workers' fits by their GPU memory (:meth:`ClusterIndex.use_memory`)."""
+        self.index.use_memory(memory)
+
     def fit(self, node_name: str, config: Config, function: str | None = None) -> Fit | None:
         """Where ``config`` runs on the node (None: it does not fit); with ``function``, the fit takes an
         idle warm worker of it when one waits on that slice."""
@@ -99,7 +103,8 @@ class ClusterSnapshot:
     # -- changes ------------------------------------------------------------------------------------
     def reserve(self, config: Config, fit: Fit) -> None:
         """Claim ``fit`` for a batch of ``config``: its vCPUs, its slice (created, and the instances in
-        its way destroyed with their workers) and the idle warm worker it takes."""
+        its way destroyed with their workers), the idle warm worker it takes, and the idle workers it
+        stops for the new worker's GPU memory (``fit.evict``)."""
         node = self.nodes[fit.node]
         carry = self.index.carry(fit.node)
         taken = 0
@@ -125,6 +130,14 @@ class ClusterSnapshot:
             for k in [k for k in node.idle_workers if k[1] is not None and k[1] in fit.destroy]:
                 del node.idle_workers[k]  # destroying a MIG instance kills its workers
                 killed = True
+        for function, n in fit.evict:  # idle workers stopped for the new worker's GPU memory
+            key = (function, fit.slice)
+            left = node.idle_workers.get(key, 0) - n
+            if left > 0:
+                node.idle_workers[key] = left
+            elif key in node.idle_workers:
+                del node.idle_workers[key]
+            killed = True
         if killed:
             carry.by_kind = None
         kept = carry.kept(node, fit.slice, -taken, fit.warm_worker, before)

@@ -137,9 +137,14 @@ def candidate_fits(snapshot: ClusterSnapshot, priorities: Sequence[Config], pref
                 continue
             fit = fit_on(name, config, function)
             if fit is None:
+                # the configuration fits here, but the function's worker has no room (its GPU memory):
+                # it still counts as fitting somewhere, for every other function
+                if function is not None and not found and fit_on(name, config) is not None:
+                    found = True
                 continue
             found = True
-            if warm_nodes is not None and settled is None and fit.warm_worker is None and not fit.destroy:
+            if (warm_nodes is not None and settled is None and fit.warm_worker is None and not fit.destroy
+                    and not fit.evict):
                 settled = fit
             yield config, fit
         if not found:

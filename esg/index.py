@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Final
 
 from esg import mig
+from esg.memory import evictions, instance_memory_mb
 from esg.model import Config
 from esg.state import Fit, NodeState, SliceRef
 
@@ -50,6 +51,8 @@ class NodeFacts:
     def __init__(self) -> None:
         self.fits: dict[Config, Fit | None] = {}
         self.warm_fits: dict[tuple[Config, str], Fit | None] = {}
+        self.cold_fits: dict[tuple[Config, str], Fit | None] = {}
+        """A new worker's fit where its GPU memory decides (:mod:`esg.memory`)."""
         self.layout: Layout | None = None
         self.layout_code = -1
         self.idle_compute = -1
@@ -202,6 +205,18 @@ class ClusterIndex:
         self._warm_fit_of: dict[tuple[str, Worker], Fit] = {}
         self._gpu_fits: dict[tuple[str, str, int, str], Fit | None] = {}
         self._slot_bits: dict[SliceRef, int] = {}
+        self.memory: dict[str, int] = {}
+        """Per function, the GPU memory one of its workers holds (MiB; absent or 0: not limited): what a
+        new worker's fit weighs (:meth:`use_memory`)."""
+
+    def use_memory(self, memory: dict[str, int]) -> None:
+        """Weigh new workers' fits with ``memory`` (function -> MiB per worker) from now on; what was
+        worked out with other figures is forgotten. The same dict again changes nothing."""
+        if memory is self.memory:
+            return
+        self.memory = memory
+        for facts in self._facts.values():
+            facts.cold_fits = {}
 
     # -- per-node facts ---------------------------------------------------------------------------
     def facts(self, node_name: str) -> NodeFacts:
@@ -279,19 +294,61 @@ class ClusterIndex:
     # -- fits -------------------------------------------------------------------------------------
     def fit(self, node_name: str, config: Config, function: str | None = None) -> Fit | None:
         """Where ``config`` runs on the node (None: it does not fit); with ``function``, the fit takes an
-        idle warm worker of it when one waits on that slice (or another idle instance of its profile)."""
+        idle warm worker of it when one waits on that slice (or another idle instance of its profile),
+        and a new worker's fit is one whose instance has room for its GPU memory (:meth:`cold_fit`)."""
         facts = self.facts(node_name)
         fit = facts.fits.get(config, _UNKNOWN)
         if fit is _UNKNOWN:
             fit = facts.fits[config] = self._fit(node_name, facts, config)
-        if fit is None or function is None or fit.create:
+        if fit is None or function is None:
             return fit
         key = (config, function)
-        warm = facts.warm_fits.get(key, _UNKNOWN)
-        if warm is _UNKNOWN:
-            worker = self._idle_worker(self.nodes[node_name], function, fit.slice)
-            warm = facts.warm_fits[key] = None if worker is None else self._warm_fit_on(node_name, worker)
-        return fit if warm is None else warm
+        if not fit.create:
+            warm = facts.warm_fits.get(key, _UNKNOWN)
+            if warm is _UNKNOWN:
+                worker = self._idle_worker(self.nodes[node_name], function, fit.slice)
+                warm = facts.warm_fits[key] = None if worker is None else self._warm_fit_on(node_name, worker)
+            if warm is not None:
+                return warm
+        if fit.slice is None or not self.memory.get(function, 0):
+            return fit
+        cold = facts.cold_fits.get(key, _UNKNOWN)
+        if cold is _UNKNOWN:
+            cold = facts.cold_fits[key] = self.cold_fit(node_name, fit, function)
+        return cold
+
+    def cold_fit(self, node_name: str, fit: Fit, function: str) -> Fit | None:
+        """A new worker of ``function`` where the node's fit ``fit`` would start it, its GPU memory
+        weighed: on a new instance, when the instance holds it at all; on an idle instance of the
+        profile, the first (in layout order) with room for it, else the one where the fewest idle
+        workers of other functions are stopped first (``Fit.evict``, :func:`esg.memory.evictions`);
+        None when no instance of the profile can hold it."""
+        node = self.nodes[node_name]
+        ref = fit.slice
+        if ref is None or node.gpu_model is None:
+            return fit
+        need = self.memory.get(function, 0)
+        capacity = instance_memory_mb(node.gpu_model, ref.profile)
+        if fit.create:
+            return fit if need <= capacity else None
+        best: tuple[int, SliceRef, tuple[tuple[str, int], ...]] | None = None
+        for profile, start, busy in self.layout(node_name):
+            if busy or profile != ref.profile:
+                continue
+            here = SliceRef(profile, start)
+            idle: dict[str, int] = {}
+            for (f, r), n in node.idle_workers.items():
+                if r == here and n > 0:
+                    idle[f] = n
+            stop = evictions(idle, self.memory, capacity, need)
+            if stop is None:
+                continue
+            if not stop:
+                return fit if here == ref else Fit(node_name, here)
+            count = sum(n for _, n in stop)
+            if best is None or count < best[0]:
+                best = (count, here, stop)
+        return None if best is None else Fit(node_name, best[1], False, (), None, best[2])
 
     @staticmethod
     def _idle_worker(node: NodeState, function: str, slice_: SliceRef | None) -> Worker | None:

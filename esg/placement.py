@@ -121,17 +121,22 @@ def place(snapshot: ClusterSnapshot, req: HeadBatch, no_fit: set[Config],
     if warm is not None:
         return _reserved(snapshot, warm[0], warm[1])
     in_time: tuple[Config, Fit] | None = None
+    evicting: tuple[Config, Fit] | None = None
     soonest: tuple[float, Config, Fit] | None = None
     for config, fit in candidate_fits(snapshot, req.priorities, req.preferred, no_fit, req.function, warm_nodes):
         if seen is not None:
             seen.add(fit.node)
         t = req.startup.of(fit) + req.latency_of(config)
         if t <= req.budget_ms:
-            in_time = (config, fit)
-            break  # the soonest only matters when nothing is in time
-        if soonest is None or t < soonest[0]:
+            if not fit.evict:
+                in_time = (config, fit)
+                break  # the soonest only matters when nothing is in time
+            if evicting is None:
+                evicting = (config, fit)  # in time, but by stopping other functions' idle workers
+            continue
+        if soonest is None or t < soonest[0] or (t == soonest[0] and soonest[2].evict and not fit.evict):
             soonest = (t, config, fit)
-    chosen = in_time
+    chosen = in_time if in_time is not None else evicting
     if chosen is None and soonest is not None and req.may_scale_out:
         chosen = soonest[1:]
     if chosen is None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from esg.cluster import ClusterSnapshot, Fit, NodeState, SliceRef
 from esg.events import Prewarm
+from esg.memory import evictions, instance_memory_mb
 from esg.model import Config
 from esg.profiles import Profile
 
@@ -64,8 +65,8 @@ def place_warmup(snapshot: ClusterSnapshot, want: WarmUp) -> Fit | None:
         if want.only_preferred and node not in want.preferred:
             break  # the route lists the preferred nodes first
         fit = snapshot.fit(node, want.config, want.function)
-        if fit is None or fit.destroy or fit.warm_worker is not None:
-            continue
+        if fit is None or fit.destroy or fit.evict or fit.warm_worker is not None:
+            continue  # (a pre-warm never takes down an instance or another function's idle worker)
         if not gpu and snapshot.nodes[node].idle_workers.get((want.function, None), 0) > 0:
             continue  # CPU workers of the function wait idle here already
         snapshot.reserve(want.config, fit)
@@ -82,6 +83,11 @@ def _on_instance(snapshot: ClusterSnapshot, want: WarmUp) -> Fit | None:
             or not any(s.ref == ref and not s.busy for s in node.slices)):
         return None
     fit = Fit(node.name, ref)
+    if snapshot.index.memory.get(want.function, 0) and node.gpu_model is not None:
+        idle = {f: n for (f, r), n in node.idle_workers.items() if r == ref}
+        if evictions(idle, snapshot.index.memory, instance_memory_mb(node.gpu_model, ref.profile),
+                     snapshot.index.memory[want.function]) != ():
+            return None  # no room for its GPU memory there
     snapshot.reserve(want.config, fit)
     return fit
 

@@ -153,6 +153,10 @@ class Scheduler:
         """Ask the policy for pre-warms and its keep-alive (False: no worker is started ahead of a batch,
         and every worker keeps the driver's default keep-alive)."""
         self._prewarm_ids = iter(prewarm_ids) if prewarm_ids is not None else map("w{}".format, itertools.count())
+        self._memory: dict[str, int] = {}
+        """Per function, the GPU memory one worker holds (its table's ``gpu_memory_mb``; :mod:`esg.memory`)."""
+        self._memory_of: object = None
+        """The profiles :attr:`_memory` was read from."""
 
     # -- folding events in ------------------------------------------------------------------------
     def step(self, now_ms: float, snapshot: ClusterSnapshot, events: Sequence[Event] = ()) -> StepResult:
@@ -169,11 +173,23 @@ class Scheduler:
             elif self._requests.pop(event.request_id, None) is not None:
                 self._dead_jobs = True
         self._wake = cast("float | None", None)  # not narrowed to None: the calls below set it
+        snapshot.use_memory(self._worker_memory())
         self._decide(now_ms, snapshot, out)
         if self.prewarm:
             self._prewarms(now_ms, snapshot, out)
         out.wake_at_ms = self._wake
         return out
+
+    def _worker_memory(self) -> dict[str, int]:
+        """Per function, the GPU memory its workers hold, from the policy's tables (the same dict while
+        they stay: the snapshot's fits are kept while it is)."""
+        profiles = self.policy.ctx.profiles
+        if profiles is not self._memory_of:
+            self._memory_of = profiles
+            memory = {f: p.gpu_memory_mb for f, p in profiles.items() if p.gpu_memory_mb > 0}
+            if memory != self._memory:
+                self._memory = memory
+        return self._memory
 
     def _prewarms(self, now_ms: float, snapshot: ClusterSnapshot, out: StepResult) -> None:
         """The policy's pre-warms after this step's dispatches, each placed and reserved on the snapshot

@@ -79,7 +79,7 @@ class Until:
             groups = latency_of if isinstance(latency_of, tuple) else profile_groups(configs, latency_of)
             found = None
             if fits_somewhere:
-                found = {n for n in snapshot.nodes if _fits(snapshot, n, groups, function)}
+                found = {n for n in snapshot.nodes if _fits(snapshot, n, groups)}
             parts.append((tuple(groups), found))
         return cls(function, deadline_ms, rest_ms, startup, parts, deep, scale_out, answers)
 
@@ -95,12 +95,12 @@ class Until:
         for groups, fits in self.parts:
             found = False
             for probe, vcpus, best in groups:
-                if free < probe.vcpus:
+                if free < probe.vcpus or snapshot.fit(node, probe) is None:
                     continue
+                found = True  # (fitting as the placement's walk counts it: whatever the function)
                 fit = snapshot.fit(node, probe, self.function)
                 if fit is None:
-                    continue
-                found = True
+                    continue  # no room for the function's GPU memory there
                 if fit.warm_worker is not None:
                     return True  # a worker freed
                 if self.startup.of(fit) + best[bisect.bisect_right(vcpus, free) - 1] <= budget:
@@ -120,10 +120,9 @@ class Until:
 NO_STARTUP: Final = StartupCosts(0.0, 0.0)
 
 
-def _fits(snapshot: ClusterSnapshot, node: str, groups, function: str) -> bool:
+def _fits(snapshot: ClusterSnapshot, node: str, groups) -> bool:
     free = snapshot.nodes[node].vcpus_free
-    return any(free >= probe.vcpus and snapshot.fit(node, probe, function) is not None
-               for probe, _, _ in groups)
+    return any(free >= probe.vcpus and snapshot.fit(node, probe) is not None for probe, _, _ in groups)
 
 
 def profile_groups(configs: Sequence[Config], latency_of: Callable[[Config], float] | None) -> tuple:

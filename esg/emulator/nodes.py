@@ -72,6 +72,8 @@ class NodeModel:
         self._refs: list[SliceRef] | None = None
         """The MIG instances in order (None: recomputed after a create or destroy)."""
         self._busy_since: dict[SliceRef, float] = {}
+        self.evicted = 0
+        """Idle workers stopped for a new worker's GPU memory (``Fit.evict``)."""
 
     def snapshot(self, now_ms: float) -> NodeState:
         """The node as the scheduler sees it.
@@ -143,8 +145,10 @@ class NodeModel:
                 self.slices[fit.slice] = True
         if fit.slice is not None:
             self._busy_since[fit.slice] = now_ms
+        for function, n in fit.evict:
+            self._evict((function, fit.slice), n, now_ms)
         taken, exact = self._take_worker((d.function, fit.slice), now_ms)
-        if not (reserved and exact and not fit.destroy and taken == (fit.warm_worker is not None)):
+        if not (reserved and exact and not fit.destroy and not fit.evict and taken == (fit.warm_worker is not None)):
             self._state = None
         return StartCost(changed * reconfig_ms, changed, not taken)
 
@@ -230,6 +234,27 @@ class NodeModel:
             if gone or not self._expiry_known or last[0] <= self._next_expiry:
                 self._expiry_known = False
         return taken, not gone
+
+    def _evict(self, key: WorkerKey, n: int, now_ms: float) -> None:
+        """Stop ``n`` idle workers of ``key`` (those idle longest first, as their keep-alive would; fewer
+        when fewer wait): their GPU memory is what a new worker on the instance needs (``Fit.evict``)."""
+        pool = self.idle_workers.get(key)
+        if not pool:
+            return
+        gone = bisect.bisect_left(pool, (now_ms,))  # past their keep-alive already
+        live = pool[gone:]
+        chosen = set(sorted(range(len(live)), key=lambda i: live[i][1])[:n])
+        stopped = [w for i, w in enumerate(live) if i in chosen]
+        if gone:
+            self._idle_ended(key, pool[:gone], None)
+        self._idle_ended(key, stopped, now_ms)
+        left = [w for i, w in enumerate(live) if i not in chosen]
+        if left:
+            self.idle_workers[key] = left
+        else:
+            del self.idle_workers[key]
+        self._expiry_known = False
+        self.evicted += len(stopped)
 
     def _kill_workers(self, ref: SliceRef, now_ms: float) -> None:
         for key in [k for k in self.idle_workers if k[1] == ref]:

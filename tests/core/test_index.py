@@ -157,6 +157,8 @@ def test_the_instance_generation_moves_when_a_nodes_instance_counts_may_have():
 # -- random changes: every answer of a kept index is that of one built from scratch -----------------
 MODEL = "A100-40GB"
 FUNCTIONS = ("a", "b", "c")
+MEMORY = {"a": 2400, "b": 1700, "c": 1500}
+"""GPU memory per worker (MiB): one worker of each fills a 1g.5gb instance past its 5,120."""
 CONFIGS = [Config(1, 2, "1g.5gb"), Config(1, 4, "2g.10gb"), Config(1, 2, "3g.20gb"), Config(1, 4, None),
            Config(1, 8, "7g.40gb")]
 
@@ -176,16 +178,30 @@ def _answers(snap: ClusterSnapshot) -> dict:
 
 
 @st.composite
-def _changes(draw):
-    return draw(st.lists(st.tuples(st.sampled_from(["n0", "n1", "n2"]), st.sampled_from(CONFIGS),
-                                   st.sampled_from(FUNCTIONS), st.booleans(), st.integers(0, 3)),
-                         min_size=1, max_size=25))
+def _changes(draw, nodes=("n0", "n1", "n2"), whats=st.integers(0, 3), size=25):
+    return draw(st.lists(st.tuples(st.sampled_from(nodes), st.sampled_from(CONFIGS),
+                                   st.sampled_from(FUNCTIONS), st.booleans(), whats),
+                         min_size=1, max_size=size))
 
 
 @settings(max_examples=150, deadline=None)
 @given(_changes())
 def test_a_kept_index_answers_as_a_fresh_one_after_any_changes(changes):
+    _kept_against_fresh(changes, memory=False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_changes(("n0", "n1"), st.sampled_from([0, 0, 1, 2, 3, 3]), 40))
+def test_a_kept_index_answers_as_a_fresh_one_with_workers_gpu_memory(changes):
+    """Workers' GPU memory weighed: new workers' fits stop idle workers of other functions (``Fit.evict``),
+    batches ending often enough that instances hold several functions' idle workers."""
+    _kept_against_fresh(changes, memory=True)
+
+
+def _kept_against_fresh(changes, memory: bool) -> None:
     snap = ClusterSnapshot({n: NodeState(n, 16, 16, MODEL) for n in ("n0", "n1", "n2")}, tracks_workers=True)
+    if memory:
+        snap.use_memory(MEMORY)
     running: list[tuple[str, Config, Fit]] = []
     for node, config, function, warm, what in changes:
         _answers(snap)  # (everything asked, so that every answer is carried or moved by the change)
@@ -207,6 +223,8 @@ def test_a_kept_index_answers_as_a_fresh_one_after_any_changes(changes):
             running = [r for r in running if r[2].node != node or r[2].slice not in fit.destroy]
             running.append((function, config, fit))
         fresh = ClusterSnapshot({n: copy.deepcopy(s) for n, s in snap.nodes.items()}, tracks_workers=True)
+        if memory:
+            fresh.use_memory(MEMORY)
         assert _answers(snap) == _answers(fresh)
         for f in FUNCTIONS:  # a function's idle workers move only with its generation
             if snap.index.idle_generation(f) == generations[f]:

@@ -107,3 +107,15 @@ def test_a_waiting_head_is_placed_again_only_after_a_change(apps, profiles):
     calls["place"] = 0
     _decisions(apps, profiles, counted, True, 0, 4, PARAMS[0], seconds=1.0)
     assert calls["place"] < every / 2
+
+
+@pytest.mark.parametrize("policy", ["esg", "fastgshare"])
+def test_waits_with_gpu_memory_limits(policy, apps, profiles):
+    """Two GPU workers to a 1g.5gb instance: new workers' fits move to instances with room or stop idle
+    workers (``Fit.evict``), and a kept wait must still decide as placing again."""
+    tables = {f: dataclasses.replace(p, gpu_memory_mb=1968) if any(c.gpu for c in p.configs) else p
+              for f, p in profiles.items()}
+    for seed in (0, 1):
+        full = _decisions(apps, tables, policy, False, seed, 2, PARAMS[1])
+        kept = _decisions(apps, tables, policy, True, seed, 2, PARAMS[1])
+        assert kept == full

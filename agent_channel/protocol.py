@@ -7,7 +7,9 @@ raising :class:`ProtocolError` naming the one that is wrong.
 * :class:`DispatchMessage` (scheduler -> one node's agent): a batch of one function, where to answer
   (``reply_to``), whether its outputs come back inline (``return_output``: the app's sinks) or stay in
   the data store, and per activation either the call's parameters (entry functions) or references to
-  its predecessors' outputs (:class:`InputRef`) -- never the outputs themselves.
+  its predecessors' outputs (:class:`InputRef`) -- never the outputs themselves; where its batch
+  needs a new worker on a MIG instance whose GPU memory idle workers of other functions hold, the idle
+  workers to stop there first (``evict``).
 * :class:`PrewarmMessage` (scheduler -> one node's agent, on the same stream as dispatches): start a
   worker of one function in one configuration (its MIG slice carved as a dispatch's is, then the
   runtime's cold start and ``/init``) and keep it idle for at most ``keep_alive_ms``; no job runs and
@@ -123,6 +125,10 @@ class DispatchMessage:
     epoch: int = 0
     """The leader epoch of the scheduler that sent it: an agent refuses it once its node has been told of
     a newer one (``controller_plugin/lease.py``)."""
+    evict: tuple[tuple[str, int], ...] = ()
+    """Idle warm workers (function, how many) to stop on ``slice`` before the batch's new worker starts
+    there: the GPU memory they hold is what it lacks (:attr:`esg.state.Fit.evict`). Empty (and absent on
+    the wire): none."""
 
 
 @dataclass(frozen=True)
@@ -296,6 +302,8 @@ def to_dict(msg: Message) -> dict[str, Any]:
             out["keep_alive_ms"] = msg.keep_alive_ms
         if msg.epoch:
             out["epoch"] = msg.epoch
+        if msg.evict:
+            out["evict"] = [{"function": f, "count": n} for f, n in msg.evict]
         return out
     if isinstance(msg, PrewarmMessage):
         out = {"type": "prewarm", "prewarm_id": msg.prewarm_id, "node": msg.node, "app": msg.app,
@@ -478,7 +486,25 @@ def _dispatch(d: dict) -> DispatchMessage:
                            _opt_slice(d.get("slice"), w),
                            _slices(d.get("destroy", []), w), reqs,
                            _need(d, "reply_to", str, w), bool(d.get("return_output", True)), ttl,
-                           _keep_alive(d, w, required=False), _epoch(d, w))
+                           _keep_alive(d, w, required=False), _epoch(d, w), _evict(d.get("evict", []), w))
+
+
+def _evict(xs: Any, w: str) -> tuple[tuple[str, int], ...]:
+    """A dispatch's ``evict``: a list of ``{"function": name, "count": n}`` (absent: none)."""
+    where = w + ".evict"
+    if not isinstance(xs, list):
+        raise ProtocolError(f"{w}: field 'evict' must be a list")
+    out = []
+    for x in xs:
+        if not isinstance(x, dict):
+            raise ProtocolError(f"{where}: an entry must be an object")
+        function, count = _need(x, "function", str, where), _need(x, "count", int, where)
+        if not function:
+            raise ProtocolError(f"{where}: 'function' must not be empty")
+        if count < 1:
+            raise ProtocolError(f"{where}: 'count' must be a positive integer, got {count}")
+        out.append((function, count))
+    return tuple(out)
 
 
 def _epoch(d: dict, w: str) -> int:

@@ -310,7 +310,7 @@ class Workflows:
         return protocol.DispatchMessage(d.batch_id, d.node, d.app, d.function, action, d.config, d.fit.slice,
                                         d.fit.destroy, tuple(reqs), self.reply_to(d.node),
                                         d.function in plan.app.sinks, int(ttl),
-                                        keep_alive_ms(d.keep_alive_ms), self.epoch)
+                                        keep_alive_ms(d.keep_alive_ms), self.epoch, d.fit.evict)
 
     def _prewarm_message(self, p: Prewarm, now_ms: int) -> protocol.PrewarmMessage | None:
         """The message for a pre-warm of a function of an app this scheduler has planned (None: an app it

@@ -9,6 +9,13 @@ batch's function, configuration and measured run time, and whether another worke
 host while it ran (such a run time is not learned from). Outputs go through
 :class:`~invoker_agent.data.DataPlane`: inline for an app's sink, otherwise stored and referenced.
 
+**GPU memory.** A dispatch whose batch needs a new worker on its MIG slice may name idle workers to stop
+there first (``evict``: function, how many): just before that worker starts, the agent stops up to that
+many idle workers of each function on that same slice -- never a busy one, never one on another slice,
+those whose keep-alive runs out first first, as keep-alive expiry would -- so their GPU memory is free
+when it starts (:meth:`BatchHandler.evict`). Fewer there than named (the scheduler's view lagged): those
+there are go, and the batch runs. A batch that finds a warm worker of its own stops nothing.
+
 :meth:`BatchHandler.prewarm` does a batch's first half for a :class:`~agent_channel.protocol.PrewarmMessage`
 -- the action's code, the slice, vCPUs for the start, a worker started and ``/init``-ed -- and stops
 there: the worker waits idle under the pre-warm's keep-alive, and the outcome is only logged and
@@ -19,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from agent_channel.protocol import BatchResult, DispatchMessage, PrewarmMessage, RunResult
@@ -113,13 +120,15 @@ class BatchHandler:
                          f", MIG {uuid}" if uuid else "")
                 t0, starts = time.perf_counter(), self.node.pool.mark()
                 keep_alive = None if msg.keep_alive_ms is None else msg.keep_alive_ms / 1000
+                before_start = self._evicting(msg, uuid)
                 out = []
                 for caller, group in groups.items():
                     key = WorkerKey(action.fqn, action.revision, msg.config.gpu or "cpu", uuid, caller)
                     self.warm.note(key, msg.function, msg.config)
                     reqs = [replace(r, value=v if isinstance(v, dict) else {"value": v}, inputs=(),
                                     init_env=dict(r.init_env) if r.init_env else None) for r, v in group]
-                    out += self.node.run_batch(key, spec, action, reqs, msg.action.timeout_ms, keep_alive)
+                    out += self.node.run_batch(key, spec, action, reqs, msg.action.timeout_ms, keep_alive,
+                                               before_start)
                 elapsed_ms = (time.perf_counter() - t0) * 1000
                 # a batch split by namespace is not one run of its configuration: nothing learns from it
                 overlapped = self.node.pool.starts_since(starts) > 0 or len(groups) > 1
@@ -134,6 +143,33 @@ class BatchHandler:
                               overlapped_start=overlapped and not cold),
                 {r.activation_id: r.raw for r in out if r.raw is not None})
 
+    def _evicting(self, msg: DispatchMessage, uuid: str | None) -> Callable[[], None] | None:
+        """What runs before the batch's first new worker starts on MIG slice ``uuid``: the dispatch's
+        evictions there, once (None: it names none, or the batch runs on CPU only)."""
+        if not msg.evict or uuid is None:
+            return None
+        pending = [True]
+
+        def before_start() -> None:
+            if pending:
+                pending.clear()
+                try:
+                    self.evict(msg, uuid)
+                except Exception:  # noqa: BLE001 - a worker that would not stop fails no batch
+                    log.exception("batch %s: stopping idle workers on MIG %s failed", msg.batch_id, uuid)
+        return before_start
+
+    def evict(self, msg: DispatchMessage, uuid: str) -> int:
+        """Stop, for each (function, count) of ``msg.evict``, up to ``count`` idle workers of that function
+        on MIG slice ``uuid`` (the function as the heartbeats name the workers'); how many went in all."""
+        pool, total = self.node.pool, 0
+        for function, count in msg.evict:
+            keys = [k for k in pool.idle_counts() if k.slice_uuid == uuid and (self.warm.of(k) or ("",))[0] == function]
+            gone = pool.stop_idle(keys, count)
+            total += gone
+            log.debug("batch %s: stopped %d of %d idle worker(s) of %s asked on MIG %s, freeing GPU memory for "
+                      "a worker of %s", msg.batch_id, gone, count, function, uuid, msg.function)
+        return total
 
     def prewarm(self, msg: PrewarmMessage) -> PrewarmOutcome:
         """Start a worker for ``msg`` and leave it idle; never raises."""

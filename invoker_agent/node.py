@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from functools import partial
 from typing import Any
@@ -91,8 +91,9 @@ class NodeAgent:
         return self.reconciler.reconcile(desired)
 
     def run_batch(self, key: WorkerKey, spec: WorkerSpec, action: ActionCode, requests: Sequence[RunRequest],
-                  time_limit_ms: int | None = None, keep_alive_s: float | None = None) -> list[RuntimeResult]:
-        return self.pool.run(key, spec, action, requests, time_limit_ms, keep_alive_s)
+                  time_limit_ms: int | None = None, keep_alive_s: float | None = None,
+                  before_start: Callable[[], None] | None = None) -> list[RuntimeResult]:
+        return self.pool.run(key, spec, action, requests, time_limit_ms, keep_alive_s, before_start)
 
     def heartbeat(self) -> dict[str, Any]:
         """A JSON-ready report of this node: GPUs, MIG slices (busy or not), warm workers."""

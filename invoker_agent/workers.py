@@ -26,7 +26,9 @@ slice UUID),
 reuses idle ones, evicts those idle longer than their TTL, and reports which MIG slices are busy (the
 reconciler never destroys those). Each worker has its own TTL: the keep-alive of the batch (or
 pre-warm) that last left it idle, else the pool's ``idle_ttl_s``. :meth:`WorkerPool.prewarm` starts
-and ``/init``-s a worker without running anything, leaving it idle under its keep-alive.
+and ``/init``-s a worker without running anything, leaving it idle under its keep-alive. A batch may
+bring a hook that runs just before its new worker starts (none runs for a warm one): the agent stops
+there the idle workers whose GPU memory the new one needs (:meth:`WorkerPool.stop_idle`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -408,6 +410,25 @@ class WorkerPool:
             w.kill()
         return len(gone)
 
+    def stop_idle(self, keys: Collection[WorkerKey], count: int) -> int:
+        """Kill at most ``count`` idle live workers of ``keys``, those whose keep-alive runs out first
+        first (as :meth:`evict_idle` would take them), never a busy one; returns how many went."""
+        if count <= 0 or not keys:
+            return 0
+        with self._lock:
+            idle = [(key, e) for key in keys if key in self._workers
+                    for e in self._workers[key].entries if not e.busy and e.worker.alive()]
+            idle.sort(key=lambda ke: (self._expiry(ke[1]), ke[1].last_used))
+            gone = idle[:count]
+            for key, e in gone:
+                slots = self._workers[key]
+                slots.entries.remove(e)
+                if not slots.entries:
+                    del self._workers[key]
+        for _, e in gone:
+            e.worker.kill()
+        return len(gone)
+
     def shutdown(self) -> None:
         with self._lock:
             workers = [e.worker for s in self._workers.values() for e in s.entries]
@@ -451,9 +472,11 @@ class WorkerPool:
                     del self._workers[key]
 
     def run(self, key: WorkerKey, spec: WorkerSpec, action: ActionCode, requests: Sequence[RunRequest],
-            time_limit_ms: int | None = None, keep_alive_s: float | None = None) -> list[RuntimeResult]:
+            time_limit_ms: int | None = None, keep_alive_s: float | None = None,
+            before_start: Callable[[], None] | None = None) -> list[RuntimeResult]:
         """Run ``requests`` as one batch of ``action`` on a warm (or new) worker; one result each. The
-        worker then waits idle for at most ``keep_alive_s`` (None: the pool's ``idle_ttl_s``)."""
+        worker then waits idle for at most ``keep_alive_s`` (None: the pool's ``idle_ttl_s``).
+        ``before_start`` is called before each new worker starts (none is called for a warm one)."""
         if not requests:
             return []
         limit_ms = int(time_limit_ms or action.timeout_ms)
@@ -461,7 +484,7 @@ class WorkerPool:
             return [_fail(r, STATUS_WHISK_ERROR, {"error": f"MIG slice {key.slice_uuid} does not exist on this node"},
                           len(requests)) for r in requests]
         with self._slice_busy(key):
-            return self._run(key, spec, action, list(requests), limit_ms, keep_alive_s)
+            return self._run(key, spec, action, list(requests), limit_ms, keep_alive_s, before_start)
 
     def mark(self) -> tuple[int, int]:
         """Where the pool's worker starts stand now, for :meth:`starts_since`."""
@@ -515,12 +538,13 @@ class WorkerPool:
                     if self._busy[key.slice_uuid] <= 0:
                         del self._busy[key.slice_uuid]
 
-    def _run(self, key, spec, action, requests, limit_ms, keep_alive_s=None) -> list[RuntimeResult]:
+    def _run(self, key, spec, action, requests, limit_ms, keep_alive_s=None,
+             before_start=None) -> list[RuntimeResult]:
         results: list[RuntimeResult] = []
         pending = list(requests)
         while pending:
             entry, init_ms, failure = self._ready_worker(key, spec, action, limit_ms, pending[0].init_env,
-                                                         pending[0].api_key)
+                                                         pending[0].api_key, before_start)
             if failure is not None:
                 code, body, timed_out = failure
                 results += [_fail(r, code, body, len(requests), timeout=timed_out, init_ms=init_ms)
@@ -539,8 +563,10 @@ class WorkerPool:
             self._checkin(key, entry, keep=alive, ttl_s=keep_alive_s)
         return results
 
-    def _ready_worker(self, key, spec, action, limit_ms, init_env=None, api_key: str | None = None):
-        """A warm worker, or a new one started and /init-ed (with its cold start time), or a failure.
+    def _ready_worker(self, key, spec, action, limit_ms, init_env=None, api_key: str | None = None,
+                      before_start: Callable[[], None] | None = None):
+        """A warm worker, or a new one started and /init-ed (with its cold start time), or a failure
+        (``before_start`` called before a new one is made).
         A new worker's environment is ``init_env`` (the activation's init arguments) and OpenWhisk's
         ``__OW_*`` values -- the key's calling namespace, the caller's ``api_key`` where the action is
         given it -- which win (``ContainerProxy``: ``env ++ owEnv``); a warm one keeps its own."""
@@ -553,6 +579,8 @@ class WorkerPool:
             if spec.config is not None and hasattr(entry.worker, "config"):
                 entry.worker.config = spec.config     # a twin worker times the batch by it
             return entry, None, None
+        if before_start is not None:
+            before_start()
         t0 = time.perf_counter()
         worker = None
         try:

@@ -56,7 +56,7 @@ DISPATCH = {"type": "dispatch", "batch_id": "inc-1", "node": "node0", "app": "gu
                        "timeout_ms": 60000, "memory_mb": 512},
             "config": {"batch": 2, "vcpus": 1, "gpu": "1g.5gb"}, "slice": {"profile": "1g.5gb", "start": 0},
             "destroy": [{"profile": "3g.20gb", "start": 4}], "reply_to": "esg:0:results",
-            "return_output": False, "data_ttl_s": 240,
+            "return_output": False, "data_ttl_s": 240, "evict": [{"function": "guest/densenet121", "count": 1}],
             "requests": [{"activation_id": "a" * 32, "transaction_id": "t1", "value": {"seed": 1},
                           "deadline_ms": 1718003081790, "namespace": "guest"},
                          {"activation_id": "b" * 32, "transaction_id": "t2", "value": None,

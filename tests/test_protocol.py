@@ -1,5 +1,6 @@
 """Scheduler/agent messages round-trip, malformed ones are named, and inputs compose as ``docs/architecture.md`` §5 says."""
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -151,6 +152,39 @@ def test_a_dispatch_with_a_bad_keep_alive_is_named():
     for bad in (b'"keep_alive_ms":-5', b'"keep_alive_ms":"5"'):
         with pytest.raises(ProtocolError, match="keep_alive_ms"):
             decode(encode(d)[:-1] + b"," + bad + b"}")
+
+
+def test_a_dispatch_may_name_idle_workers_to_stop_first_and_one_that_names_none_reads_as_before():
+    import json
+    d = DispatchMessage("b1", "n0", "app", "f", ActionRef("guest", "f"), Config(1, 1, "3g.20gb"),
+                        SliceRef("3g.20gb", 4), (), (RunRequest("a" * 32, "tx", {}, 1, "guest"),), "r")
+    assert d.evict == () and b"evict" not in encode(d) and decode(encode(d)) == d
+    e = replace(d, evict=(("g", 2), ("h", 1)))
+    assert json.loads(encode(e))["evict"] == [{"function": "g", "count": 2}, {"function": "h", "count": 1}]
+    assert decode(encode(e)) == e
+    # a message written before the field (or by a scheduler that names none) stops nothing
+    older = json.loads(encode(e))
+    del older["evict"]
+    assert decode(json.dumps(older)).evict == ()
+    assert decode(json.dumps({**older, "evict": []})).evict == ()
+
+
+@pytest.mark.parametrize("evict, needle", [
+    ({"function": "g", "count": 1}, "'evict' must be a list"), ("g", "'evict' must be a list"),
+    (["g"], "evict: an entry must be an object"), ([["g", 1]], "evict: an entry must be an object"),
+    ([{"count": 1}], "evict: missing field 'function'"), ([{"function": 7, "count": 1}], "evict: field 'function'"),
+    ([{"function": "", "count": 1}], "evict: 'function' must not be empty"),
+    ([{"function": "g"}], "evict: missing field 'count'"), ([{"function": "g", "count": "1"}], "evict: field 'count'"),
+    ([{"function": "g", "count": 1.0}], "evict: field 'count'"), ([{"function": "g", "count": True}], "evict: field 'count'"),
+    ([{"function": "g", "count": 0}], "evict: 'count' must be a positive integer"),
+    ([{"function": "g", "count": -2}], "evict: 'count' must be a positive integer"),
+])
+def test_a_dispatch_with_a_bad_eviction_is_named(evict, needle):
+    import json
+    d = DispatchMessage("b1", "n0", "app", "f", ActionRef("guest", "f"), Config(1, 1, "3g.20gb"),
+                        SliceRef("3g.20gb", 4), (), (RunRequest("a" * 32, "tx", {}, 1, "guest"),), "r")
+    with pytest.raises(ProtocolError, match=re.escape(needle)):
+        decode(json.dumps({**json.loads(encode(d)), "evict": evict}))
 
 
 def test_inputs_compose_as_the_data_flow_rule_says():

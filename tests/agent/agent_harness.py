@@ -145,17 +145,21 @@ class SchedulerSide:
                  config: Config | None = None, slice_: SliceRef | None = None,
                  destroy: tuple[SliceRef, ...] = (), namespace: str = "guest", timeout_ms: int = 20000,
                  raw: bytes | None = None, return_output: bool = True,
-                 inputs: list[tuple] | None = None, api_key: str | None = None) -> DispatchMessage:
+                 inputs: list[tuple] | None = None, api_key: str | None = None,
+                 callers: list[str] | None = None, evict: tuple[tuple[str, int], ...] = ()) -> DispatchMessage:
+        """Send a batch of ``function`` to ``node``; ``callers``: each request's calling namespace (else
+        ``namespace``, the action's)."""
         batch_id = batch_id or f"b-{uuid.uuid4().hex[:10]}"
         config = config or Config(len(values), 1, slice_.profile if slice_ else None)
         now = int(time.time() * 1000)
         msg = DispatchMessage(batch_id, node, "app", function, ActionRef(namespace, function, None,
                                                                          timeout_ms=timeout_ms),
                               config, slice_, destroy,
-                              tuple(RunRequest(f"{batch_id}-a{i}", f"tx{i}", v, now + 60000, namespace,
+                              tuple(RunRequest(f"{batch_id}-a{i}", f"tx{i}", v, now + 60000,
+                                               callers[i] if callers else namespace,
                                                tuple(inputs[i]) if inputs else (), api_key=api_key)
                                     for i, v in enumerate(values)),
-                              self.follow(node), return_output, 60)
+                              self.follow(node), return_output, 60, evict=evict)
         self.send(node, raw if raw is not None else encode(msg))
         return msg
 

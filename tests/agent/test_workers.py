@@ -159,6 +159,43 @@ def test_a_batch_takes_the_idle_worker_that_would_stay_longest():
         ex.shutdown()
 
 
+def test_idle_workers_stopped_for_a_new_one_go_before_it_starts_those_expiring_first_never_a_busy_one():
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    now = [0.0]
+    pool = WorkerPool(idle_ttl_s=10, clock=lambda: now[0])
+    ex = ThreadPoolExecutor(1)      # kept until the end: a worker dies with the thread that started it
+    try:
+        a = action(ECHO)
+        late, soon, elsewhere = key(a, "MIG-s", "late"), key(a, "MIG-s", "soon"), key(a, "MIG-t", "soon")
+        for k, ttl in ((late, 50), (soon, 5), (elsewhere, 1)):
+            assert pool.run(k, WorkerSpec(CPU), a, reqs({"x": 1}), keep_alive_s=ttl)[0].ok
+        new, seen = key(a, "MIG-s", "new"), []
+
+        def before_start():     # the new worker is not there yet; one idle worker goes first
+            seen.append((pool.warm_count(new), pool.stop_idle([late, soon], 1)))
+        out = pool.run(new, WorkerSpec(CPU), a, reqs({"x": 2}), before_start=before_start)[0]
+        assert out.ok and out.init_ms is not None and seen == [(0, 1)]
+        # the one whose keep-alive runs out first went, as expiry would take it; the other instance's stays
+        assert pool.idle_counts() == {late: 1, elsewhere: 1, new: 1}
+        # a batch that finds its worker warm starts none: nothing is called
+        assert pool.run(new, WorkerSpec(CPU), a, reqs({"x": 3}), before_start=before_start)[0].init_ms is None
+        assert len(seen) == 1
+        # more asked than are idle: those there are; none asked: none
+        assert pool.stop_idle([late, soon], 5) == 1 and pool.stop_idle([new], 0) == 0
+        assert pool.idle_counts() == {elsewhere: 1, new: 1}
+        # a busy worker is never stopped
+        running = ex.submit(pool.run, late, WorkerSpec(CPU), a, reqs({"sleep": 1.5}))
+        deadline = time.monotonic() + 20
+        while pool.warm_count(late) == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.warm_count(late) == 1 and pool.stop_idle([late], 1) == 0
+        assert running.result()[0].ok and pool.idle_counts()[late] == 1
+    finally:
+        pool.shutdown()
+        ex.shutdown()
+
+
 def test_a_prewarmed_worker_serves_the_next_batch_warm_and_a_second_prewarm_is_a_no_op(pool):
     a = action(ECHO)
     k = key(a)

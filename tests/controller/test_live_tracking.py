@@ -178,6 +178,33 @@ def test_a_prewarm_with_no_keep_alive_of_its_policy_leaves_it_to_the_agent_and_s
     assert kept is not None and kept.keep_alive_ms == 1501
 
 
+def test_a_dispatch_message_names_the_idle_workers_its_placement_stops_first():
+    """A placement that stops idle workers on its slice for the batch's new worker (``Fit.evict``, for
+    the GPU memory they hold) sends them in its message; one that stops none sends none."""
+    from types import SimpleNamespace
+
+    from controller_plugin.workflows import Workflows
+    from esg.cluster import Fit
+    from esg.events import Dispatch
+    from esg.model import Job
+    w = Workflows(scheduler(), Keys().results, Metrics(), 5.0)
+    meta = SimpleNamespace(path="guest", name="f", version="0.0.1", kind="python:3", timeout_ms=60000, memory_mb=256)
+    app = App("one", 1000.0, ("f",), ())
+    plan = SimpleNamespace(app=app, functions={"f": SimpleNamespace(action=meta)}, action=meta)
+    msg = SimpleNamespace(user=SimpleNamespace(basic_auth="u:k", namespace="guest"), transid=("tx", 4_000))
+    w.runs["r0"] = SimpleNamespace(plan=plan, msg=msg, activation_id="a" * 32, init_env=None,
+                                   inputs_for=lambda function: ({"x": 1}, ()))
+    job = Job("r0/f", "r0", "one", "f", 4_000.0, 5_000.0, 4_000.0)
+    three = SliceRef("3g.20gb", 4)
+    evicting = Dispatch("b0", "one", "f", (job,), Config(1, 1, "3g.20gb"),
+                        Fit("n0", three, evict=(("g", 2), ("h", 1))))
+    m = w._message(evicting, 5_000)
+    assert m.slice == three and m.evict == (("g", 2), ("h", 1))
+    assert protocol.decode(protocol.encode(m)).evict == (("g", 2), ("h", 1))
+    plain = w._message(Dispatch("b1", "one", "f", (job,), Config(1, 1, "3g.20gb"), Fit("n0", three)), 5_000)
+    assert plain.evict == () and b"evict" not in protocol.encode(plain)
+
+
 # -- the snapshot kept across turns ---------------------------------------------------------------------
 turns = st.lists(st.tuples(st.sampled_from(["arrive", "take", "answer", "beat", "late"]), st.integers(0, 9)),
                  max_size=60)

@@ -177,8 +177,11 @@ def _answers(snap: ClusterSnapshot) -> dict:
     }
 
 
+ANY_CHANGE = st.integers(0, 3)
+
+
 @st.composite
-def _changes(draw, nodes=("n0", "n1", "n2"), whats=st.integers(0, 3), size=25):
+def _changes(draw, nodes=("n0", "n1", "n2"), whats=ANY_CHANGE, size=25):
     return draw(st.lists(st.tuples(st.sampled_from(nodes), st.sampled_from(CONFIGS),
                                    st.sampled_from(FUNCTIONS), st.booleans(), whats),
                          min_size=1, max_size=size))

@@ -12,6 +12,8 @@ started, and binds the batch with the rules here, the same for every policy (ESG
 3. **Start-up versus budget**: otherwise the first placement whose start-up -- MIG instances created
    or destroyed (``mig_reconfig_ms`` each) plus a cold start when no idle worker waits on that slice --
    plus its run time and the fastest rest of the app still fits the head job's budget.
+   A placement that stops idle workers of other functions to make room for the new worker's GPU memory
+   (``Fit.evict``, :mod:`esg.memory`) is taken only when no placement in time needs none.
 4. **Scale-out rule**: otherwise a new worker is started (the placement that starts soonest) only when
    the placer's scale-out rule allows it -- the shared one (:func:`may_scale_out`): no batch of this
    queue runs, or more jobs wait than the running batches can take next; else the queue waits for a

@@ -1,8 +1,9 @@
 """Regenerate the shipped A100-40GB profile tables from public measurement data.
 
 Run from the repository root: ``python profiles/build_a100_tables.py [--data ../shared/data]``.
-It reads ParvaGPU's per-MIG-slice latency tables (A100-80GB) and MISO's A100-40GB per-slice ratios,
-derives every function's table as documented in ``profiles/tables/a100/SOURCES.md`` and writes
+It reads ParvaGPU's per-MIG-slice latency tables (A100-80GB), MISO's A100-40GB per-slice ratios and
+MIGProfiler's framebuffer measurements (A100-80GB and A100-40GB), derives every function's table as
+documented in ``profiles/tables/a100/SOURCES.md`` and writes
 ``profiles/tables/a100/<function>.json``. The generated JSON files are committed: the project never
 needs the data directory at run time; this script documents and reproduces the derivation.
 """
@@ -60,6 +61,76 @@ DNN_EXTRA = {
     "resnet50": (4_000, 2500), "densenet121": (4_000, 2500), "inceptionv3": (4_000, 2800),
     "deeplabv3": (224 * 224, 3000), "midas": (384 * 384 * 4, 3500),
 }
+
+
+# --- GPU memory of one warm worker (the tables' gpu_memory_mb) -------------------------------------------
+MIB = 1 << 20
+REFERENCE = "resnet50"
+REFERENCE_PROFILE = "7g.80gb"
+REFERENCE_FOOTPRINT_MIB = {1: 1805.852, 32: 2317.656}
+"""MIGProfiler's ``fb_used_mean`` (MiB) for one PyTorch FP32 resnet50 inference process on an A100-80GB
+at batch 1 and 32, on ``REFERENCE_PROFILE``: the largest of its MIG profiles at each batch (the CUDA
+context grows with the instance's SMs: 1448 / 1513 / 1577 / 1806 MiB at batch 1 on 1g / 2g / 3g / 7g),
+so a bound for every profile. ``main`` checks these constants against the data."""
+PARAMS = {
+    # torchvision's published parameter counts (each weights enum's num_params); MiDaS v2.1 counted from
+    # its code: torchvision resnext101_32x8d (88,791,336) less its fc (2,049,000) + its decoder (18,620,609)
+    "resnet50": 25_557_032, "densenet121": 7_978_856, "inceptionv3": 27_161_264,
+    "deeplabv3": 42_004_074, "midas": 105_362_945,
+}
+PEAK_ACTIVATIONS = {
+    # function: (activation elements per image alive at once at the peak of an eager PyTorch FP32 forward
+    #            pass, input included; conv and batch-norm outputs are separate tensors, ReLU in place),
+    #            where the peak is
+    "resnet50": (150_528 + 832 * 56 * 56,
+                 "layer1 block 1 at 56x56: input 64 ch + bn3 out 256 + downsample conv and bn out 2 x 256"),
+    "densenet121": (150_528 + 800 * 56 * 56,
+                    "dense block 1, layer 6 at 56x56: features 224 ch + concat 224 + norm1 224 + conv1 128"),
+    "inceptionv3": (150_528 + 160 * 109 * 109,
+                    "Conv2d_2b at 109x109 (224x224 input): input 32 ch + conv out 64 + bn out 64"),
+    "deeplabv3": (150_528 + 7168 * 28 * 28,
+                  "layer4 block 1 at 28x28 (output stride 8): input 1024 ch + bn3 out 2048 + downsample "
+                  "conv and bn out 2 x 2048"),
+    "midas": (442_368 + 20_090_880 + 23_592_960,
+              "output head at 384x384: forward's locals (encoder layers 1-4, their 256-ch projections, "
+              "paths 4-1: 20,090,880) + the 2x upsampling's input 128x192x192 and output 128x384x384"),
+}
+
+
+def weights_mib(f: str) -> float:
+    return PARAMS[f] * 4 / MIB
+
+
+def footprint_mib(f: str, batch: int) -> float:
+    """One warm worker's GPU memory (MiB) after batches up to ``batch``: the reference's fixed part (its
+    batch-1 footprint less its FP32 weights: CUDA context, library workspaces, allocator), ``f``'s FP32
+    weights, and the reference's growth per image beyond the first scaled by the activation ratio."""
+    fixed = REFERENCE_FOOTPRINT_MIB[1] - weights_mib(REFERENCE)
+    return fixed + weights_mib(f) + (batch - 1) * per_image_mib() * activation_ratio(f)
+
+
+def per_image_mib() -> float:
+    return (REFERENCE_FOOTPRINT_MIB[32] - REFERENCE_FOOTPRINT_MIB[1]) / (32 - 1)
+
+
+def activation_ratio(f: str) -> float:
+    return PEAK_ACTIVATIONS[f][0] / PEAK_ACTIVATIONS[REFERENCE][0]
+
+
+def gpu_memory_mb(f: str) -> int:
+    """The table's ``gpu_memory_mb``: the footprint at the table's largest GPU batch, rounded up."""
+    return math.ceil(round(footprint_mib(f, max(GPU_BATCHES)), 6))
+
+
+def gpu_memory_source(f: str) -> str:
+    b = max(GPU_BATCHES)
+    if f == REFERENCE:
+        return (f"measured: MIGProfiler A100-80GB {REFERENCE} fb_used_mean on {REFERENCE_PROFILE} at batch {b}, "
+                f"{REFERENCE_FOOTPRINT_MIB[b]} MiB (the largest over its MIG profiles), rounded up")
+    fixed = REFERENCE_FOOTPRINT_MIB[1] - weights_mib(REFERENCE)
+    return (f"derived: {REFERENCE}'s fixed {fixed:.1f} MiB + FP32 weights {weights_mib(f):.1f} MiB "
+            f"({PARAMS[f]:,} params) + {b - 1} x {per_image_mib():.2f} MiB/image x activation ratio "
+            f"{activation_ratio(f):.3f}")
 
 
 def read_parvagpu(data: Path, model: str) -> dict[int, dict[int, float]]:
@@ -125,7 +196,8 @@ def build(data: Path) -> dict[str, dict]:
             "gpu": f"measured: ParvaGPU prof_data/{f}.csv (A100-80GB, Workload Number 1), x{A100_80_TO_40} "
                    f"to A100-40GB, + host {HOST_MS_PER_IMAGE} ms/image/vCPU (derived)",
             "cpu": f"derived: {GMACS[f]} GMACs x 2 / {CPU_GFLOPS_PER_VCPU} GFLOP/s per vCPU, "
-                   f"Amdahl serial fraction {AMDAHL_SERIAL}"})
+                   f"Amdahl serial fraction {AMDAHL_SERIAL}",
+            "gpu_memory": gpu_memory_source(f)}, gpu_memory_mb(f))
     for f, (ref, gmacs, what) in DERIVED_GPU.items():
         ratio = gmacs / GMACS[ref]
         out_b, cold = DNN_EXTRA[f]
@@ -133,7 +205,8 @@ def build(data: Path) -> dict[str, dict]:
             "model": what,
             "gpu": f"derived: ParvaGPU prof_data/{ref}.csv at equivalent batch b x {ratio:.3f} "
                    f"(GMACs ratio {gmacs:.2f}/{GMACS[ref]}), + host time",
-            "cpu": f"derived: {gmacs:.2f} GMACs x 2 / {CPU_GFLOPS_PER_VCPU} GFLOP/s per vCPU"})
+            "cpu": f"derived: {gmacs:.2f} GMACs x 2 / {CPU_GFLOPS_PER_VCPU} GFLOP/s per vCPU",
+            "gpu_memory": gpu_memory_source(f)}, gpu_memory_mb(f))
     for f, (fixed, per_image, serial, out_b, cold, what) in CPU_STAGES.items():
         tables[f] = _table(f, cpu_stage_configs(fixed, per_image, serial), cold, out_b, {
             "model": what,
@@ -142,10 +215,56 @@ def build(data: Path) -> dict[str, dict]:
     return tables
 
 
-def _table(f: str, configs: list[dict], cold: float, out_bytes: int, source: dict) -> dict:
-    return {"function": f, "gpu_model": "A100-40GB", "configs": configs, "cold_start_ms": cold,
-            "output_bytes": out_bytes, "source": {"status": "derived" if "derived" in str(source) else
-                                                  "measured", **source, "see": "SOURCES.md"}}
+def _table(f: str, configs: list[dict], cold: float, out_bytes: int, source: dict,
+           gpu_memory: int | None = None) -> dict:
+    """One table; ``gpu_memory`` (MiB) only for a function with GPU configurations."""
+    table = {"function": f, "gpu_model": "A100-40GB", "configs": configs, "cold_start_ms": cold,
+             "output_bytes": out_bytes}
+    if gpu_memory is not None:
+        table["gpu_memory_mb"] = gpu_memory
+    table["source"] = {"status": "derived" if "derived" in str(source) else "measured", **source,
+                       "see": "SOURCES.md"}
+    return table
+
+
+def read_fb_used(data: Path) -> dict[str, dict[int, float]]:
+    """MIGProfiler's A100-80GB CV results: {MIG profile: {batch: fb_used_mean MiB}} of the reference."""
+    out: dict[str, dict[int, float]] = {}
+    with open(data / "migprofiler" / "A100-80g" / "cv_infer_integrated_result.csv", newline="") as fh:
+        for row in csv.DictReader(fh):
+            if row["model_name"] == REFERENCE:
+                out.setdefault(row["mig_profile"], {})[int(row["batch_size"])] = float(row["fb_used_mean"])
+    return out
+
+
+def memory_checks(data: Path) -> list[str]:
+    """Check the footprint constants and model against the public data; one line per check, for ``main``."""
+    fb = read_fb_used(data)
+    for b, mib in REFERENCE_FOOTPRINT_MIB.items():
+        assert max(fb, key=lambda p: fb[p][b]) == REFERENCE_PROFILE and fb[REFERENCE_PROFILE][b] == mib, (b, fb)
+    ref = fb[REFERENCE_PROFILE]
+    lines = [f"{REFERENCE} fb_used at batch 1 per MIG profile (A100-80GB): "
+             + ", ".join(f"{p} {fb[p][1]:.0f}" for p in sorted(fb, key=lambda p: fb[p][1])),
+             f"{REFERENCE} on {REFERENCE_PROFILE}, linear model vs measured: "
+             + ", ".join(f"b{b} {footprint_mib(REFERENCE, b):.0f}/{ref[b]:.0f}" for b in (64, 128, 256))]
+    assert all(abs(footprint_mib(REFERENCE, b) / ref[b] - 1) < 0.03 for b in ref)   # within 2.6 %
+    steps = []
+    for f in sorted((data / "migprofiler" / "A100-40g" / "infer_bsz").glob("*_bsz.csv")):
+        rows = {(r["instance_memory"], r["batch_size"]): float(r["fb_used_mean"]) for r in csv.DictReader(open(f))}
+        steps.append(f"{f.name.removesuffix('_bsz.csv')} {rows[('40', '1')] - rows[('5', '1')]:.0f}")
+    lines.append(f"1g -> 7g at batch 1: {REFERENCE} (A100-80GB) {fb['7g.80gb'][1] - fb['1g.10gb'][1]:.0f} MiB; "
+                 f"NLP models (A100-40GB) " + ", ".join(steps))
+    mem_80 = {1: 10240, 2: 20480, 3: 40960, 4: 40960, 7: 81920}   # A100-80GB 1g.10gb ... 7g.80gb, MiB
+    worst = 0.0
+    for f in MEASURED_GPU:
+        with open(data / "parvagpu" / "prof_data" / f"{f}.csv", newline="") as fh:
+            for row in csv.DictReader(fh):
+                if float(row["Latency"]) > 0:
+                    g, b, n = int(row["Mig instance"]), int(row["Batch size"]), int(row["Workload Number"])
+                    worst = max(worst, n * footprint_mib(f, b) / mem_80[g])
+    assert worst <= 1.0, worst
+    lines.append(f"ParvaGPU co-located processes x footprint, largest share of the instance: {worst:.2f}")
+    return lines
 
 
 def miso_crosscheck(data: Path) -> dict[str, float]:
@@ -172,6 +291,9 @@ def main() -> None:
     r50 = read_parvagpu(data, "resnet50")
     parva = {p: round(r50[g][32] / r50[7][32], 2) for p, g in SLICES.items()}
     print("resnet50 batch-32 latency relative to 7g: ParvaGPU", parva, "MISO (training)", miso_crosscheck(data))
+    for line in memory_checks(data):
+        print(line)
+    print("gpu_memory_mb:", {f: t["gpu_memory_mb"] for f, t in build(data).items() if "gpu_memory_mb" in t})
     assert all(math.isfinite(c["latency_ms"]) for t in build(data).values() for c in t["configs"])
 
 

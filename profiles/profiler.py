@@ -10,6 +10,10 @@ the agent sends it). ``latency_ms`` is the median (p50); ``p95_ms``, ``p99_ms``,
 spread ``latency_cv`` (sample standard deviation over mean; with two runs or more) are kept: planning at
 a percentile (``--slo-percentile``, ``esg.tail``) reads them.
 
+On a GPU, once a group has run its configurations (its largest batch last), the GPU memory its worker
+holds is read through NVML (:mod:`profiles.gpu_memory`) and kept per group (``worker_gpu_memory``); the
+table's ``gpu_memory_mb`` is the largest of them. A CPU-only run, or one where NVML cannot say, has none.
+
 A configuration whose action answers an error (any status code other than 0) is recorded as failed,
 with the error, and the run goes on. Configurations the machine cannot run (more vCPUs than it has,
 a MIG profile with no GPU or no such slice) are skipped with a message and listed in the table.
@@ -36,7 +40,9 @@ from esg.model import Config
 from esg.profiles import profile_from_dict
 from invoker_agent.actions import ActionCode
 from invoker_agent.runtime_client import RuntimeResult
+from invoker_agent.sandbox import tree
 from invoker_agent.workers import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
+from profiles.gpu_memory import MemoryProbe, nvml_memory_probe
 from profiles.grid import Grid
 from profiles.host import Host, library_versions
 from profiles.store import PartialStore, group_label, write_json_atomic
@@ -101,7 +107,7 @@ class Profiler:
     """Runs one :class:`Target` over ``options.grid`` on ``host``; see the module docstring."""
 
     def __init__(self, target: Target, options: ProfilerSettings, host: Host,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, memory_probe: MemoryProbe | None = None) -> None:
         self.target = target
         self.opt = options
         self.host = host
@@ -109,6 +115,9 @@ class Profiler:
         self.report = Report(target.function)
         self._pool: WorkerPool | None = None
         self._group: tuple[int, str | None] | None = None
+        # how a GPU group's worker memory is read: NVML where this machine has a GPU, else never
+        self._probe = memory_probe or (nvml_memory_probe if host.gpu is not None else None)
+        self._workers: list[Any] = []           # the workers started for the current group
 
     # --- workers -----------------------------------------------------------------------------------
     def _spec(self, config: Config) -> WorkerSpec:
@@ -132,7 +141,9 @@ class Profiler:
         group = (config.vcpus, config.gpu)
         if group == self._group:
             return
+        self._leave_group(store)
         self._pool.shutdown()          # free the previous group's worker before starting the next
+        self._workers = []
         self._group = group
         _ms, results = self._run(Config(1, config.vcpus, config.gpu), 1, f"cold-{group_label(*group)}")
         r = results[0]
@@ -143,6 +154,27 @@ class Profiler:
                                         "cold_start_ms": round(r.init_ms + r.duration_ms, 3)}
         if r.ok and store.output_bytes is None:
             store.output_bytes = len(json.dumps(r.result).encode())
+
+    def _new_worker(self, spec: WorkerSpec, action: ActionCode) -> ProcessWorker:
+        worker = _worker(spec, action)
+        self._workers.append(worker)
+        return worker
+
+    def _leave_group(self, store: PartialStore) -> None:
+        """The GPU memory the current group's worker holds, once it has run the group's batches."""
+        if self._group is None or self._group[1] is None or self._probe is None:
+            return
+        vcpus, gpu = self._group
+        uuid = self._spec(Config(1, vcpus, gpu)).mig_uuid
+        procs = [w.proc for w in self._workers if getattr(w, "proc", None) is not None and w.proc.poll() is None]
+        if uuid is None or not procs:
+            return
+        mib = self._probe(uuid, [pid for p in procs for pid in tree(p.pid)])
+        if mib:
+            store.record_gpu_memory(vcpus, gpu, mib)
+        else:
+            self.log(f"{self.target.function}: the GPU memory of the {group_label(vcpus, gpu)} worker is not "
+                     f"known (NVML reports no figure for its processes)")
 
     # --- one configuration -------------------------------------------------------------------------
     def _measure(self, config: Config, store: PartialStore) -> None:
@@ -188,7 +220,7 @@ class Profiler:
             self.log(f"{fn}: skipped {len(configs)} configuration(s) of {what}: {why}")
         if self.report.resumed:
             self.log(f"{fn}: resuming: {len(self.report.resumed)} configuration(s) already in {store.path}")
-        self._pool = WorkerPool(factory=_worker)
+        self._pool = WorkerPool(factory=self._new_worker)
         bar = tqdm(total=len(todo), desc=fn, unit="config", disable=None if opt.progress is None else not opt.progress,
                    file=sys.stderr, leave=True)
         try:
@@ -200,7 +232,10 @@ class Profiler:
                     raise KeyboardInterrupt
         finally:
             bar.close()
-            self._pool.shutdown()
+            try:
+                self._leave_group(store)
+            finally:
+                self._pool.shutdown()
         self.report.failed = [store.failed[c.label()] for c in opt.grid.configs() if c.label() in store.failed]
         self._write_table(store, key)
         if self.report.table is not None:
@@ -217,6 +252,11 @@ class Profiler:
             "function": self.target.function, "gpu_model": self.opt.gpu_model, "configs": configs,
             "cold_start_ms": round(statistics.median(colds), 1) if colds else 0.0,
             "output_bytes": int(store.output_bytes or 0),
+        }
+        memory = [store.gpu_memory[k] for k in sorted(store.gpu_memory)]
+        if memory:
+            table["gpu_memory_mb"] = max(m["gpu_memory_mb"] for m in memory)
+        table.update({
             "measured": {"host": host.hostname, "cpu": host.cpu, "cpus": len(host.cpu_ids),
                          "gpu": host.gpu.name if host.gpu else None,
                          "gpu_driver": host.gpu.driver if host.gpu else None,
@@ -226,7 +266,9 @@ class Profiler:
                          "grid": self.opt.grid.to_dict(), "params": self.target.args_summary(),
                          "code_sha": self.target.code_sha, "percentile": "p50", "key": key},
             "cold_starts": list(store.cold_starts.values()),
-        }
+        })
+        if memory:
+            table["worker_gpu_memory"] = memory
         if self.report.failed:
             table["failed"] = self.report.failed
         if self.report.skipped:

@@ -70,6 +70,7 @@ class PartialStore:
     results: dict[str, dict] = field(default_factory=dict)      # Config.label() -> table entry
     failed: dict[str, dict] = field(default_factory=dict)       # Config.label() -> failure record
     cold_starts: dict[str, dict] = field(default_factory=dict)  # group_label -> cold start record
+    gpu_memory: dict[str, dict] = field(default_factory=dict)   # group_label -> worker GPU memory record
     output_bytes: int | None = None
     note: str | None = None                                     # why earlier results were not reused
 
@@ -98,6 +99,7 @@ class PartialStore:
         store.results = dict(data.get("results") or {})
         store.failed = dict(data.get("failed") or {})
         store.cold_starts = dict(data.get("cold_starts") or {})
+        store.gpu_memory = dict(data.get("gpu_memory") or {})
         store.output_bytes = data.get("output_bytes")
         return store
 
@@ -116,9 +118,10 @@ class PartialStore:
             results = {_label(e): e for e in data.get("configs") or []}
             failed = {_label(e): e for e in data.get("failed") or []}
             colds = {group_label(c["vcpus"], c.get("gpu")): c for c in data.get("cold_starts") or []}
+            memory = {group_label(m["vcpus"], m.get("gpu")): m for m in data.get("worker_gpu_memory") or []}
         except (KeyError, TypeError, ValueError, AttributeError):
             return  # edited by hand beyond recognition: measure everything
-        self.results, self.failed, self.cold_starts = results, failed, colds
+        self.results, self.failed, self.cold_starts, self.gpu_memory = results, failed, colds, memory
         self.output_bytes = data.get("output_bytes")
 
     def _changed(self, where: Path, old: Any) -> str:
@@ -145,6 +148,15 @@ class PartialStore:
         self.failed[config.label()] = {**config.to_dict(), "error": error}
         self.save()
 
+    def record_gpu_memory(self, vcpus: int, gpu: str, mib: int) -> None:
+        """A (vCPUs, GPU) group's worker held ``mib`` MiB of GPU memory; a group measured again (a resumed
+        or extended run) keeps the larger figure."""
+        label = group_label(vcpus, gpu)
+        old = self.gpu_memory.get(label, {}).get("gpu_memory_mb", 0)
+        self.gpu_memory[label] = {"vcpus": vcpus, "gpu": gpu, "gpu_memory_mb": max(int(old), mib)}
+        self.save()
+
     def save(self) -> None:
         write_json_atomic(self.path, {"key": self.key, "results": self.results, "failed": self.failed,
-                                      "cold_starts": self.cold_starts, "output_bytes": self.output_bytes})
+                                      "cold_starts": self.cold_starts, "gpu_memory": self.gpu_memory,
+                                      "output_bytes": self.output_bytes})

@@ -61,3 +61,19 @@ def test_profile_keeps_unknown_fields_and_rejects_malformed(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ProfileError, match="function 'g' has no profile"):
         load_profiles(tmp_path, ["f", "g"])
+
+
+def test_profile_gpu_memory_is_a_non_negative_integer_of_mib():
+    data = {"function": "f", "gpu_model": "A100-40GB", "gpu_memory_mb": 2318, "configs": [
+        {"batch": 1, "vcpus": 1, "gpu": "1g.5gb", "latency_ms": 5.0}]}
+    p = profile_from_dict(data, "f.json")
+    assert p.gpu_memory_mb == 2318 and "gpu_memory_mb" not in p.extra
+    assert p.to_dict()["gpu_memory_mb"] == 2318
+    assert profile_from_dict(dict(data, gpu_memory_mb=0), "f.json").gpu_memory_mb == 0     # 0: not known
+    unknown = dict(data)
+    del unknown["gpu_memory_mb"]
+    assert profile_from_dict(unknown, "f.json").gpu_memory_mb == 0
+    assert "gpu_memory_mb" not in profile_from_dict(unknown, "f.json").to_dict()
+    for bad in (-1, 1.5, 2318.0, "2318", True, None, [2318]):
+        with pytest.raises(ProfileError, match=r"f.json: field 'gpu_memory_mb'"):
+            profile_from_dict(dict(data, gpu_memory_mb=bad), "f.json")

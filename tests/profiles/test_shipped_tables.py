@@ -1,16 +1,22 @@
-"""The shipped CPU tables: one per function of the four apps, measured, and accepted by the planner."""
+"""The shipped tables: the CPU tables, one per function of the four apps, measured, and accepted by the
+planner; the A100 tables' GPU memory per worker (``gpu_memory_mb``), as ``profiles/build_a100_tables.py``
+derives it."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
-from esg_files import load_app, load_profiles
+from esg_files import load_app, load_profile, load_profiles
+from profiles import build_a100_tables as build
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = ROOT / "profiles" / "tables" / "cpu"
+A100 = ROOT / "profiles" / "tables" / "a100"
+GPU_TABLES = [A100, ROOT / "profiles" / "tables" / "a100-whole"]
 APPS = sorted((ROOT / "apps").glob("*.json"))
 
 
@@ -22,6 +28,7 @@ def test_every_app_function_has_a_measured_cpu_table(app):
         assert {c.gpu for c in prof.configs} == {None}, name
         assert {c.batch for c in prof.configs} >= {1, 8} and {c.vcpus for c in prof.configs} >= {1, 2}, name
         assert prof.cold_start_ms > 0 and prof.output_bytes > 0, name
+        assert prof.gpu_memory_mb == 0, name                # measured without a GPU: no figure
         assert (CPU / "SOURCES.md").read_text().count(f"`{name}`") >= 1, name
 
 
@@ -30,3 +37,46 @@ def test_plan_accepts_the_cpu_tables(esg):
             "--slo-ms", "500", "--json")
     assert r.code == 0, r.err
     assert json.loads(r.out)["feasible"]
+
+
+@pytest.mark.parametrize("directory", GPU_TABLES, ids=lambda p: p.name)
+def test_every_gpu_function_has_its_workers_gpu_memory(directory):
+    """A function with GPU configurations has a positive figure (the build script's, for the same model on
+    every MIG profile and on the whole GPU); a function with CPU configurations only has none."""
+    sources = (A100 / "SOURCES.md").read_text()
+    gpu_functions = set()
+    for path in sorted(directory.glob("*.json")):
+        prof = load_profile(path)
+        if any(c.gpu is not None for c in prof.configs):
+            gpu_functions.add(prof.function)
+            assert prof.gpu_memory_mb > 0, path.name
+            assert prof.gpu_memory_mb == build.gpu_memory_mb(prof.function), path.name
+            assert f"| `{prof.function}` |" in sources and f"| {prof.gpu_memory_mb} |" in sources, path.name
+        else:
+            assert "gpu_memory_mb" not in json.loads(path.read_text()), path.name
+    assert gpu_functions == {"resnet50", "densenet121", "inceptionv3", "deeplabv3", "midas"}
+
+
+def test_resnet50s_gpu_memory_is_the_measurement_it_comes_from():
+    measured = build.REFERENCE_FOOTPRINT_MIB[max(build.GPU_BATCHES)]       # MIGProfiler, 7g.80gb, batch 32
+    assert load_profile(A100 / "resnet50.json").gpu_memory_mb == math.ceil(measured) == 2318
+    assert build.gpu_memory_source("resnet50").startswith("measured:")
+
+
+def test_the_derived_figures_grow_with_the_models_weights_and_activations():
+    mb = {f: build.gpu_memory_mb(f) for f in build.PARAMS}
+    assert mb["inceptionv3"] < mb["densenet121"] < mb["resnet50"] < mb["deeplabv3"] < mb["midas"]
+    assert build.footprint_mib("resnet50", 1) == pytest.approx(build.REFERENCE_FOOTPRINT_MIB[1])
+
+
+def _public_data() -> Path | None:
+    return next((p for p in (ROOT.parent / "shared" / "data", ROOT.parents[1] / "shared" / "data")
+                 if (p / "parvagpu").is_dir() and (p / "migprofiler").is_dir()), None)
+
+
+@pytest.mark.skipif(_public_data() is None, reason="the public measurement data is not beside the checkout")
+def test_the_build_script_regenerates_the_committed_tables():
+    data = _public_data()
+    for f, table in build.build(data).items():
+        assert (A100 / f"{f}.json").read_text() == json.dumps(table, indent=1) + "\n", f
+    assert build.memory_checks(data)

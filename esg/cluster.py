@@ -60,7 +60,7 @@ class ClusterSnapshot:
     def nowhere(self) -> set[Config]:
         return self.index.nowhere
 
-    def use_memory(self, memory: dict[str, int]) -> None:
+    def use_memory(self, memory: dict[str, dict[str, int]]) -> None:
         """Weigh new workers' fits by their GPU memory (:meth:`ClusterIndex.use_memory`)."""
         self.index.use_memory(memory)
 

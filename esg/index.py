@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Final
 
 from esg import mig
-from esg.memory import evictions, instance_memory_mb
+from esg.memory import evictions, idle_on, instance_memory_mb, worker_mb
 from esg.model import Config
 from esg.state import Fit, NodeState, SliceRef
 
@@ -205,13 +205,13 @@ class ClusterIndex:
         self._warm_fit_of: dict[tuple[str, Worker], Fit] = {}
         self._gpu_fits: dict[tuple[str, str, int, str], Fit | None] = {}
         self._slot_bits: dict[SliceRef, int] = {}
-        self.memory: dict[str, int] = {}
-        """Per function, the GPU memory one of its workers holds (MiB; absent or 0: not limited): what a
-        new worker's fit weighs (:meth:`use_memory`)."""
+        self.memory: dict[str, dict[str, int]] = {}
+        """Per function and MIG profile, the GPU memory one of its workers holds there (MiB; absent: not
+        limited): what a new worker's fit weighs (:meth:`use_memory`)."""
 
-    def use_memory(self, memory: dict[str, int]) -> None:
-        """Weigh new workers' fits with ``memory`` (function -> MiB per worker) from now on; what was
-        worked out with other figures is forgotten. The same dict again changes nothing."""
+    def use_memory(self, memory: dict[str, dict[str, int]]) -> None:
+        """Weigh new workers' fits with ``memory`` (function -> MIG profile -> MiB per worker) from now
+        on; what was worked out with other figures is forgotten. The same dict again changes nothing."""
         if memory is self.memory:
             return
         self.memory = memory
@@ -310,7 +310,7 @@ class ClusterIndex:
                 warm = facts.warm_fits[key] = None if worker is None else self._warm_fit_on(node_name, worker)
             if warm is not None:
                 return warm
-        if fit.slice is None or not self.memory.get(function, 0):
+        if fit.slice is None or function not in self.memory:
             return fit
         cold = facts.cold_fits.get(key, _UNKNOWN)
         if cold is _UNKNOWN:
@@ -327,7 +327,9 @@ class ClusterIndex:
         ref = fit.slice
         if ref is None or node.gpu_model is None:
             return fit
-        need = self.memory.get(function, 0)
+        need = worker_mb(self.memory, function, ref.profile)
+        if not need:
+            return fit
         capacity = instance_memory_mb(node.gpu_model, ref.profile)
         if fit.create:
             return fit if need <= capacity else None
@@ -336,11 +338,8 @@ class ClusterIndex:
             if busy or profile != ref.profile:
                 continue
             here = SliceRef(profile, start)
-            idle: dict[str, int] = {}
-            for (f, r), n in node.idle_workers.items():
-                if r == here and n > 0:
-                    idle[f] = n
-            stop = evictions(idle, self.memory, capacity, need)
+            idle = idle_on(node, here)
+            stop = evictions(idle, {f: worker_mb(self.memory, f, profile) for f in idle}, capacity, need)
             if stop is None:
                 continue
             if not stop:

@@ -1,8 +1,10 @@
 """GPU memory per MIG instance: how many warm workers one instance holds.
 
 A warm worker keeps its GPU memory while it waits idle (its runtime's context, the model's weights, the
-caching allocator's peak): a latency table says how much (``gpu_memory_mb``, :class:`esg.profiles.Profile`;
-0 where it is not known, which limits nothing). A MIG instance holds the workers whose memory adds up to
+caching allocator's peak): a latency table says how much (``gpu_memory_mb`` per row, for that row's batch,
+or for the whole table; :meth:`esg.profiles.Profile.worker_memory` gives a worker's per MIG profile, the
+largest of its rows there; nothing where it is not known, which limits nothing). A row whose worker
+does not fit its instance at all is no configuration of the function: reading a table leaves it out. A MIG instance holds the workers whose memory adds up to
 at most its own (the MIG profile's, :mod:`esg.mig`). A new worker that an idle instance has no room for
 starts there only after idle workers of other functions on that instance are stopped -- the fewest that
 free enough, those holding the most memory first (:func:`evictions`); a batch goes elsewhere rather than
@@ -15,11 +17,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from esg import mig
+from esg.state import NodeState, SliceRef
 
 
 def instance_memory_mb(gpu_model: str, profile: str) -> int:
     """The GPU memory of one MIG instance of ``profile`` (MiB)."""
     return mig.geometry(gpu_model).profile(profile).memory_mb
+
+
+def worker_mb(memory: Mapping[str, Mapping[str, int]], function: str, profile: str) -> int:
+    """The GPU memory a worker of ``function`` holds on an instance of ``profile`` (0: not known)."""
+    per = memory.get(function)
+    return 0 if per is None else per.get(profile, 0)
+
+
+def idle_on(node: NodeState, ref: SliceRef) -> dict[str, int]:
+    """The idle workers on instance ``ref`` of ``node``: function -> how many."""
+    idle: dict[str, int] = {}
+    for (f, r), n in node.idle_workers.items():
+        if r == ref and n > 0:
+            idle[f] = n
+    return idle
 
 
 def held_mb(idle: Mapping[str, int], memory: Mapping[str, int]) -> int:

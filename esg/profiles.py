@@ -41,7 +41,8 @@ class Profile:
     extra: Mapping[str, Any] = field(default_factory=dict, compare=False)
     gpu_memory_mb: int = 0
     """The GPU memory one warm worker of the function holds on its MIG instance (MiB: runtime context,
-    weights and the allocator's peak at the table's largest batch); 0: not known, not limited."""
+    weights and the allocator's peak at the table's largest batch); 0: not known, not limited. A row
+    may say it for its own batch (its ``gpu_memory_mb``): :meth:`worker_memory` reads those first."""
 
     def latency(self, config: Config) -> float:
         try:
@@ -52,6 +53,22 @@ class Profile:
     def has(self, config: Config) -> bool:
         """Whether this table holds ``config``."""
         return config in self._latency_index
+
+    def worker_memory(self) -> dict[str, int]:
+        """Per MIG profile, the GPU memory a worker of the function holds on an instance of it (MiB): the
+        largest row figure on that profile, else the table's; profiles with no figure are left out."""
+        return self._worker_memory
+
+    @cached_property
+    def _worker_memory(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for e in self.entries:
+            gpu = e.config.gpu
+            if gpu is not None:
+                mb = row_memory_mb(e, self.gpu_memory_mb)
+                if mb > found.get(gpu, 0):
+                    found[gpu] = mb
+        return found
 
     @cached_property
     def _latency_index(self) -> dict[Config, float]:
@@ -134,6 +151,7 @@ def profile_from_dict(data: Any, source: str) -> Profile:
     memory = data.get(GPU_MEMORY_FIELD, 0)
     if isinstance(memory, bool) or not isinstance(memory, int) or memory < 0:
         raise ProfileError(f"{source}: field {GPU_MEMORY_FIELD!r} must be a non-negative integer (MiB)")
+    entries = _held_by_their_instances(entries, memory, geo, source)
     extra = {k: v for k, v in data.items() if k not in _TOP_FIELDS}
     _check_spread(extra, source)
     return Profile(function, geo.model, tuple(entries), cold, out_bytes, extra, memory)
@@ -161,7 +179,27 @@ def _entry(c: Any, i: int, source: str, geo) -> ProfileEntry:
     latency = _number(c["latency_ms"], "latency_ms", where)
     extra = {k: v for k, v in c.items() if k not in _ENTRY_FIELDS}
     _check_spread(extra, where)
+    mb = extra.get(GPU_MEMORY_FIELD)
+    if mb is not None and (isinstance(mb, bool) or not isinstance(mb, int) or mb < 0):
+        raise ProfileError(f"{where}: field {GPU_MEMORY_FIELD!r} must be a non-negative integer (MiB)")
     return ProfileEntry(Config(c["batch"], c["vcpus"], gpu), latency, extra)
+
+
+def row_memory_mb(entry: ProfileEntry, table_mb: int) -> int:
+    """A row's worker GPU memory (MiB): its own figure, else the table's (0: not known)."""
+    mb = entry.extra.get(GPU_MEMORY_FIELD)
+    return mb if isinstance(mb, int) and mb > 0 else table_mb
+
+
+def _held_by_their_instances(entries: list[ProfileEntry], table_mb: int, geo, source: str) -> list[ProfileEntry]:
+    """The rows whose worker fits the GPU memory of their MIG instance: a row whose worker does not is
+    no configuration of the function (it cannot run), so it is left out. None left: an error."""
+    kept = [e for e in entries if e.config.gpu is None
+            or row_memory_mb(e, table_mb) <= geo.profile(e.config.gpu).memory_mb]
+    if not kept:
+        raise ProfileError(f"{source}: field {GPU_MEMORY_FIELD!r}: no configuration's MIG instance holds "
+                           f"a worker's GPU memory")
+    return kept
 
 
 def _check_spread(fields: Mapping[str, Any], where: str) -> None:

@@ -153,8 +153,9 @@ class Scheduler:
         """Ask the policy for pre-warms and its keep-alive (False: no worker is started ahead of a batch,
         and every worker keeps the driver's default keep-alive)."""
         self._prewarm_ids = iter(prewarm_ids) if prewarm_ids is not None else map("w{}".format, itertools.count())
-        self._memory: dict[str, int] = {}
-        """Per function, the GPU memory one worker holds (its table's ``gpu_memory_mb``; :mod:`esg.memory`)."""
+        self._memory: dict[str, dict[str, int]] = {}
+        """Per function and MIG profile, the GPU memory one worker holds there (its table's figures,
+        ``Profile.worker_memory``; :mod:`esg.memory`)."""
         self._memory_of: object = None
         """The profiles :attr:`_memory` was read from."""
 
@@ -180,13 +181,13 @@ class Scheduler:
         out.wake_at_ms = self._wake
         return out
 
-    def _worker_memory(self) -> dict[str, int]:
+    def _worker_memory(self) -> dict[str, dict[str, int]]:
         """Per function, the GPU memory its workers hold, from the policy's tables (the same dict while
         they stay: the snapshot's fits are kept while it is)."""
         profiles = self.policy.ctx.profiles
         if profiles is not self._memory_of:
             self._memory_of = profiles
-            memory = {f: p.gpu_memory_mb for f, p in profiles.items() if p.gpu_memory_mb > 0}
+            memory = {f: per for f, p in profiles.items() if (per := p.worker_memory())}
             if memory != self._memory:
                 self._memory = memory
         return self._memory

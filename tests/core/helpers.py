@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from esg.cluster import ClusterSnapshot, NodeState
-from esg.profiles import Profile, profile_from_dict
+from esg.profiles import GPU_MEMORY_FIELD, Profile, profile_from_dict
 
 
 def profile(function: str, rows: list[tuple[int, int, str | None, float]], gpu_model: str = "A100-40GB",
@@ -33,3 +35,16 @@ def esg(ctx, jit_prewarm: bool = True, wait_for_busy: bool = True, spare_instanc
     on = ((jit_prewarm, JitPrewarm), (wait_for_busy, WaitForBusy), (spare_instances, SpareInstances),
           (pool_sizing, partial(PoolSizing, **pool)))
     return esg_policy(ctx, [rule for switched, rule in on if switched])
+
+
+def with_worker_memory(tables, mb: int) -> dict:
+    """``tables`` with every GPU function's worker holding ``mb`` MiB on every MIG profile (its rows'
+    own figures dropped): the memory limit at a figure a test chooses."""
+    out = {}
+    for f, p in tables.items():
+        if any(c.gpu for c in p.configs):
+            rows = tuple(dataclasses.replace(e, extra={k: v for k, v in e.extra.items() if k != GPU_MEMORY_FIELD})
+                         for e in p.entries)
+            p = dataclasses.replace(p, entries=rows, gpu_memory_mb=mb)
+        out[f] = p
+    return out

@@ -157,7 +157,8 @@ def test_the_instance_generation_moves_when_a_nodes_instance_counts_may_have():
 # -- random changes: every answer of a kept index is that of one built from scratch -----------------
 MODEL = "A100-40GB"
 FUNCTIONS = ("a", "b", "c")
-MEMORY = {"a": 2400, "b": 1700, "c": 1500}
+MEMORY = {f: {p: mb for p in ("1g.5gb", "2g.10gb", "3g.20gb", "7g.40gb")}
+          for f, mb in (("a", 2400), ("b", 1700), ("c", 1500))}
 """GPU memory per worker (MiB): one worker of each fills a 1g.5gb instance past its 5,120."""
 CONFIGS = [Config(1, 2, "1g.5gb"), Config(1, 4, "2g.10gb"), Config(1, 2, "3g.20gb"), Config(1, 4, None),
            Config(1, 8, "7g.40gb")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,10 +15,11 @@ from esg.defaults import StartupCosts
 from esg.memory import evictions, held_mb, instance_memory_mb
 from esg.model import Config
 from esg.prewarm import WarmUp, place_warmup
+from esg.profiles import ProfileError, profile_from_dict
 
 ONE, ONE_B = SliceRef("1g.5gb", 0), SliceRef("1g.5gb", 1)
 SMALL = Config(1, 2, "1g.5gb")
-MEMORY = {"a": 2400, "b": 1700, "c": 1500, "big": 6000}
+MEMORY = {"a": {"1g.5gb": 2400}, "b": {"1g.5gb": 1700}, "c": {"1g.5gb": 1500}, "big": {"1g.5gb": 6000}}
 
 
 def _brute(idle: dict[str, int], memory: dict[str, int], capacity: int, need: int) -> int | None:
@@ -118,3 +120,30 @@ def test_a_prewarm_never_stops_another_functions_worker():
     assert place_warmup(snap, WarmUp("app", "c", SMALL, preferred=("n0",), instance=ONE)) is None
     roomy = _node([Slice(ONE)], {("b", ONE): 1})
     assert place_warmup(roomy, WarmUp("app", "c", SMALL, preferred=("n0",), instance=ONE)) is not None
+
+
+def _table(rows, table_mb=None) -> dict:
+    data = {"function": "m", "gpu_model": "A100-40GB", "configs": [
+        {"batch": b, "vcpus": 1, "gpu": g, "latency_ms": 10.0, **({"gpu_memory_mb": mb} if mb else {})}
+        for b, g, mb in rows]}
+    if table_mb is not None:
+        data["gpu_memory_mb"] = table_mb
+    return data
+
+
+def test_a_workers_memory_per_mig_profile_is_its_largest_row_there():
+    p = profile_from_dict(_table([(1, "1g.5gb", 2100), (8, "1g.5gb", 3900), (32, "3g.20gb", 10300),
+                                  (1, None, None)], 10300), "m")
+    assert p.worker_memory() == {"1g.5gb": 3900, "3g.20gb": 10300}
+    # without row figures, the table's
+    q = profile_from_dict(_table([(1, "1g.5gb", None), (1, "3g.20gb", None)], 2318), "m")
+    assert q.worker_memory() == {"1g.5gb": 2318, "3g.20gb": 2318}
+
+
+def test_a_row_whose_worker_its_instance_cannot_hold_is_no_configuration():
+    p = profile_from_dict(_table([(1, "1g.5gb", 2100), (32, "1g.5gb", 10300), (32, "3g.20gb", 10300)]), "m")
+    assert {(c.batch, c.gpu) for c in p.configs} == {(1, "1g.5gb"), (32, "3g.20gb")}
+    with pytest.raises(ProfileError, match="gpu_memory_mb"):
+        profile_from_dict(_table([(1, "1g.5gb", None)], 6000), "m")
+    with pytest.raises(ProfileError, match=r"configs\[0\].*gpu_memory_mb"):
+        profile_from_dict(_table([(1, "1g.5gb", -5)]), "m")

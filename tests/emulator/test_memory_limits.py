@@ -3,8 +3,6 @@ memory than its own, and the workers a placement stops for it are gone from the 
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -13,6 +11,7 @@ from esg.emulator.workload import generate
 from esg.memory import instance_memory_mb
 from esg.policies import make_policy
 from esg.policies.base import PolicyContext
+from tests.core.helpers import with_worker_memory
 
 PARAMS = EmulatorParams(warmup_ms=0.0, keep_alive_ms=2000.0, mig_reconfig_ms=200.0, cold_start_scale=0.2)
 WORKER_MB = 1968
@@ -37,8 +36,7 @@ def _held(nodes, scheduler, now: float, memory: dict[str, int]) -> dict:
 
 @pytest.mark.parametrize("policy", ["esg", "esg-paper", "infless", "fastgshare", "orion", "aquatope"])
 def test_no_instance_holds_more_workers_than_its_memory(policy, apps, profiles):
-    tables = {f: dataclasses.replace(p, gpu_memory_mb=WORKER_MB) if any(c.gpu for c in p.configs) else p
-              for f, p in profiles.items()}
+    tables = with_worker_memory(profiles, WORKER_MB)
     memory = {f: p.gpu_memory_mb for f, p in tables.items() if p.gpu_memory_mb}
     worst = {"held": 0.0, "steps": 0}
     em: Emulation
@@ -64,8 +62,7 @@ def test_workers_stopped_for_memory_are_gone_and_counted(apps, profiles):
     """FaST-GShare packs functions onto the fewest instances: with two GPU workers to a 1g.5gb instance,
     its cold starts stop other functions' idle workers there, the node models stop those the placements
     name, and the run still answers every request."""
-    tables = {f: dataclasses.replace(p, gpu_memory_mb=WORKER_MB) if any(c.gpu for c in p.configs) else p
-              for f, p in profiles.items()}
+    tables = with_worker_memory(profiles, WORKER_MB)
     rng = np.random.default_rng(5)
     requests = generate(list(apps), 80.0, 6.0, rng)
     em = Emulation(apps, tables, make_policy("fastgshare", PolicyContext(apps, tables)), requests, rng,

@@ -16,6 +16,7 @@ from esg.emulator.online import OnlineLearning
 from esg.emulator.workload import generate
 from esg.policies import make_policy
 from esg.policies.base import Policy, PolicyContext
+from tests.core.helpers import with_worker_memory
 
 POLICIES = ["esg", "infless", "fastgshare", "orion", "aquatope"]
 PARAMS = [
@@ -113,8 +114,7 @@ def test_a_waiting_head_is_placed_again_only_after_a_change(apps, profiles):
 def test_waits_with_gpu_memory_limits(policy, apps, profiles):
     """Two GPU workers to a 1g.5gb instance: new workers' fits move to instances with room or stop idle
     workers (``Fit.evict``), and a kept wait must still decide as placing again."""
-    tables = {f: dataclasses.replace(p, gpu_memory_mb=1968) if any(c.gpu for c in p.configs) else p
-              for f, p in profiles.items()}
+    tables = with_worker_memory(profiles, 1968)
     for seed in (0, 1):
         full = _decisions(apps, tables, policy, False, seed, 2, PARAMS[1])
         kept = _decisions(apps, tables, policy, True, seed, 2, PARAMS[1])

@@ -67,11 +67,12 @@ DNN_EXTRA = {
 MIB = 1 << 20
 REFERENCE = "resnet50"
 REFERENCE_PROFILE = "7g.80gb"
-REFERENCE_FOOTPRINT_MIB = {1: 1805.852, 32: 2317.656}
+REFERENCE_FOOTPRINT_MIB = {1: 1805.852, 2: 1806.918, 4: 1825.246, 8: 1888.295, 16: 2002.246, 32: 2317.656}
 """MIGProfiler's ``fb_used_mean`` (MiB) for one PyTorch FP32 resnet50 inference process on an A100-80GB
-at batch 1 and 32, on ``REFERENCE_PROFILE``: the largest of its MIG profiles at each batch (the CUDA
-context grows with the instance's SMs: 1448 / 1513 / 1577 / 1806 MiB at batch 1 on 1g / 2g / 3g / 7g),
-so a bound for every profile. ``main`` checks these constants against the data."""
+at each of the tables' GPU batches, on ``REFERENCE_PROFILE``: the largest of its MIG profiles at each
+batch (the CUDA context grows with the instance's SMs: 1448 / 1513 / 1577 / 1806 MiB at batch 1 on
+1g / 2g / 3g / 7g), so a bound for every profile. Batches 1 and 32 fix the linear model; resnet50's rows
+use the measurement at their batch. ``main`` checks these constants against the data."""
 PARAMS = {
     # torchvision's published parameter counts (each weights enum's num_params); MiDaS v2.1 counted from
     # its code: torchvision resnext101_32x8d (88,791,336) less its fc (2,049,000) + its decoder (18,620,609)
@@ -117,20 +118,29 @@ def activation_ratio(f: str) -> float:
     return PEAK_ACTIVATIONS[f][0] / PEAK_ACTIVATIONS[REFERENCE][0]
 
 
+def row_gpu_memory_mb(f: str, batch: int) -> int:
+    """A GPU row's ``gpu_memory_mb``: the worker's footprint when it runs the row's batch, rounded up --
+    for the reference the measurement at that batch where there is one, else the model."""
+    if f == REFERENCE and batch in REFERENCE_FOOTPRINT_MIB:
+        return math.ceil(REFERENCE_FOOTPRINT_MIB[batch])
+    return math.ceil(round(footprint_mib(f, batch), 6))
+
+
 def gpu_memory_mb(f: str) -> int:
-    """The table's ``gpu_memory_mb``: the footprint at the table's largest GPU batch, rounded up."""
-    return math.ceil(round(footprint_mib(f, max(GPU_BATCHES)), 6))
+    """The table's ``gpu_memory_mb``: the largest row figure, the one at the table's largest GPU batch."""
+    return max(row_gpu_memory_mb(f, b) for b in GPU_BATCHES)
 
 
 def gpu_memory_source(f: str) -> str:
     b = max(GPU_BATCHES)
     if f == REFERENCE:
-        return (f"measured: MIGProfiler A100-80GB {REFERENCE} fb_used_mean on {REFERENCE_PROFILE} at batch {b}, "
-                f"{REFERENCE_FOOTPRINT_MIB[b]} MiB (the largest over its MIG profiles), rounded up")
+        return (f"measured: MIGProfiler A100-80GB {REFERENCE} fb_used_mean on {REFERENCE_PROFILE} (the largest "
+                f"over its MIG profiles) at each row's batch, rounded up; the table's: batch {b}, "
+                f"{REFERENCE_FOOTPRINT_MIB[b]} MiB")
     fixed = REFERENCE_FOOTPRINT_MIB[1] - weights_mib(REFERENCE)
     return (f"derived: {REFERENCE}'s fixed {fixed:.1f} MiB + FP32 weights {weights_mib(f):.1f} MiB "
-            f"({PARAMS[f]:,} params) + {b - 1} x {per_image_mib():.2f} MiB/image x activation ratio "
-            f"{activation_ratio(f):.3f}")
+            f"({PARAMS[f]:,} params) + (b - 1) x {per_image_mib():.2f} MiB/image x activation ratio "
+            f"{activation_ratio(f):.3f} at each row's batch b, rounded up; the table's: b = {b}")
 
 
 def read_parvagpu(data: Path, model: str) -> dict[int, dict[int, float]]:
@@ -159,14 +169,16 @@ def speedup(v: int, serial: float) -> float:
     return v / (1 + serial * (v - 1))
 
 
-def gpu_configs(ref: dict[int, dict[int, float]], ratio: float) -> list[dict]:
+def gpu_configs(f: str, ref: dict[int, dict[int, float]], ratio: float) -> list[dict]:
+    """``f``'s GPU rows, each with the worker's GPU memory at the row's batch (``row_gpu_memory_mb``)."""
     rows = []
     for prof, g in SLICES.items():
         for b in GPU_BATCHES:
             gpu_ms = at_batch(ref[g], b * ratio) * A100_80_TO_40
             for v in GPU_VCPUS:
                 host = HOST_MS_PER_IMAGE * b / speedup(min(v, b), 0.05)
-                rows.append({"batch": b, "vcpus": v, "gpu": prof, "latency_ms": round(gpu_ms + host, 3)})
+                rows.append({"batch": b, "vcpus": v, "gpu": prof, "latency_ms": round(gpu_ms + host, 3),
+                             "gpu_memory_mb": row_gpu_memory_mb(f, b)})
     return rows
 
 
@@ -192,7 +204,7 @@ def build(data: Path) -> dict[str, dict]:
     refs = {m: read_parvagpu(data, m) for m in ("resnet50", "resnet152", "densenet121", "inceptionv3")}
     for f in MEASURED_GPU:
         out_b, cold = DNN_EXTRA[f]
-        tables[f] = _table(f, gpu_configs(refs[f], 1.0) + cpu_dnn_configs(GMACS[f]), cold, out_b, {
+        tables[f] = _table(f, gpu_configs(f, refs[f], 1.0) + cpu_dnn_configs(GMACS[f]), cold, out_b, {
             "gpu": f"measured: ParvaGPU prof_data/{f}.csv (A100-80GB, Workload Number 1), x{A100_80_TO_40} "
                    f"to A100-40GB, + host {HOST_MS_PER_IMAGE} ms/image/vCPU (derived)",
             "cpu": f"derived: {GMACS[f]} GMACs x 2 / {CPU_GFLOPS_PER_VCPU} GFLOP/s per vCPU, "
@@ -201,7 +213,7 @@ def build(data: Path) -> dict[str, dict]:
     for f, (ref, gmacs, what) in DERIVED_GPU.items():
         ratio = gmacs / GMACS[ref]
         out_b, cold = DNN_EXTRA[f]
-        tables[f] = _table(f, gpu_configs(refs[ref], ratio) + cpu_dnn_configs(gmacs), cold, out_b, {
+        tables[f] = _table(f, gpu_configs(f, refs[ref], ratio) + cpu_dnn_configs(gmacs), cold, out_b, {
             "model": what,
             "gpu": f"derived: ParvaGPU prof_data/{ref}.csv at equivalent batch b x {ratio:.3f} "
                    f"(GMACs ratio {gmacs:.2f}/{GMACS[ref]}), + host time",
@@ -293,7 +305,8 @@ def main() -> None:
     print("resnet50 batch-32 latency relative to 7g: ParvaGPU", parva, "MISO (training)", miso_crosscheck(data))
     for line in memory_checks(data):
         print(line)
-    print("gpu_memory_mb:", {f: t["gpu_memory_mb"] for f, t in build(data).items() if "gpu_memory_mb" in t})
+    print("gpu_memory_mb at batch", GPU_BATCHES, {f: [row_gpu_memory_mb(f, b) for b in GPU_BATCHES]
+                                                   for f in PARAMS})
     assert all(math.isfinite(c["latency_ms"]) for t in build(data).values() for c in t["configs"])
 
 

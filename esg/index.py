@@ -320,9 +320,10 @@ class ClusterIndex:
     def cold_fit(self, node_name: str, fit: Fit, function: str) -> Fit | None:
         """A new worker of ``function`` where the node's fit ``fit`` would start it, its GPU memory
         weighed: on a new instance, when the instance holds it at all; on an idle instance of the
-        profile, the first (in layout order) with room for it, else the one where the fewest idle
-        workers of other functions are stopped first (``Fit.evict``, :func:`esg.memory.evictions`);
-        None when no instance of the profile can hold it."""
+        profile, the first (in layout order) with room for it; else on a new instance beside the others
+        where the GPU has space; else on the idle instance where the fewest idle workers of other
+        functions are stopped first (``Fit.evict``, :func:`esg.memory.evictions`); None when no instance
+        of the profile can hold it."""
         node = self.nodes[node_name]
         ref = fit.slice
         if ref is None or node.gpu_model is None:
@@ -347,6 +348,11 @@ class ClusterIndex:
             count = sum(n for _, n in stop)
             if best is None or count < best[0]:
                 best = (count, here, stop)
+        # no idle instance has room: a new instance beside the others, where the GPU has space for one,
+        # before stopping another function's workers (they would start again cold, and stop others)
+        beside = mig.best_start(node.gpu_model, ref.profile, tuple((p, st) for p, st, _ in self.layout(node_name)))
+        if beside is not None and need <= capacity:
+            return Fit(node_name, SliceRef(ref.profile, beside), True)
         return None if best is None else Fit(node_name, best[1], False, (), None, best[2])
 
     @staticmethod

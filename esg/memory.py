@@ -1,14 +1,18 @@
 """GPU memory per MIG instance: how many warm workers one instance holds.
 
 A warm worker keeps its GPU memory while it waits idle (its runtime's context, the model's weights, the
-caching allocator's peak): a latency table says how much (``gpu_memory_mb`` per row, for that row's batch,
-or for the whole table; :meth:`esg.profiles.Profile.worker_memory` gives a worker's per MIG profile, the
-largest of its rows there; nothing where it is not known, which limits nothing). A row whose worker
-does not fit its instance at all is no configuration of the function: reading a table leaves it out. A MIG instance holds the workers whose memory adds up to
-at most its own (the MIG profile's, :mod:`esg.mig`). A new worker that an idle instance has no room for
-starts there only after idle workers of other functions on that instance are stopped -- the fewest that
-free enough, those holding the most memory first (:func:`evictions`); a batch goes elsewhere rather than
-evict (:func:`esg.placement.place`), and a pre-warm never evicts. The same rule binds every policy, the
+caching allocator's peak): a latency table says how much (``gpu_memory_mb`` per row, for that row's
+batch, or for the whole table). :meth:`esg.profiles.Profile.worker_memory` gives a worker's figure per
+MIG profile, the largest of its rows there (nothing where it is not known, which limits nothing); a row
+whose worker does not fit its instance at all is no configuration of the function, and reading a table
+leaves it out.
+
+A MIG instance holds the workers whose memory adds up to at most its own (the MIG profile's,
+:mod:`esg.mig`). A new worker that an idle instance has no room for goes to another idle instance of its
+profile with room, else to a new instance where the GPU has space for one, else starts there only after
+idle workers of other functions on that instance are stopped -- the fewest that free enough, those
+holding the most memory first (:func:`evictions`). A batch goes to another node rather than evict
+(:func:`esg.placement.place`), and a pre-warm never evicts. The same rule binds every policy, the
 emulator's nodes and the live agents (the placement names the workers to stop, ``Fit.evict``).
 """
 

@@ -13,7 +13,9 @@ started, and binds the batch with the rules here, the same for every policy (ESG
    or destroyed (``mig_reconfig_ms`` each) plus a cold start when no idle worker waits on that slice --
    plus its run time and the fastest rest of the app still fits the head job's budget.
    A placement that stops idle workers of other functions to make room for the new worker's GPU memory
-   (``Fit.evict``, :mod:`esg.memory`) is taken only when no placement in time needs none.
+   (``Fit.evict``, :mod:`esg.memory`) is taken only when no placement in time needs none, and a new
+   worker the scale-out rule starts (below) stops none while any placement needs none, nor when a batch
+   of the queue runs (the queue waits for it).
 4. **Scale-out rule**: otherwise a new worker is started (the placement that starts soonest) only when
    the placer's scale-out rule allows it -- the shared one (:func:`may_scale_out`): no batch of this
    queue runs, or more jobs wait than the running batches can take next; else the queue waits for a
@@ -57,13 +59,16 @@ class HeadBatch:
     """What the head job has left for this function's start-up and run time."""
     startup: StartupCosts
     may_scale_out: bool
+    running: int
+    """The queue's batches running (what the scale-out rule weighed)."""
 
     def __init__(self, function: str, priorities: tuple[Config, ...], latency_of: Callable[[Config], float],
-                 preferred: Sequence[str], budget_ms: float, startup: StartupCosts, may_scale_out: bool) -> None:
+                 preferred: Sequence[str], budget_ms: float, startup: StartupCosts, may_scale_out: bool,
+                 running: int = 0) -> None:
         # written out (the dataclass keeps it, and ``dataclasses.replace`` calls it): compiled, an __init__
         # the dataclass generates stays interpreted Python, and a frozen one cannot be written natively
         self.function, self.priorities, self.latency_of, self.preferred = function, priorities, latency_of, preferred
-        self.budget_ms, self.startup, self.may_scale_out = budget_ms, startup, may_scale_out
+        self.budget_ms, self.startup, self.may_scale_out, self.running = budget_ms, startup, may_scale_out, running
 
 
 def cap_batches(priorities: Sequence[Config], queued: int, profile: Profile) -> tuple[Config, ...]:
@@ -125,6 +130,7 @@ def place(snapshot: ClusterSnapshot, req: HeadBatch, no_fit: set[Config],
     in_time: tuple[Config, Fit] | None = None
     evicting: tuple[Config, Fit] | None = None
     soonest: tuple[float, Config, Fit] | None = None
+    soonest_evicting: tuple[float, Config, Fit] | None = None
     for config, fit in candidate_fits(snapshot, req.priorities, req.preferred, no_fit, req.function, warm_nodes):
         if seen is not None:
             seen.add(fit.node)
@@ -136,13 +142,21 @@ def place(snapshot: ClusterSnapshot, req: HeadBatch, no_fit: set[Config],
             if evicting is None:
                 evicting = (config, fit)  # in time, but by stopping other functions' idle workers
             continue
-        if soonest is None or t < soonest[0] or (t == soonest[0] and soonest[2].evict and not fit.evict):
+        if fit.evict:
+            if soonest_evicting is None or t < soonest_evicting[0]:
+                soonest_evicting = (t, config, fit)
+        elif soonest is None or t < soonest[0]:
             soonest = (t, config, fit)
+    if soonest is None and req.running == 0:
+        # a start that stops other functions' idle workers: only for a queue with no batch running,
+        # which would otherwise never run (one with a batch running waits for it instead: two
+        # functions' starts stopping each other's workers would leave both cold)
+        soonest = soonest_evicting
     chosen = in_time if in_time is not None else evicting
     if chosen is None and soonest is not None and req.may_scale_out:
         chosen = soonest[1:]
     if chosen is None:
-        if soonest is None:
+        if soonest is None and soonest_evicting is None:
             return fits_nowhere(len(req.priorities), len(snapshot.nodes))
         return Wait(f"{WAITING_FOR_A_WORKER}{req.function}: starting another would take longer")
     return _reserved(snapshot, chosen[0], chosen[1])

@@ -44,11 +44,13 @@ from esg.model import Config
 class Until:
     """The events that can end one wait (the module says which, and why no others)."""
 
-    __slots__ = ("function", "deadline_ms", "rest_ms", "startup", "parts", "scale_out", "answers", "deep")
+    __slots__ = ("function", "deadline_ms", "rest_ms", "startup", "parts", "scale_out", "answers", "deep",
+                 "starts")
 
     def __init__(self, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
                  parts: list[tuple[tuple, set[str] | None]], deep: int,
-                 scale_out: Callable[[int, int], tuple[bool, ...]] | None, answers: tuple[bool, ...]):
+                 scale_out: Callable[[int, int], tuple[bool, ...]] | None, answers: tuple[bool, ...],
+                 starts: tuple[bool, ...] = ()):
         self.function = function
         self.deadline_ms = deadline_ms
         self.rest_ms = rest_ms
@@ -64,13 +66,17 @@ class Until:
         """Those answers when the wait began."""
         self.deep = deep
         """The queue length from which more jobs change nothing (the lists, capped to it, stay)."""
+        self.starts = starts
+        """Per list walked, whether the scale-out rule let it start a worker: a head that waited all the
+        same found only starts that stop other functions' idle workers (:mod:`esg.memory`), so a start
+        that stops none ends the wait."""
 
     @classmethod
     def placed(cls, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
                lists: Sequence[tuple[Sequence[Config], Callable[[Config], float] | None | tuple, bool]],
                snapshot: ClusterSnapshot, deep: int = 0,
                scale_out: Callable[[int, int], tuple[bool, ...]] | None = None,
-               answers: tuple[bool, ...] = ()) -> Until:
+               answers: tuple[bool, ...] = (), starts: tuple[bool, ...] = ()) -> Until:
         """The events that end a placement's wait. ``lists``: (configurations, their latency (None: any
         fit places) or their :func:`profile_groups` already made, whether one fits somewhere); ``deep``:
         see :attr:`deep`."""
@@ -81,7 +87,7 @@ class Until:
             if fits_somewhere:
                 found = {n for n in snapshot.nodes if _fits(snapshot, n, groups)}
             parts.append((tuple(groups), found))
-        return cls(function, deadline_ms, rest_ms, startup, parts, deep, scale_out, answers)
+        return cls(function, deadline_ms, rest_ms, startup, parts, deep, scale_out, answers, starts)
 
     def same_scale_out(self, running: int, queued: int) -> bool:
         """Whether the placer's scale-out rule answers as it did when the wait began."""
@@ -92,7 +98,8 @@ class Until:
         ``now_ms``: a worker freed on it, a slice or vCPUs freed on it, or the fallback turned."""
         free = snapshot.nodes[node].vcpus_free if node in snapshot.nodes else -1
         budget = self.deadline_ms - now_ms - self.rest_ms
-        for groups, fits in self.parts:
+        for i, (groups, fits) in enumerate(self.parts):
+            starts = i < len(self.starts) and self.starts[i]
             found = False
             for probe, vcpus, best in groups:
                 if free < probe.vcpus or snapshot.fit(node, probe) is None:
@@ -105,6 +112,8 @@ class Until:
                     return True  # a worker freed
                 if self.startup.of(fit) + best[bisect.bisect_right(vcpus, free) - 1] <= budget:
                     return True  # a slice (or vCPUs) freed in time
+                if starts and not fit.evict:
+                    return True  # a start that stops no other function's worker
             if fits is None:
                 if found:
                     return True  # a list that fit nowhere fits: the placer would not fall back

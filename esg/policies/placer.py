@@ -97,7 +97,7 @@ class Placer:
         budget = queue.head.deadline_ms - now_ms - rest
         latency_of = placement.latency_lookup(choice.latencies, profile)
         head = placement.HeadBatch(function, own, latency_of, preferred, budget, startup,
-                                   self.may_scale_out(running, queued, own, latency_of, startup))
+                                   self.may_scale_out(running, queued, own, latency_of, startup), running)
         seen: set[str] = set()
         placed = placement.place(snapshot, head, no_fit, seen)
         if not isinstance(placed, Wait):
@@ -142,10 +142,14 @@ class Placer:
         lists_ = tuple(configs for configs, _ in lists)
 
         def scale_out(r: int, q: int) -> tuple[bool, ...]:
-            """This placer's scale-out answer for each list the walk used, with these counts."""
-            return tuple(self.may_scale_out(r, q, configs, head.latency_of, head.startup) for configs in lists_)
+            """This placer's scale-out answer for each list the walk used, with these counts, and whether
+            none of the queue runs (a start may then stop other functions' idle workers)."""
+            found = [self.may_scale_out(r, q, configs, head.latency_of, head.startup) for configs in lists_]
+            found.append(r == 0)
+            return tuple(found)
+        answers = scale_out(running, queued)
         return Until.placed(head.function, deadline_ms, rest_ms, head.startup, made, snapshot, deep,
-                            scale_out, scale_out(running, queued))
+                            scale_out, answers, answers[:-1])
 
     def _capped(self, priorities: tuple[Config, ...], queued: int, profile) -> tuple[Config, ...]:
         """:func:`placement.cap_batches`, remembered per (priorities, queue length, profile): a policy's

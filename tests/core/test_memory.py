@@ -51,6 +51,10 @@ def test_evictions_stop_the_fewest_workers_that_make_room(idle, memory, capacity
     assert held_mb(left, memory) + need <= capacity
 
 
+BUSY = [Slice(SliceRef("1g.5gb", s), busy=True) for s in range(2, 7)]
+"""Five busy 1g.5gb instances: with two more, the GPU has no space for another instance."""
+
+
 def _node(slices, idle) -> ClusterSnapshot:
     snap = ClusterSnapshot({"n0": NodeState("n0", 16, 16, "A100-40GB", slices, idle_workers=idle)}, tracks_workers=True)
     snap.use_memory(MEMORY)
@@ -59,8 +63,9 @@ def _node(slices, idle) -> ClusterSnapshot:
 
 def test_a_1g_5gb_instance_holds_what_its_memory_holds():
     assert instance_memory_mb("A100-40GB", "1g.5gb") == 5120
-    # a and b idle there (4,100 MiB): c's 1,500 do not fit beside them, one a is stopped first (the larger)
-    snap = _node([Slice(ONE)], {("a", ONE): 1, ("b", ONE): 1})
+    # a and b idle there (4,100 MiB): c's 1,500 do not fit beside them; the GPU is full, so one a is
+    # stopped first (the larger)
+    snap = _node([Slice(ONE), Slice(ONE_B, busy=True), *BUSY], {("a", ONE): 1, ("b", ONE): 1})
     fit = snap.fit("n0", SMALL, "c")
     assert fit is not None and fit.slice == ONE and fit.evict == (("a", 1),)
     # the function with no figure is not limited, and the fit without a function stays as it was
@@ -70,14 +75,18 @@ def test_a_1g_5gb_instance_holds_what_its_memory_holds():
     assert snap.fit("n0", SMALL, "big") is None
 
 
-def test_an_instance_with_room_is_taken_before_one_where_workers_would_be_stopped():
-    snap = _node([Slice(ONE), Slice(ONE_B)], {("a", ONE): 2})
+def test_an_instance_with_room_then_a_new_one_are_taken_before_workers_are_stopped():
+    snap = _node([Slice(ONE), Slice(ONE_B), *BUSY], {("a", ONE): 2})
     fit = snap.fit("n0", SMALL, "b")
-    assert fit is not None and (fit.slice, fit.evict) == (ONE_B, ())
+    assert fit is not None and (fit.slice, fit.create, fit.evict) == (ONE_B, False, ())
+    # the GPU has space for another instance: it is carved rather than a's worker stopped
+    spare = _node([Slice(ONE)], {("a", ONE): 2})
+    fit = spare.fit("n0", SMALL, "b")
+    assert fit is not None and fit.create and fit.evict == ()
 
 
 def test_reserving_an_evicting_fit_stops_the_workers_it_names():
-    snap = _node([Slice(ONE)], {("a", ONE): 1, ("b", ONE): 1})
+    snap = _node([Slice(ONE), Slice(ONE_B, busy=True), *BUSY], {("a", ONE): 1, ("b", ONE): 1})
     fit = snap.fit("n0", SMALL, "c")
     snap.reserve(SMALL, fit)
     assert snap.nodes["n0"].idle_workers.get(("a", ONE), 0) == 0
@@ -90,15 +99,17 @@ def _head(function: str, budget: float = 1e9) -> placement.HeadBatch:
 
 
 def test_a_batch_goes_elsewhere_rather_than_stop_another_functions_workers():
-    full = NodeState("n0", 16, 16, "A100-40GB", [Slice(ONE)], idle_workers={("a", ONE): 2})
-    room = NodeState("n1", 16, 16, "A100-40GB", [Slice(ONE)], idle_workers={("a", ONE): 1})
+    full = NodeState("n0", 16, 16, "A100-40GB", [Slice(ONE), Slice(ONE_B, busy=True), *BUSY],
+                     idle_workers={("a", ONE): 2})
+    room = NodeState("n1", 16, 16, "A100-40GB", [Slice(ONE), Slice(ONE_B, busy=True), *BUSY],
+                     idle_workers={("a", ONE): 1})
     snap = ClusterSnapshot({"n0": full, "n1": room}, tracks_workers=True)
     snap.use_memory(MEMORY)
     placed = placement.place(snap, placement.HeadBatch("b", (SMALL,), lambda c: 10.0, ["n0"], 1e9,
                                                        StartupCosts(2000.0, 1000.0), True), set())
     assert placed.fit.node == "n1" and placed.fit.evict == ()
     # with nowhere else to go, it stops one of a's idle workers
-    alone = _node([Slice(ONE)], {("a", ONE): 2})
+    alone = _node([Slice(ONE), Slice(ONE_B, busy=True), *BUSY], {("a", ONE): 2})
     placed = placement.place(alone, _head("b"), set())
     assert placed.fit.evict == (("a", 1),)
     assert alone.nodes["n0"].idle_workers[("a", ONE)] == 1
@@ -115,7 +126,7 @@ def test_a_configuration_that_no_instance_holds_for_one_function_still_fits_for_
 
 
 def test_a_prewarm_never_stops_another_functions_worker():
-    snap = _node([Slice(ONE)], {("a", ONE): 1, ("b", ONE): 1})
+    snap = _node([Slice(ONE), Slice(ONE_B, busy=True), *BUSY], {("a", ONE): 1, ("b", ONE): 1})
     assert place_warmup(snap, WarmUp("app", "c", SMALL, preferred=("n0",))) is None
     assert place_warmup(snap, WarmUp("app", "c", SMALL, preferred=("n0",), instance=ONE)) is None
     roomy = _node([Slice(ONE)], {("b", ONE): 1})
@@ -147,3 +158,16 @@ def test_a_row_whose_worker_its_instance_cannot_hold_is_no_configuration():
         profile_from_dict(_table([(1, "1g.5gb", None)], 6000), "m")
     with pytest.raises(ProfileError, match=r"configs\[0\].*gpu_memory_mb"):
         profile_from_dict(_table([(1, "1g.5gb", -5)]), "m")
+
+
+def test_a_scale_out_start_stops_no_workers_while_a_start_elsewhere_stops_none():
+    """Nothing is in time: the scale-out rule starts the soonest placement, but one that stops another
+    function's idle workers only when every placement would (else two functions evict each other)."""
+    full = NodeState("n0", 16, 16, "A100-40GB", [Slice(ONE), Slice(ONE_B, busy=True), *BUSY],
+                     idle_workers={("a", ONE): 2})
+    empty = NodeState("n1", 16, 16, "A100-40GB")
+    snap = ClusterSnapshot({"n0": full, "n1": empty}, tracks_workers=True)
+    snap.use_memory(MEMORY)
+    placed = placement.place(snap, _head("b", budget=0.0), set())
+    # on n1 it waits a MIG change more than on n0, where it would stop one of a's workers
+    assert placed.fit.node == "n1" and placed.fit.create and placed.fit.evict == ()

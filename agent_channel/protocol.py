@@ -18,7 +18,8 @@ raising :class:`ProtocolError` naming the one that is wrong.
   (:class:`PrewarmDone`: started a worker, found one warm, failed, taken too late or twice).
 * :class:`BatchResult` (agent -> the scheduler named in ``reply_to``): per activation its status,
   timings, logs, and either the result inline or the key and size of the stored output; per batch the
-  function, configuration and measured run time.
+  function, configuration and measured run time, and the MIG change the agent made for it (instances
+  created or destroyed, and how long that took: what the scheduler learns its MIG change time from).
 * :class:`Heartbeat` (every agent, once a second): the node's vCPUs, memory, MIG slices, warm workers,
   its idle warm workers by (function, vCPUs, slice), and the batches it is running and has recently
   answered (so the scheduler knows which of its own reservations the report already shows), with the
@@ -32,6 +33,7 @@ the app's DAG. The app's result is its sink's result (several sinks: an object k
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -204,6 +206,9 @@ class BatchResult:
     """A warm batch during which another worker started on the node (a process or container coming
     up), or one the agent ran as several (its requests came from several namespaces, whose workers are
     kept apart): its ``run_ms`` is not one run of its configuration, so no profile learns from it."""
+    reconfig_ms: float | None = None
+    """The wall time (ms) the agent spent carving this batch's slice when that changed ``reconfigured``
+    instances (None: it changed none, or did not measure; an older agent's results have none)."""
 
     @property
     def succeeded(self) -> bool:
@@ -239,6 +244,8 @@ class PrewarmDone:
     outcome: str
     reconfigured: int = 0
     """MIG instances the agent created or destroyed for it (its slice carved there)."""
+    reconfig_ms: float | None = None
+    """The wall time (ms) those changes took (None: none made, or not measured), as a batch's."""
 
 
 @dataclass(frozen=True)
@@ -324,10 +331,13 @@ def to_dict(msg: Message) -> dict[str, Any]:
             out["epoch"] = msg.epoch
         return out
     if isinstance(msg, BatchResult):
-        return {"type": "result", "batch_id": msg.batch_id, "node": msg.node, "error": msg.error,
-                "function": msg.function, "config": None if msg.config is None else msg.config.to_dict(),
-                "run_ms": msg.run_ms, "cold": msg.cold, "reconfigured": msg.reconfigured,
-                "overlapped_start": msg.overlapped_start, "results": [_run_result(r) for r in msg.results]}
+        out = {"type": "result", "batch_id": msg.batch_id, "node": msg.node, "error": msg.error,
+               "function": msg.function, "config": None if msg.config is None else msg.config.to_dict(),
+               "run_ms": msg.run_ms, "cold": msg.cold, "reconfigured": msg.reconfigured,
+               "overlapped_start": msg.overlapped_start, "results": [_run_result(r) for r in msg.results]}
+        if msg.reconfig_ms is not None:
+            out["reconfig_ms"] = msg.reconfig_ms
+        return out
     return {"type": "heartbeat", "node": msg.node, "vcpus_total": msg.vcpus_total,
             "vcpus_free": msg.vcpus_free, "memory_mb": msg.memory_mb, "gpu_model": msg.gpu_model,
             "slices": [{**_slice(s.ref), "busy": s.busy, "uuid": s.uuid} for s in msg.slices],
@@ -336,8 +346,14 @@ def to_dict(msg: Message) -> dict[str, Any]:
             "idle": [{"function": w.function, "vcpus": w.vcpus, "slice": _slice(w.slice), "count": w.count}
                      for w in msg.idle],
             "running": list(msg.running), "done": list(msg.done),
-            "prewarmed": [{"prewarm_id": p.prewarm_id, "outcome": p.outcome, "reconfigured": p.reconfigured}
-                          for p in msg.prewarmed], "stream_recoveries": msg.stream_recoveries}
+            "prewarmed": [_prewarm_done_dict(p) for p in msg.prewarmed], "stream_recoveries": msg.stream_recoveries}
+
+
+def _prewarm_done_dict(p: PrewarmDone) -> dict[str, Any]:
+    out: dict[str, Any] = {"prewarm_id": p.prewarm_id, "outcome": p.outcome, "reconfigured": p.reconfigured}
+    if p.reconfig_ms is not None:
+        out["reconfig_ms"] = p.reconfig_ms
+    return out
 
 
 def _action(a: ActionRef) -> dict[str, Any]:
@@ -571,7 +587,22 @@ def _result(d: dict) -> BatchResult:
         raise ProtocolError(f"{w}: field 'reconfigured' must be a non-negative integer")
     return BatchResult(_need(d, "batch_id", str, w), _need(d, "node", str, w), tuple(results), d.get("error"),
                          str(d.get("function") or ""), None if config is None else _config(config, w),
-                         None if run_ms is None else float(run_ms), cold, reconfigured, overlapped)
+                         None if run_ms is None else float(run_ms), cold, reconfigured, overlapped,
+                         _opt_ms(d, "reconfig_ms", w))
+
+
+def _opt_ms(d: dict, key: str, where: str) -> float | None:
+    """An optional duration in milliseconds (absent or null: None): a finite number >= 0."""
+    v = d.get(key)
+    if v is None:
+        return None
+    try:
+        ms = float(v) if isinstance(v, int | float) and not isinstance(v, bool) else math.nan
+    except OverflowError:   # an integer beyond any float
+        ms = math.inf
+    if not math.isfinite(ms) or ms < 0:
+        raise ProtocolError(f"{where}: field {key!r} must be a finite number of milliseconds >= 0")
+    return ms
 
 
 def _heartbeat(d: dict) -> Heartbeat:
@@ -603,7 +634,7 @@ def _prewarm_done(x: Any, where: str) -> PrewarmDone:
     reconfigured = x.get("reconfigured", 0)
     if isinstance(reconfigured, bool) or not isinstance(reconfigured, int) or reconfigured < 0:
         raise ProtocolError(f"{where}: field 'reconfigured' must be a non-negative integer")
-    return PrewarmDone(_need(x, "prewarm_id", str, where), outcome, reconfigured)
+    return PrewarmDone(_need(x, "prewarm_id", str, where), outcome, reconfigured, _opt_ms(x, "reconfig_ms", where))
 
 
 def _idle(x: Any, where: str) -> IdleWorkers:

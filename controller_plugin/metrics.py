@@ -105,6 +105,9 @@ class Metrics:
                                 registry=r)
         self.profile_events = Counter("esg_profile_events_total", "Learned-profile changes: a configuration "
                                       "newly measured, or a drift", ["kind"], registry=r)
+        self.mig_change_planned = Gauge("esg_mig_change_planned_seconds", "The time per MIG instance created or "
+                                        "destroyed the policy plans with (learned from the agents' measurements)",
+                                        registry=r)
         # -- per node
         self.agents = Gauge("esg_agents_alive", "Agents heartbeating", registry=r)
         self.node_up = Gauge("esg_node_up", "1 while the node's agent heartbeats, 0 once it is lost", ["node"],

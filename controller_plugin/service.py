@@ -606,6 +606,8 @@ class SchedulerService:
             self.workflows.poke()
             for w in self.dispatcher.take_warmed():
                 self.decisions.prewarm(w.prewarm, w.sent_ms, t, hb.gpu_model, w.ready, w.done)
+                if w.done is not None:
+                    self.workflows.prewarmed(w.prewarm.node, w.done)
         if joined is None:
             return
         log.info("agent %s is alive as invoker%d (%d MB)", hb.node, joined.invoker_id, hb.memory_mb)

@@ -14,6 +14,12 @@ errors (2), as a container that dies or times out is in OpenWhisk; a request the
 refuses (admission control) is an application error (1). Status 3 is left to failures of the system
 itself: reading the action (REST) and agent-side failures such as a missing MIG slice.
 
+Start-up costs: each batch or pre-warm for which an agent changed MIG instances and timed it
+(``reconfigured``, ``reconfig_ms``) teaches :class:`~esg.startup_costs.MigChangeTimes` the time per
+changed instance of its node's GPU model; at the next step, when the figure for the cluster's models
+(the slowest learned one) moved more than 10 % from what the policy plans with, the policy plans with
+it (:meth:`~esg.scheduler.Scheduler.use_startup_costs`).
+
 Deadlines: OpenWhisk's controller force-completes an activation at transaction start + max(timeout,
 std)·factor + addon (:class:`~controller_plugin.settings.Deadline`; by default max(timeout, 60 s)·2 + 1 min). An activation still running ``deadline_margin_s`` before that is failed with a
 system error (:meth:`overdue`); one whose agent was lost is failed at once when a re-run would not fit
@@ -41,6 +47,7 @@ from esg.defaults import is_default
 from esg.events import Arrival, BatchDone, BatchLost, Cancel, Dispatch, Prewarm, Request, Resume
 from esg.online import Observation
 from esg.scheduler import Scheduler
+from esg.startup_costs import MigChangeTimes, moved
 from openwhisk_status import STATUS_APPLICATION_ERROR, STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
 log = logging.getLogger("esg.scheduler")
@@ -113,6 +120,13 @@ class Workflows:
         self.progress: list[tuple[str, str, FunctionResult]] = []
         """Functions of multi-function apps finished since the service last took them: ``(activation id,
         function, result)``, for the ledger (a scheduler taking over resumes the app from there)."""
+        self.mig_changes = MigChangeTimes(scheduler.policy.ctx.mig_reconfig_ms)
+        """The time per MIG instance changed, learned per GPU model from the agents' measurements."""
+        self._mig_seen: list[tuple[str, int, float]] = []
+        """MIG changes measured since the last step: (node, instances, ms)."""
+        self._mig_nodes = -1
+        """How many nodes the last look at the cluster's GPU models saw."""
+        metrics.mig_change_planned.set(scheduler.policy.ctx.mig_reconfig_ms / 1000)
 
     def poke(self) -> None:
         """Have the next turn step although nothing arrived: the cluster changed in a way a policy acts
@@ -174,6 +188,8 @@ class Workflows:
 
     def record(self, d: Dispatch, rm: protocol.BatchResult, now_ms: int) -> list[Answer]:
         """Fold in a batch's result; the activations it ends (a function failed: the app fails)."""
+        if rm.reconfigured and rm.reconfig_ms is not None:
+            self._mig_seen.append((d.node, rm.reconfigured, rm.reconfig_ms))
         by_id = {r.activation_id: r for r in rm.results}
         if self.scheduler.explorer is not None:
             warm = (rm.succeeded and rm.run_ms is not None and not rm.overlapped_start
@@ -224,6 +240,35 @@ class Workflows:
             table_ms = fp.profile.latency(d.config)
         return Observation(fp.table, d.config, float(rm.run_ms), bool(inits), float(max(inits, default=0))), table_ms
 
+    def prewarmed(self, node: str, done: protocol.PrewarmDone) -> None:
+        """A pre-warm ``node``'s heartbeat named done: the MIG change its agent made for it, if timed."""
+        if done.reconfigured and done.reconfig_ms is not None:
+            self._mig_seen.append((node, done.reconfigured, done.reconfig_ms))
+
+    def _follow_mig_changes(self, snapshot: ClusterSnapshot) -> None:
+        """Learn the MIG changes measured since the last step, and have the policy plan with the cluster's
+        figure when it moved more than 10 % from the one it plans with. The cluster's figure is the slowest
+        learned among its nodes' GPU models: a policy weighs every carve with one figure, and the slowest
+        keeps it from promising start-ups the slowest GPUs cannot keep (looked at again when a change was
+        measured or the number of nodes changed)."""
+        if not self._mig_seen and len(snapshot.nodes) == self._mig_nodes:
+            return
+        seen, self._mig_seen = self._mig_seen, []
+        self._mig_nodes = len(snapshot.nodes)
+        for node, instances, ms in seen:
+            state = snapshot.nodes.get(node)
+            if state is not None:
+                self.mig_changes.observe(state.gpu_model, instances, ms)
+        figure = self.mig_changes.cluster_ms(n.gpu_model for n in snapshot.nodes.values())
+        planned = self.scheduler.policy.ctx.mig_reconfig_ms
+        if moved(planned, figure):
+            log.info("MIG changes take %.0f ms per instance (%s); the policy planned with %.0f ms",
+                     figure, ", ".join(f"{m}: {self.mig_changes.estimate(m):.0f} ms over "
+                                       f"{self.mig_changes.samples(m)} changes" for m in self.mig_changes.models()),
+                     planned)
+            self.scheduler.use_startup_costs(figure)
+            self.metrics.mig_change_planned.set(figure / 1000)
+
     def lost(self, d: Dispatch, node: str, now_ms: int) -> list[Answer]:
         """A batch's agent died: it runs again elsewhere, unless a re-run would miss the controller's
         deadline (then its activations fail with a developer error, as a container that died does)."""
@@ -266,6 +311,7 @@ class Workflows:
     def step(self, now_ms: int, snapshot: ClusterSnapshot) -> tuple[list[Send], list[PrewarmSend], list[Answer]]:
         events, self._events = self._events, []
         self._poked = False
+        self._follow_mig_changes(snapshot)
         explored = self.scheduler.explorer.batches if self.scheduler.explorer is not None else 0
         result = self.scheduler.step(now_ms, snapshot, events)
         if self.scheduler.explorer is not None and self.scheduler.explorer.batches > explored:

@@ -50,7 +50,8 @@ MIG_RECONFIG_MS: Final = 2000.0
 """Time per MIG GPU instance destroyed or created (docs/mig.md: a GPU instance's destruction "may take
 O(1 s)" and a full re-partition several seconds; 2 s per changed instance covers GPU and compute
 instance create/destroy): what a policy weighs a carve at, and what the emulator and the timing twin
-charge."""
+charge. The live service's policies start from it and then plan with what the agents measure
+(:mod:`esg.startup_costs`)."""
 
 @dataclass(frozen=True)
 class StartupCosts:

@@ -475,6 +475,16 @@ class Scheduler:
         self._rest = {k: v for k, v in self._rest.items() if k[0] not in changed}
         self._fastest_app = {k: v for k, v in self._fastest_app.items() if k not in changed}
 
+    def use_startup_costs(self, mig_reconfig_ms: float) -> None:
+        """Plan with ``mig_reconfig_ms`` per MIG instance created or destroyed from now on (the live
+        service's learned figure, :mod:`esg.startup_costs`): the policy forgets what it worked out from
+        the old one (:meth:`Policy.use_startup_costs <esg.policies.base.Policy.use_startup_costs>`), and
+        every kept wait is placed again (what can end it was worked out with the old start-up)."""
+        if mig_reconfig_ms == self.policy.ctx.mig_reconfig_ms:
+            return
+        self.policy.use_startup_costs(mig_reconfig_ms)
+        self._waiting.clear()
+
     # -- introspection for drivers and metrics ------------------------------------------------------
     def in_flight(self) -> list[Dispatch]:
         return list(self._in_flight.values())

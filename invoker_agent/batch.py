@@ -5,9 +5,11 @@ codes, so the scheduler can answer each activation. An action that cannot be fou
 error (2); a slice that cannot exist, too many vCPUs, an unreachable OpenWhisk, an input no longer in
 the data store or an agent fault is a whisk error (3). Each result carries its start and end (epoch
 ms), the cold start it paid (``init_ms``) and the lines the action printed; the message carries the
-batch's function, configuration and measured run time, and whether another worker's start loaded the
-host while it ran (such a run time is not learned from). Outputs go through
-:class:`~invoker_agent.data.DataPlane`: inline for an app's sink, otherwise stored and referenced.
+batch's function, configuration and measured run time, whether another worker's start loaded the
+host while it ran (such a run time is not learned from), and the MIG instances changed for it with the
+wall time that took (``reconfigured``, ``reconfig_ms``: the scheduler learns its MIG change time from
+them). Outputs go through :class:`~invoker_agent.data.DataPlane`: inline for an app's sink, otherwise
+stored and referenced.
 
 **GPU memory.** A dispatch whose batch needs a new worker on its MIG slice may name idle workers to stop
 there first (``evict``: function, how many): just before that worker starts, the agent stops up to that
@@ -30,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from agent_channel.protocol import BatchResult, DispatchMessage, PrewarmMessage, RunResult
+from esg.cluster import SliceRef
 from esg.nesting import MAX_NESTING, deeper_than
 from invoker_agent import runtime_client as rt
 from invoker_agent.actions import ActionCode, ActionFetcher, ActionFetchError, ActionForbidden, ActionNotFound
@@ -97,10 +100,10 @@ class BatchHandler:
             return fail(STATUS_DEVELOPER_ERROR, str(e))
         except ActionFetchError as e:
             return fail(STATUS_WHISK_ERROR, str(e))
-        uuid, changes = None, 0
+        uuid, changes, reconfig_ms = None, 0, None
         if msg.slice is not None:
             try:
-                uuid, changes = self.slices.carve(msg.slice, msg.destroy)
+                uuid, changes, reconfig_ms = self.carve(msg.slice, msg.destroy)
             except SliceError as e:
                 return fail(STATUS_WHISK_ERROR, str(e))
         try:
@@ -140,8 +143,16 @@ class BatchHandler:
         cold = any(r.init_ms is not None for r in out)
         return (BatchResult(msg.batch_id, name, tuple(_result(r) for r in out),
                               run_ms=round(max(0.0, elapsed_ms - init_ms), 3), cold=cold, reconfigured=changes,
-                              overlapped_start=overlapped and not cold),
+                              overlapped_start=overlapped and not cold, reconfig_ms=reconfig_ms),
                 {r.activation_id: r.raw for r in out if r.raw is not None})
+
+    def carve(self, target: SliceRef, destroy: tuple[SliceRef, ...]) -> tuple[str, int, float | None]:
+        """:meth:`SliceManager.carve <invoker_agent.slices.SliceManager.carve>`, timed: the slice's MIG
+        UUID, the instances created or destroyed for it, and the wall time that took (ms, on the monotonic
+        clock, waiting for another batch's MIG change included; None when nothing changed)."""
+        began = time.monotonic()
+        uuid, changes = self.slices.carve(target, destroy)
+        return uuid, changes, round((time.monotonic() - began) * 1000, 3) if changes else None
 
     def _evicting(self, msg: DispatchMessage, uuid: str | None) -> Callable[[], None] | None:
         """What runs before the batch's first new worker starts on MIG slice ``uuid``: the dispatch's
@@ -185,14 +196,14 @@ class BatchHandler:
             action = self.fetcher.get(fqn, msg.action.revision, auth=msg.api_key)
         except ActionFetchError as e:
             return PrewarmOutcome(error=str(e))
-        uuid, changes = None, 0
+        uuid, changes, reconfig_ms = None, 0, None
         if msg.slice is not None:
             try:
-                uuid, changes = self.slices.carve(msg.slice, msg.destroy)
+                uuid, changes, reconfig_ms = self.carve(msg.slice, msg.destroy)
             except SliceError as e:
                 return PrewarmOutcome(error=str(e))
         out = self._prewarm_on(msg, action, uuid)
-        return replace(out, reconfigured=changes) if changes else out
+        return replace(out, reconfigured=changes, reconfig_ms=reconfig_ms) if changes else out
 
     def _prewarm_on(self, msg: PrewarmMessage, action: ActionCode, uuid: str | None) -> PrewarmOutcome:
         """The pre-warm's worker started on its carved slice (``uuid``; None: CPU only), which it releases."""

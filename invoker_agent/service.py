@@ -352,7 +352,7 @@ class AgentService:
     def _start_prewarm(self, msg: PrewarmMessage) -> None:
         """On a pre-warm thread: start ``msg``'s worker (unless it is too late, or the agent stops) and
         name it done with what became of it."""
-        outcome, reconfigured = "failed", 0
+        outcome, reconfigured, reconfig_ms = "failed", 0, None
         try:
             now = int(time.time() * 1000)
             if self._stop.is_set():
@@ -364,10 +364,10 @@ class AgentService:
                 outcome = "expired"
             else:
                 out = self.batches.prewarm(msg)
-                outcome, reconfigured = out.outcome, out.reconfigured
+                outcome, reconfigured, reconfig_ms = out.outcome, out.reconfigured, out.reconfig_ms
                 self._log_prewarm(msg, out)
         finally:
-            self._prewarm_done(msg, outcome, reconfigured)
+            self._prewarm_done(msg, outcome, reconfigured, reconfig_ms)
 
     def _log_prewarm(self, msg: PrewarmMessage, out: PrewarmOutcome) -> None:
         where = f"{msg.config.label()}" + (f" on MIG {msg.slice.profile}@{msg.slice.start}" if msg.slice else "")
@@ -381,12 +381,14 @@ class AgentService:
             log.info("pre-warm %s of %s (%s): worker ready in %.0f ms, idle for at most %s", msg.prewarm_id,
                      msg.function, where, out.init_ms or 0.0, keep)
 
-    def _prewarm_done(self, msg: PrewarmMessage, outcome: str, reconfigured: int = 0) -> None:
+    def _prewarm_done(self, msg: PrewarmMessage, outcome: str, reconfigured: int = 0,
+                      reconfig_ms: float | None = None) -> None:
         """Name the pre-warm done in the next heartbeats, with its outcome, count it, and beat at once:
         the scheduler sees a pre-warmed worker when it is ready, not up to a heartbeat period later (a
         head arriving meanwhile would start another worker cold, where the emulator -- which knows the
         moment a worker is warm -- takes this one)."""
-        self.heartbeats.batches.answered(msg.prewarm_id, PrewarmDone(msg.prewarm_id, outcome, reconfigured))
+        self.heartbeats.batches.answered(msg.prewarm_id, PrewarmDone(msg.prewarm_id, outcome, reconfigured,
+                                                                             reconfig_ms))
         self._count(outcome)
         self._hb_wake.set()
 

@@ -288,13 +288,14 @@ class _Entry:
 @dataclass(frozen=True)
 class PrewarmOutcome:
     """What a pre-warm did: ``started`` a worker (its cold start ``init_ms``), found one ``warm`` already,
-    or failed (``error``); ``reconfigured``: MIG instances created or destroyed for it."""
+    or failed (``error``); ``reconfigured``: MIG instances created or destroyed for it, in ``reconfig_ms``."""
 
     started: bool = False
     warm: bool = False
     init_ms: float | None = None
     error: str | None = None
     reconfigured: int = 0
+    reconfig_ms: float | None = None
 
     @property
     def outcome(self) -> str:

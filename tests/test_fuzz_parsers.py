@@ -63,7 +63,8 @@ DISPATCH = {"type": "dispatch", "batch_id": "inc-1", "node": "node0", "app": "gu
                           "deadline_ms": 1718003081790, "namespace": "guest",
                           "inputs": [{"name": "pre", "key": "esg::data:b:pre", "node": "node1", "bytes": 600}]}]}
 RESULT = {"type": "result", "batch_id": "inc-1", "node": "node0", "error": None, "function": "guest/resnet50",
-          "config": {"batch": 2, "vcpus": 1, "gpu": "1g.5gb"}, "run_ms": 12.5,
+          "config": {"batch": 2, "vcpus": 1, "gpu": "1g.5gb"}, "run_ms": 12.5, "reconfigured": 1,
+          "reconfig_ms": 2040.5,
           "results": [{"activation_id": "a" * 32, "status_code": 0, "result": {"ok": True}, "start_ms": 1,
                        "end_ms": 2, "init_ms": None, "logs": ["hello"], "timeout": False},
                       {"activation_id": "b" * 32, "status_code": 0, "result": None, "start_ms": 1,

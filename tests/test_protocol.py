@@ -227,3 +227,32 @@ def test_a_heartbeat_says_what_became_of_each_prewarm_it_names_done_and_an_older
     assert decode(encode(h)) == h
     older = encode(h).replace(encode(h)[encode(h).index(b',"prewarmed"'):-1], b"")
     assert b"prewarmed" not in older and decode(older) == replace(h, prewarmed=())
+
+
+def test_a_result_and_a_prewarm_say_how_long_their_mig_change_took_and_an_older_one_says_nothing():
+    r = BatchResult("b1", "n0", (), None, "f", Config(1, 2, "3g.20gb"), 3.0, cold=True, reconfigured=2,
+                    reconfig_ms=2150.5)
+    assert decode(encode(r)) == r and b'"reconfig_ms":2150.5' in encode(r)
+    # none measured (no change made, or an older agent): the field is not written, and reads as None
+    plain = replace(r, reconfigured=0, reconfig_ms=None)
+    assert b"reconfig_ms" not in encode(plain) and decode(encode(plain)) == plain
+    assert decode(encode(r).replace(b',"reconfig_ms":2150.5', b"")) == replace(r, reconfig_ms=None)
+    h = Heartbeat("n0", 16, 12, 65536, "A100-40GB", done=("p1", "p2"),
+                  prewarmed=(PrewarmDone("p1", "started", 1, 980.0), PrewarmDone("p2", "warm")))
+    assert decode(encode(h)) == h
+    assert encode(h).count(b"reconfig_ms") == 1
+
+
+@pytest.mark.parametrize("value", ['"2000"', "true", "-1", "-0.5", "NaN", "Infinity", "-Infinity", "1e400",
+                                   "1" + "0" * 400, "[1]", "{}"])
+def test_a_bad_mig_change_time_is_named(value):
+    import json
+    r = json.loads(encode(BatchResult("b1", "n0", (), None, "f", Config(1, 1, "1g.5gb"), 3.0, reconfigured=1)))
+    raw = json.dumps(r)[:-1] + f',"reconfig_ms":{value}}}'
+    with pytest.raises(ProtocolError, match="reconfig_ms"):
+        decode(raw)
+    beat = {"type": "heartbeat", "node": "n", "vcpus_total": 1, "vcpus_free": 1, "memory_mb": 1}
+    raw = json.dumps(beat)[:-1] + (',"prewarmed":[{"prewarm_id":"p1","outcome":"started","reconfigured":1,'
+                                   f'"reconfig_ms":{value}}}]}}')
+    with pytest.raises(ProtocolError, match="reconfig_ms"):
+        decode(raw)

@@ -15,6 +15,7 @@ here too, with the types every policy uses (:class:`PolicyContext`, :class:`Func
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -109,6 +110,26 @@ class Policy:
         """Learn (or replace) an app at run time."""
         self.ctx = replace(self.ctx, apps={**self.ctx.apps, app.name: app},
                            profiles={**self.ctx.profiles, **profiles}, specs={**self.ctx.specs, **specs})
+        self._context_changed(app)
+
+    def use_startup_costs(self, mig_reconfig_ms: float) -> None:
+        """Plan with ``mig_reconfig_ms`` per MIG instance created or destroyed from now on (the driver
+        learnt what the cluster's MIG changes take: :mod:`esg.startup_costs`). What any part worked out
+        from the old figure -- the placer's start-up costs, a proposer's start-ups, a rule's windows -- is
+        forgotten along the path a new app takes: the placer and every
+        :class:`~esg.policies.points.OnAppAdded` plugin get the new context, for every app (each app's
+        state derived from the context is stale)."""
+        if not math.isfinite(mig_reconfig_ms) or mig_reconfig_ms < 0:
+            raise ValueError(f"a MIG change time must be a finite number of ms >= 0, got {mig_reconfig_ms}")
+        if mig_reconfig_ms == self.ctx.mig_reconfig_ms:
+            return
+        self.ctx = replace(self.ctx, mig_reconfig_ms=float(mig_reconfig_ms))
+        for name in sorted(self.ctx.apps):
+            self._context_changed(self.ctx.apps[name])
+
+    def _context_changed(self, app: App) -> None:
+        """``self.ctx`` is new, for ``app`` (learnt, replaced, or planned with new figures): the placer and
+        the plugins take it and forget what they worked out for it and the apps sharing its functions."""
         self.placer.add_app(self.ctx, app)
         for hook in self._added:
             hook(self.ctx, app)

@@ -46,7 +46,9 @@ class PolicyContext:
     max_group: int = 3
     seed: int = 0
     mig_reconfig_ms: float = MIG_RECONFIG_MS
-    """What one MIG instance created or destroyed costs (the driver's figure; ``docs/mig.md``)."""
+    """What one MIG instance created or destroyed costs (the driver's figure; ``docs/mig.md``): the live
+    service's learned one once it moved (:meth:`Policy.use_startup_costs
+    <esg.policies.base.Policy.use_startup_costs>`)."""
     cold_start_scale: float = 1.0
     """Multiplies the profiles' ``cold_start_ms`` (as the driver does)."""
     stage_overhead_ms: float = 0.0

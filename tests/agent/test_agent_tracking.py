@@ -42,13 +42,14 @@ def test_heartbeats_name_idle_workers_by_slice_and_the_batches_answered(agent):
     msg = sched.dispatch(node, "echo", [{"i": 1}], slice_=two, config=Config(1, 2, "2g.10gb"))
     res = sched.result(msg.batch_id)
     assert res.results[0].status_code == 0 and res.cold is True and res.reconfigured == 1, res
+    assert res.reconfig_ms is not None and res.reconfig_ms >= 0, "the carve is timed"
     hb = sched.heartbeat(node, lambda h: msg.batch_id in h.done and h.idle)
     assert [(w.function, w.vcpus, w.slice, w.count) for w in hb.idle] == [("echo", 2, two, 1)]
     assert msg.batch_id not in hb.running
     # the scheduler's view: that worker waits on that slice, whatever vCPU count takes it next
     again = sched.result(sched.dispatch(node, "echo", [{"i": 2}] * 2, slice_=two, config=Config(2, 1, "2g.10gb"))
                          .batch_id)
-    assert again.cold is False and again.reconfigured == 0, again
+    assert again.cold is False and again.reconfigured == 0 and again.reconfig_ms is None, again
     assert [r.init_ms for r in again.results] == [None, None]
 
 
@@ -85,6 +86,7 @@ def test_a_prewarm_carves_the_slice_starts_the_worker_idle_and_the_next_batch_ru
     assert not [r for r in sched.results if r.batch_id == pw.prewarm_id]
     # and says what the pre-warm did: started a worker, on an instance it created
     assert [(p.outcome, p.reconfigured) for p in hb.prewarmed if p.prewarm_id == pw.prewarm_id] == [("started", 1)]
+    assert all(p.reconfig_ms is not None for p in hb.prewarmed if p.prewarm_id == pw.prewarm_id), hb.prewarmed
     assert sched.pending(node) == 0
     # the next batch there takes that worker: no cold start, no MIG change
     res = sched.result(sched.dispatch(node, "echo", [{"i": 1}, {"i": 2}], slice_=three,
@@ -106,6 +108,7 @@ def test_a_prewarm_of_a_warm_function_or_a_missing_action_changes_nothing(agent)
     assert [(w.function, w.slice, w.count) for w in hb.idle if w.slice is None] == idle
     # the heartbeat says so: one found its worker warm (nothing started), the other failed
     outcomes = {p.prewarm_id: (p.outcome, p.reconfigured) for p in hb.prewarmed}
+    assert all(p.reconfig_ms is None for p in hb.prewarmed if p.prewarm_id in (again.prewarm_id, missing.prewarm_id))
     assert outcomes[again.prewarm_id] == ("warm", 0) and outcomes[missing.prewarm_id] == ("failed", 0), hb
     # the agent goes on: the next batch still runs warm on the one worker
     res = sched.result(sched.dispatch(node, "echo", [{"i": 2}], config=Config(1, 1, None)).batch_id)

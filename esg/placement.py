@@ -14,8 +14,8 @@ started, and binds the batch with the rules here, the same for every policy (ESG
    plus its run time and the fastest rest of the app still fits the head job's budget.
    A placement that stops idle workers of other functions to make room for the new worker's GPU memory
    (``Fit.evict``, :mod:`esg.memory`) is taken only when no placement in time needs none, and a new
-   worker the scale-out rule starts (below) stops none while any placement needs none, nor when a batch
-   of the queue runs (the queue waits for it).
+   worker the scale-out rule starts (below) stops none while any placement needs none, nor while a batch
+   of the function runs (the queue waits for it).
 4. **Scale-out rule**: otherwise a new worker is started (the placement that starts soonest) only when
    the placer's scale-out rule allows it -- the shared one (:func:`may_scale_out`): no batch of this
    queue runs, or more jobs wait than the running batches can take next; else the queue waits for a
@@ -59,16 +59,16 @@ class HeadBatch:
     """What the head job has left for this function's start-up and run time."""
     startup: StartupCosts
     may_scale_out: bool
-    running: int
-    """The queue's batches running (what the scale-out rule weighed)."""
+    busy: int
+    """The function's batches in flight, over all its queues."""
 
     def __init__(self, function: str, priorities: tuple[Config, ...], latency_of: Callable[[Config], float],
                  preferred: Sequence[str], budget_ms: float, startup: StartupCosts, may_scale_out: bool,
-                 running: int = 0) -> None:
+                 busy: int = 0) -> None:
         # written out (the dataclass keeps it, and ``dataclasses.replace`` calls it): compiled, an __init__
         # the dataclass generates stays interpreted Python, and a frozen one cannot be written natively
         self.function, self.priorities, self.latency_of, self.preferred = function, priorities, latency_of, preferred
-        self.budget_ms, self.startup, self.may_scale_out, self.running = budget_ms, startup, may_scale_out, running
+        self.budget_ms, self.startup, self.may_scale_out, self.busy = budget_ms, startup, may_scale_out, busy
 
 
 def cap_batches(priorities: Sequence[Config], queued: int, profile: Profile) -> tuple[Config, ...]:
@@ -147,8 +147,8 @@ def place(snapshot: ClusterSnapshot, req: HeadBatch, no_fit: set[Config],
                 soonest_evicting = (t, config, fit)
         elif soonest is None or t < soonest[0]:
             soonest = (t, config, fit)
-    if soonest is None and req.running == 0:
-        # a start that stops other functions' idle workers: only for a queue with no batch running,
+    if soonest is None and req.busy == 0:
+        # a start that stops other functions' idle workers: only for a function with no batch running,
         # which would otherwise never run (one with a batch running waits for it instead: two
         # functions' starts stopping each other's workers would leave both cold)
         soonest = soonest_evicting

@@ -93,11 +93,14 @@ class _Waiting:
     nodes: int
     seen: int
     """The snapshot's :attr:`ClusterSnapshot.version` when the nodes were last checked."""
+    busy: int
+    """The function's batches in flight over all its queues (whether a start may stop other functions'
+    idle workers: :func:`esg.placement.place`)."""
 
     def __init__(self, wait: Wait, head: Job, queued: int, running: int, choice: Any, snapshot: ClusterSnapshot,
-                 nodes: int, seen: int) -> None:
+                 nodes: int, seen: int, busy: int) -> None:
         self.wait, self.head, self.queued, self.running = wait, head, queued, running  # (see StepResult)
-        self.choice, self.snapshot, self.nodes, self.seen = choice, snapshot, nodes, seen
+        self.choice, self.snapshot, self.nodes, self.seen, self.busy = choice, snapshot, nodes, seen, busy
 
 
 @dataclass
@@ -368,7 +371,8 @@ class Scheduler:
         if isinstance(placed, Wait):
             if placed.until is not None and self.reuse_waits:
                 self._waiting[key] = _Waiting(placed, queue.head, len(queue), self.policy.running_for(key), choice,
-                                              snapshot, len(snapshot.nodes), snapshot.version)
+                                              snapshot, len(snapshot.nodes), snapshot.version,
+                                              self.policy.busy.get(key[1], 0))
             self.policy.on_wait(app, queue, choice, placed)
             return placed
         return self._commit(app, queue, placed, choice.latency_of(placed.config), now_ms)
@@ -376,7 +380,7 @@ class Scheduler:
     def _goes_on(self, waiting: _Waiting, queue: AfwQueue, choice, snapshot: ClusterSnapshot, now_ms: float) -> bool:
         """Whether no event that ends ``waiting`` happened: the same head job, a queue length that changes
         nothing (the same, or both at least the wait's ``deep``), the same proposal, snapshot and
-        scale-out answers, and no node that changed since ended it
+        scale-out answers, the function still with (or still without) a batch in flight, and no node that changed since ended it
         (:meth:`Until.ended_on <esg.waits.Until.ended_on>`)."""
         until = waiting.wait.until
         if until is None:
@@ -386,7 +390,8 @@ class Scheduler:
         # object (a driver that built its view anew) the head is placed again
         if (queue.head is not waiting.head or waiting.snapshot is not snapshot or len(snapshot.nodes) != waiting.nodes
                 or (queued != waiting.queued and min(queued, waiting.queued) < until.deep)
-                or (waiting.choice is not choice and waiting.choice != choice)):
+                or (waiting.choice is not choice and waiting.choice != choice)
+                or (self.policy.busy.get(queue.key[1], 0) == 0) != (waiting.busy == 0)):
             return False
         if (queued != waiting.queued or running != waiting.running) and not until.same_scale_out(running, queued):
             return False

@@ -99,6 +99,8 @@ class Policy:
         self._prewarmed = tuple(p.on_prewarm for p in every if isinstance(p, OnPrewarm))
         self._added = tuple(p.on_app_added for p in every if isinstance(p, OnAppAdded))
         self.running: Counter[tuple[str, str]] = Counter()
+        self.busy: Counter[str] = Counter()
+        """Batches in flight per function, over all its queues."""
         """Batches in flight per AFW queue (what the scale-out gate weighs)."""
 
     def rule(self, kind: type) -> object:
@@ -147,7 +149,8 @@ class Policy:
               preferred: Sequence[str], now_ms: float, no_fit: set[Config]) -> Placement | Wait:
         """Where the head batch runs, or why it waits and what can end the wait (:meth:`Placer.place
         <esg.policies.placer.Placer.place>`, given :meth:`running_for` the queue)."""
-        return self.placer.place(app, queue, choice, snapshot, preferred, now_ms, no_fit, self.running_for(queue.key))
+        return self.placer.place(app, queue, choice, snapshot, preferred, now_ms, no_fit, self.running_for(queue.key),
+                                 self.busy.get(queue.key[1], 0))
 
     def running_for(self, key: tuple[str, str]) -> int:
         """What the scale-out gate counts as running for queue ``key``: its batches in flight and what
@@ -170,11 +173,13 @@ class Policy:
 
     def on_dispatch(self, dispatch: Dispatch) -> None:
         self.running[(dispatch.app, dispatch.function)] += 1
+        self.busy[dispatch.function] += 1
         for hook in self._dispatch:
             hook(dispatch)
 
     def on_done(self, dispatch: Dispatch) -> None:
         self.running[(dispatch.app, dispatch.function)] -= 1
+        self.busy[dispatch.function] -= 1
         for hook in self._done:
             hook(dispatch)
 

@@ -14,7 +14,7 @@ from esg.cost import config_cost
 from esg.model import App, Config
 from esg.policies import register
 from esg.policies.base import Choice, Policy, PolicyContext, apps_sharing
-from esg.policies.common import PackingOrder, stage_shares, weighted_resource
+from esg.policies.common import BacklogGate, PackingOrder, stage_shares, weighted_resource
 from esg.queues import AfwQueue
 
 
@@ -60,5 +60,6 @@ class FastGShareProposer:
 
 @register("fastgshare")
 def fastgshare_policy(ctx: PolicyContext) -> Policy:
-    """FaST-GShare: its configuration rule, placed to pack GPU nodes."""
-    return Policy("fastgshare", ctx, FastGShareProposer(ctx), [PackingOrder()])
+    """FaST-GShare: its configuration rule, placed to pack GPU nodes; the generic backlog scale-out gate
+    (its autoscaler is not ported: docs/baselines.md)."""
+    return Policy("fastgshare", ctx, FastGShareProposer(ctx), [PackingOrder(), BacklogGate()])

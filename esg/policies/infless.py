@@ -41,7 +41,7 @@ from esg.policies.base import (
     prewarm_start_ms,
     rewarm_ms,
 )
-from esg.policies.common import PackingOrder, packing_order, stage_shares, weighted_resource
+from esg.policies.common import BacklogGate, PackingOrder, packing_order, stage_shares, weighted_resource
 from esg.policies.points import WarmUps
 from esg.prewarm import Timed, WarmUp, idle_of_kind, smallest_of_kind
 from esg.queues import AfwQueue
@@ -242,6 +242,8 @@ class LsthWarmPool:
 
 @register("infless")
 def infless_policy(ctx: PolicyContext) -> Policy:
-    """INFless: its estimator, bin-packing, LSTH pre-warming and keep-alive."""
+    """INFless: its estimator, bin-packing, LSTH pre-warming and keep-alive; the generic backlog
+    scale-out gate (its rate-based autoscaler is not ported: docs/baselines.md)."""
     starting = Starting(ctx)
-    return Policy("infless", ctx, InflessProposer(ctx), [PackingOrder(), starting, LsthWarmPool(ctx, starting)])
+    return Policy("infless", ctx, InflessProposer(ctx), [PackingOrder(), BacklogGate(), starting,
+                                                          LsthWarmPool(ctx, starting)])

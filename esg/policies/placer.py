@@ -81,11 +81,13 @@ class Placer:
         return placement.may_scale_out(running, queued, priorities)
 
     def place(self, app: App, queue: AfwQueue, choice: Choice, snapshot: ClusterSnapshot,
-              preferred: Sequence[str], now_ms: float, no_fit: set[Config], running: int) -> Placement | Wait:
+              preferred: Sequence[str], now_ms: float, no_fit: set[Config], running: int,
+              busy: int = 0) -> Placement | Wait:
         """Where the head batch runs: the shared machinery of :mod:`esg.placement` (whole batches,
         warm workers first, start-up against the budget, :meth:`may_scale_out` given the ``running``
         batches of the queue), then a fallback to the function's fastest configurations when none of the
-        choice's fits on any node. A wait names the events that can end it (:class:`~esg.waits.Until`)."""
+        choice's fits on any node; ``busy``: the function's batches in flight over all its queues. A wait
+        names the events that can end it (:class:`~esg.waits.Until`)."""
         function = queue.key[1]
         profile = self.ctx.profiles[function]
         queued = len(queue)
@@ -97,7 +99,7 @@ class Placer:
         budget = queue.head.deadline_ms - now_ms - rest
         latency_of = placement.latency_lookup(choice.latencies, profile)
         head = placement.HeadBatch(function, own, latency_of, preferred, budget, startup,
-                                   self.may_scale_out(running, queued, own, latency_of, startup), running)
+                                   self.may_scale_out(running, queued, own, latency_of, startup), busy)
         seen: set[str] = set()
         placed = placement.place(snapshot, head, no_fit, seen)
         if not isinstance(placed, Wait):
@@ -142,14 +144,11 @@ class Placer:
         lists_ = tuple(configs for configs, _ in lists)
 
         def scale_out(r: int, q: int) -> tuple[bool, ...]:
-            """This placer's scale-out answer for each list the walk used, with these counts, and whether
-            none of the queue runs (a start may then stop other functions' idle workers)."""
-            found = [self.may_scale_out(r, q, configs, head.latency_of, head.startup) for configs in lists_]
-            found.append(r == 0)
-            return tuple(found)
+            """This placer's scale-out answer for each list the walk used, with these counts."""
+            return tuple([self.may_scale_out(r, q, configs, head.latency_of, head.startup) for configs in lists_])
         answers = scale_out(running, queued)
         return Until.placed(head.function, deadline_ms, rest_ms, head.startup, made, snapshot, deep,
-                            scale_out, answers, answers[:-1])
+                            scale_out, answers, answers)
 
     def _capped(self, priorities: tuple[Config, ...], queued: int, profile) -> tuple[Config, ...]:
         """:func:`placement.cap_batches`, remembered per (priorities, queue length, profile): a policy's

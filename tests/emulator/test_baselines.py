@@ -252,7 +252,6 @@ def test_scale_out_rule_of_each_baseline(apps, profiles):
     """Every baseline gets the generic backlog rule (:func:`esg.placement.worth_starting`): Orion's and
     Aquatope's papers leave scaling to the platform, and INFless's and FaST-GShare's own autoscalers are
     not ported (the queue rule, measured worse for them once workers hold GPU memory)."""
-    from esg import placement
     from esg.defaults import StartupCosts
     one = (Config(1, 2, "1g.5gb"),)
 

@@ -6,7 +6,8 @@ written in the main loop's pipeline with the turn's other writes. One per reques
 answered --, ``slo_ms, ok``), and one per answered batch (``type: "batch"``):
 
 ``batch_id, app, function, node, gpu_model, batch, vcpus, gpu, slice ("3g.20gb@4" or null), create,
-destroy (instances), destroyed (their labels), warm (the plan took an idle warm worker), jobs (activation
+destroy (instances), destroyed (their labels), warm (the plan took an idle warm worker), evicted ([function,
+count] pairs: idle workers stopped on its instance for its worker's GPU memory), jobs (activation
 ids), enqueued_ms (the step that queued its last job), decided_ms (the step that placed it: the same when
 it waited for nothing), sent_ms, done_ms (epoch ms: dispatched, result read), run_ms (the agent's
 measured run), cold (the agent started a worker), overlapped_start (another worker started on the node
@@ -94,6 +95,7 @@ class DecisionLog:
             "batch": d.config.batch, "vcpus": d.config.vcpus, "gpu": d.config.gpu, "slice": slice_label(d),
             "create": d.fit.create, "destroy": len(d.fit.destroy),
             "destroyed": [f"{r.profile}@{r.start}" for r in d.fit.destroy], "warm": d.fit.warm_worker is not None,
+            "evicted": [[f, n] for f, n in d.fit.evict],
             "jobs": [j.request_id for j in d.jobs], "enqueued_ms": max((j.enqueued_ms for j in d.jobs), default=None),
             "decided_ms": decided, "sent_ms": sent,
             "done_ms": now_ms, "cold": rm.cold, "overlapped_start": rm.overlapped_start,

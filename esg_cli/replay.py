@@ -452,7 +452,8 @@ def idle_instance_ms(log: list[dict[str, Any]], lo_ms: float, hi_ms: float,
     """Per (MIG profile, GPU model), the time within [``lo_ms``, ``hi_ms``] that MIG instances were kept
     for idle warm workers, from the decision log, by the emulator's rule (``kept_idle_ms``): a batch's
     worker (or a pre-warmed one, from when it was ready) waits idle on its instance until a batch of its
-    function takes it there (the one that would stay longest), its instance is destroyed, or its own
+    function takes it there (the one that would stay longest), its instance is destroyed, a batch stops
+    it for its own worker's GPU memory (``evicted``: those whose keep-alive ends first), or its own
     keep-alive runs out (the batch's or pre-warm's ``keep_alive_ms``, else ``keep_alive_ms``); the
     instance's own batches are execution, a pre-warm's start-up is its start-up. A pre-warm that found
     a worker idle there extends that worker's keep-alive from when it was sent (nothing started: the
@@ -488,6 +489,13 @@ def idle_instance_ms(log: list[dict[str, Any]], lo_ms: float, hi_ms: float,
                 for key in [k for k in pools if k[0] == node and k[2] == victim]:
                     for worker in pools.pop(key):
                         ended((node, victim), worker, t)
+            for function, n in e.get("evicted") or ():   # stopped for this batch's worker's GPU memory
+                stopped = pools.get((node, function, ref))
+                if stopped:
+                    live = sorted((w for w in stopped if w[0] + w[1] >= t), key=lambda w: w[0] + w[1])[:int(n)]
+                    for worker in live:   # those whose keep-alive ends first, as the agent and the emulator
+                        stopped.remove(worker)
+                        ended(instance, worker, t)
             pool = pools.get((node, e["function"], ref))
             if pool:
                 live = [w for w in pool if w[0] + w[1] >= t]

@@ -236,19 +236,17 @@ class NodeModel:
         return taken, not gone
 
     def _evict(self, key: WorkerKey, n: int, now_ms: float) -> None:
-        """Stop ``n`` idle workers of ``key`` (those idle longest first, as their keep-alive would; fewer
-        when fewer wait): their GPU memory is what a new worker on the instance needs (``Fit.evict``)."""
+        """Stop ``n`` idle workers of ``key`` (those whose keep-alive ends first, as it would stop them;
+        fewer when fewer wait): their GPU memory is what a new worker on the instance needs (``Fit.evict``)."""
         pool = self.idle_workers.get(key)
         if not pool:
             return
         gone = bisect.bisect_left(pool, (now_ms,))  # past their keep-alive already
-        live = pool[gone:]
-        chosen = set(sorted(range(len(live)), key=lambda i: live[i][1])[:n])
-        stopped = [w for i, w in enumerate(live) if i in chosen]
+        stopped = pool[gone:gone + n]  # (the list is in expiry order)
         if gone:
             self._idle_ended(key, pool[:gone], None)
         self._idle_ended(key, stopped, now_ms)
-        left = [w for i, w in enumerate(live) if i not in chosen]
+        left = pool[gone + n:]
         if left:
             self.idle_workers[key] = left
         else:

@@ -99,23 +99,26 @@ def test_a_live_decision_log_is_charged_idle_instances_as_the_emulator_charges_t
             log.append({"type": "batch", "batch_id": batch_id, "node": d.node, "function": d.function,
                         "slice": None if d.fit.slice is None else f"{d.fit.slice.profile}@{d.fit.slice.start}",
                         "destroyed": [f"{r.profile}@{r.start}" for r in d.fit.destroy], "gpu_model": "A100-40GB",
+                        "evicted": [[f, n] for f, n in d.fit.evict],
                         "sent_ms": sent.pop(batch_id), "done_ms": now})
             return super()._finish(batch_id, now)
 
-    requests = generate(list(apps), 30.0, 5.0, np.random.default_rng(1))
+    requests = generate(list(apps), 60.0, 5.0, np.random.default_rng(1))
     # the decision log here has batches only, with the driver's one keep-alive: pre-warms (and the
     # policies' own keep-alives) are off; a live log of pre-warms is read once the live side has them
     params = EmulatorParams(warmup_ms=1000.0, keep_alive_ms=2000.0, mig_reconfig_ms=100.0, cold_start_scale=0.2,
                             prewarm=False)
-    # INFless's configurations change with the observed rate, so its run destroys and creates an
-    # instance (ESG, which keeps to the instances it has, and Orion and Aquatope, whose batch-1 plans fit
-    # the layout they start with, destroy none in so short a run): the accounting is the same
+    # INFless's configurations change with the observed rate, so its run destroys and creates instances
+    # and stops an idle worker for a new one's GPU memory (ESG, which keeps to the instances it has, and
+    # Orion and Aquatope, whose batch-1 plans fit the layout they start with, do neither in so short a
+    # run): the accounting is the same
     em = Logging(apps, profiles, make_policy("infless", PolicyContext(apps, profiles, mig_reconfig_ms=100.0,
                                                                     cold_start_scale=0.2)),
                  requests, np.random.default_rng(2), ClusterSpec(nodes=2), params)
     m = em.run().metrics
     assert not sent, "every batch finished"
     assert any(e["destroyed"] for e in log) and m.cost_idle > 0, "the run destroys instances and keeps idle ones"
+    assert any(e["evicted"] for e in log), "the run stops idle workers for GPU memory"
     idle = idle_instance_ms(log, params.warmup_ms, requests[-1].arrival_ms, params.keep_alive_ms)
     prices = Prices()
     from esg.mig import compute_slices

@@ -54,7 +54,7 @@ def test_no_instance_holds_more_workers_than_its_memory(policy, apps, profiles):
                    ClusterSpec(nodes=2, vcpus=16), PARAMS, invariant_hook=check)
     em.run()
     assert worst["steps"] > 100
-    if policy in ("esg", "fastgshare"):  # they share instances between functions: the limit binds
+    if policy == "esg":  # its pools share instances between functions: the limit binds
         assert worst["held"] >= 2 * WORKER_MB / 5120, worst
 
 

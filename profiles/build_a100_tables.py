@@ -66,13 +66,25 @@ DNN_EXTRA = {
 # --- GPU memory of one warm worker (the tables' gpu_memory_mb) -------------------------------------------
 MIB = 1 << 20
 REFERENCE = "resnet50"
-REFERENCE_PROFILE = "7g.80gb"
-REFERENCE_FOOTPRINT_MIB = {1: 1805.852, 2: 1806.918, 4: 1825.246, 8: 1888.295, 16: 2002.246, 32: 2317.656}
-"""MIGProfiler's ``fb_used_mean`` (MiB) for one PyTorch FP32 resnet50 inference process on an A100-80GB
-at each of the tables' GPU batches, on ``REFERENCE_PROFILE``: the largest of its MIG profiles at each
-batch (the CUDA context grows with the instance's SMs: 1448 / 1513 / 1577 / 1806 MiB at batch 1 on
-1g / 2g / 3g / 7g), so a bound for every profile. Batches 1 and 32 fix the linear model; resnet50's rows
-use the measurement at their batch. ``main`` checks these constants against the data."""
+PROFILE_80 = {1: "1g.10gb", 2: "2g.20gb", 3: "3g.40gb", 4: "4g.40gb", 7: "7g.80gb"}
+"""The A100-80GB MIG profile with g compute slices, the one MIGProfiler and ParvaGPU name: an A100-40GB
+profile (``SLICES``) maps to the one with the same g, as its latencies do."""
+REFERENCE_FOOTPRINT_MIB = {
+    "1g.10gb": {1: 1447.77, 2: 1448.016, 4: 1471.443, 8: 1533.426, 16: 1649.426, 32: 1968.0},
+    "2g.20gb": {1: 1513.262, 2: 1512.918, 4: 1533.115, 8: 1593.148, 16: 1710.902, 32: 2030.0},
+    "3g.40gb": {1: 1576.607, 2: 1572.885, 4: 1597.082, 8: 1659.016, 16: 1773.967, 32: 2092.754},
+    "7g.80gb": {1: 1805.852, 2: 1806.918, 4: 1825.246, 8: 1888.295, 16: 2002.246, 32: 2317.656},
+}
+"""MIGProfiler's ``fb_used_mean`` (MiB) for one PyTorch FP32 resnet50 inference process alone on a MIG
+instance of an A100-80GB, per MIG profile and at each of the tables' GPU batches. It grows with the
+instance's SMs (the CUDA context), not its memory: 1448 / 1513 / 1577 / 1806 MiB at batch 1 on 1g / 2g /
+3g / 7g; its growth with the batch is the same on every profile (512-520 MiB from batch 1 to 32).
+``main`` checks these constants against the data."""
+INTERPOLATED = {"4g.40gb": ("3g.40gb", "7g.80gb")}
+"""A profile MIGProfiler did not measure -> the measured profiles it lies between: its figures are
+linear in the compute slices between theirs."""
+GROWTH_PROFILE = "7g.80gb"
+"""Where the reference's growth per image is taken (batch 1 to 32): the same within 8 MiB on every profile."""
 PARAMS = {
     # torchvision's published parameter counts (each weights enum's num_params); MiDaS v2.1 counted from
     # its code: torchvision resnext101_32x8d (88,791,336) less its fc (2,049,000) + its decoder (18,620,609)
@@ -98,49 +110,87 @@ PEAK_ACTIVATIONS = {
 }
 
 
+def compute_slices(profile: str) -> int:
+    """The g of a MIG profile name (``3g.20gb`` -> 3)."""
+    return int(profile.split("g.", 1)[0])
+
+
+def profile_80(profile: str) -> str:
+    """The A100-80GB profile with the same g as ``profile`` (an A100-40GB or A100-80GB name)."""
+    return PROFILE_80[compute_slices(profile)]
+
+
+def _between(profile: str, at: dict[str, float]) -> float:
+    """A figure of an interpolated profile: linear in the compute slices between its two measured ones."""
+    lo, hi = INTERPOLATED[profile]
+    t = (compute_slices(profile) - compute_slices(lo)) / (compute_slices(hi) - compute_slices(lo))
+    return at[lo] + (at[hi] - at[lo]) * t
+
+
+def reference_mib(profile: str, batch: int) -> float:
+    """The reference's measured footprint on ``profile`` (either GPU's name) after batches up to ``batch``
+    (one of the tables' GPU batches): the largest measurement at batches <= ``batch`` (the caching
+    allocator keeps its peak; at batch 2 two profiles measure 0.3 and 3.7 MiB below batch 1, within the
+    measurements' spread); on an interpolated profile, linear between its measured neighbours."""
+    p = profile_80(profile)
+    if p in INTERPOLATED:
+        return _between(p, {q: reference_mib(q, batch) for q in INTERPOLATED[p]})
+    return max(mib for b, mib in REFERENCE_FOOTPRINT_MIB[p].items() if b <= batch)
+
+
 def weights_mib(f: str) -> float:
     return PARAMS[f] * 4 / MIB
 
 
-def footprint_mib(f: str, batch: int) -> float:
-    """One warm worker's GPU memory (MiB) after batches up to ``batch``: the reference's fixed part (its
-    batch-1 footprint less its FP32 weights: CUDA context, library workspaces, allocator), ``f``'s FP32
-    weights, and the reference's growth per image beyond the first scaled by the activation ratio."""
-    fixed = REFERENCE_FOOTPRINT_MIB[1] - weights_mib(REFERENCE)
-    return fixed + weights_mib(f) + (batch - 1) * per_image_mib() * activation_ratio(f)
+def fixed_mib(profile: str) -> float:
+    """The fixed part of a worker's footprint on ``profile`` (CUDA context, library workspaces, allocator):
+    the reference's batch-1 footprint there less its FP32 weights."""
+    return reference_mib(profile, 1) - weights_mib(REFERENCE)
+
+
+def footprint_mib(f: str, batch: int, profile: str) -> float:
+    """One warm worker's GPU memory (MiB) on ``profile`` after batches up to ``batch``: the profile's fixed
+    part, ``f``'s FP32 weights, and the reference's growth per image beyond the first scaled by the
+    activation ratio."""
+    return fixed_mib(profile) + weights_mib(f) + (batch - 1) * per_image_mib() * activation_ratio(f)
 
 
 def per_image_mib() -> float:
-    return (REFERENCE_FOOTPRINT_MIB[32] - REFERENCE_FOOTPRINT_MIB[1]) / (32 - 1)
+    ref = REFERENCE_FOOTPRINT_MIB[GROWTH_PROFILE]
+    return (ref[32] - ref[1]) / (32 - 1)
 
 
 def activation_ratio(f: str) -> float:
     return PEAK_ACTIVATIONS[f][0] / PEAK_ACTIVATIONS[REFERENCE][0]
 
 
-def row_gpu_memory_mb(f: str, batch: int) -> int:
-    """A GPU row's ``gpu_memory_mb``: the worker's footprint when it runs the row's batch, rounded up --
-    for the reference the measurement at that batch where there is one, else the model."""
-    if f == REFERENCE and batch in REFERENCE_FOOTPRINT_MIB:
-        return math.ceil(REFERENCE_FOOTPRINT_MIB[batch])
-    return math.ceil(round(footprint_mib(f, batch), 6))
+def row_gpu_memory_mb(f: str, profile: str, batch: int) -> int:
+    """A GPU row's ``gpu_memory_mb``: the worker's footprint on the row's MIG profile when it runs the row's
+    batch, rounded up -- for the reference its measurement there (``reference_mib``), else the model."""
+    if f == REFERENCE:
+        return math.ceil(round(reference_mib(profile, batch), 6))
+    return math.ceil(round(footprint_mib(f, batch, profile), 6))
 
 
 def gpu_memory_mb(f: str) -> int:
-    """The table's ``gpu_memory_mb``: the largest row figure, the one at the table's largest GPU batch."""
-    return max(row_gpu_memory_mb(f, b) for b in GPU_BATCHES)
+    """The table's ``gpu_memory_mb``: the largest row figure (7g.40gb's at the table's largest GPU batch)."""
+    return max(row_gpu_memory_mb(f, p, b) for p in SLICES for b in GPU_BATCHES)
 
 
 def gpu_memory_source(f: str) -> str:
     b = max(GPU_BATCHES)
+    top = max(SLICES, key=compute_slices)
+    interp = "; ".join(f"{compute_slices(p)}g, which MIGProfiler did not measure, linear in compute slices between "
+                       f"{compute_slices(lo)}g and {compute_slices(hi)}g" for p, (lo, hi) in INTERPOLATED.items())
     if f == REFERENCE:
-        return (f"measured: MIGProfiler A100-80GB {REFERENCE} fb_used_mean on {REFERENCE_PROFILE} (the largest "
-                f"over its MIG profiles) at each row's batch, rounded up; the table's: batch {b}, "
-                f"{REFERENCE_FOOTPRINT_MIB[b]} MiB")
-    fixed = REFERENCE_FOOTPRINT_MIB[1] - weights_mib(REFERENCE)
-    return (f"derived: {REFERENCE}'s fixed {fixed:.1f} MiB + FP32 weights {weights_mib(f):.1f} MiB "
+        return (f"measured: MIGProfiler A100-80GB {REFERENCE} fb_used_mean on each row's MIG profile (the "
+                f"A100-80GB one with the same g), the largest at batches <= the row's, rounded up ({interp}); "
+                f"the table's: {top} at batch {b}, {reference_mib(top, b)} MiB")
+    fixed = ", ".join(f"{p} {fixed_mib(p):.1f}" for p in SLICES)
+    return (f"derived: {REFERENCE}'s fixed part on the row's MIG profile (its batch-1 fb_used_mean there less "
+            f"its FP32 weights; {interp}), MiB: {fixed}; + FP32 weights {weights_mib(f):.1f} MiB "
             f"({PARAMS[f]:,} params) + (b - 1) x {per_image_mib():.2f} MiB/image x activation ratio "
-            f"{activation_ratio(f):.3f} at each row's batch b, rounded up; the table's: b = {b}")
+            f"{activation_ratio(f):.3f} at each row's batch b, rounded up; the table's: {top} at b = {b}")
 
 
 def read_parvagpu(data: Path, model: str) -> dict[int, dict[int, float]]:
@@ -178,7 +228,7 @@ def gpu_configs(f: str, ref: dict[int, dict[int, float]], ratio: float) -> list[
             for v in GPU_VCPUS:
                 host = HOST_MS_PER_IMAGE * b / speedup(min(v, b), 0.05)
                 rows.append({"batch": b, "vcpus": v, "gpu": prof, "latency_ms": round(gpu_ms + host, 3),
-                             "gpu_memory_mb": row_gpu_memory_mb(f, b)})
+                             "gpu_memory_mb": row_gpu_memory_mb(f, prof, b)})
     return rows
 
 
@@ -252,31 +302,70 @@ def read_fb_used(data: Path) -> dict[str, dict[int, float]]:
 def memory_checks(data: Path) -> list[str]:
     """Check the footprint constants and model against the public data; one line per check, for ``main``."""
     fb = read_fb_used(data)
-    for b, mib in REFERENCE_FOOTPRINT_MIB.items():
-        assert max(fb, key=lambda p: fb[p][b]) == REFERENCE_PROFILE and fb[REFERENCE_PROFILE][b] == mib, (b, fb)
-    ref = fb[REFERENCE_PROFILE]
+    for p, measured in REFERENCE_FOOTPRINT_MIB.items():
+        assert all(fb[p][b] == mib for b, mib in measured.items()), (p, fb[p])
+    assert set(GPU_BATCHES) <= set(REFERENCE_FOOTPRINT_MIB[GROWTH_PROFILE])
+    assert set(PROFILE_80.values()) == set(REFERENCE_FOOTPRINT_MIB) | set(INTERPOLATED) and set(fb) == set(
+        REFERENCE_FOOTPRINT_MIB)
+    order = sorted(PROFILE_80.values(), key=compute_slices)
     lines = [f"{REFERENCE} fb_used at batch 1 per MIG profile (A100-80GB): "
-             + ", ".join(f"{p} {fb[p][1]:.0f}" for p in sorted(fb, key=lambda p: fb[p][1])),
-             f"{REFERENCE} on {REFERENCE_PROFILE}, linear model vs measured: "
-             + ", ".join(f"b{b} {footprint_mib(REFERENCE, b):.0f}/{ref[b]:.0f}" for b in (64, 128, 256))]
-    assert all(abs(footprint_mib(REFERENCE, b) / ref[b] - 1) < 0.03 for b in ref)   # within 2.6 %
+             + ", ".join(f"{p} {fb[p][1]:.0f}" for p in sorted(fb, key=compute_slices)),
+             "fixed part per MIG profile (MiB; 4g interpolated): "
+             + ", ".join(f"{p} {fixed_mib(p):.1f}" for p in order),
+             f"{REFERENCE} growth from batch 1 to 32 per MIG profile (MiB): "
+             + ", ".join(f"{p} {fb[p][32] - fb[p][1]:.0f}" for p in sorted(fb, key=compute_slices))]
+    assert max(fb[p][32] - fb[p][1] for p in fb) - min(fb[p][32] - fb[p][1] for p in fb) < 10
+    err = {p: max(abs(footprint_mib(REFERENCE, b, p) / fb[p][b] - 1) for b in fb[p]) for p in fb}
+    lines.append(f"{REFERENCE}, linear model vs measured per profile, largest error at batches 1-256: "
+                 + ", ".join(f"{p} {100 * e:.1f} %" for p, e in err.items()))
+    assert all(e < 0.03 for e in err.values()), err
     steps = []
     for f in sorted((data / "migprofiler" / "A100-40g" / "infer_bsz").glob("*_bsz.csv")):
         rows = {(r["instance_memory"], r["batch_size"]): float(r["fb_used_mean"]) for r in csv.DictReader(open(f))}
-        steps.append(f"{f.name.removesuffix('_bsz.csv')} {rows[('40', '1')] - rows[('5', '1')]:.0f}")
-    lines.append(f"1g -> 7g at batch 1: {REFERENCE} (A100-80GB) {fb['7g.80gb'][1] - fb['1g.10gb'][1]:.0f} MiB; "
-                 f"NLP models (A100-40GB) " + ", ".join(steps))
+        steps.append(f"{f.name.removesuffix('_bsz.csv')} "
+                     + "/".join(f"{rows[(m, '1')] - rows[('5', '1')]:.0f}" for m in ("10", "20", "40")))
+    lines.append(f"over 1g at batch 1, 2g/3g/7g: {REFERENCE} (A100-80GB) "
+                 + "/".join(f"{fb[p][1] - fb['1g.10gb'][1]:.0f}" for p in ("2g.20gb", "3g.40gb", "7g.80gb"))
+                 + "; NLP models (A100-40GB) " + ", ".join(steps))
+    lines += parvagpu_checks(data)
+    return lines
+
+
+def parvagpu_checks(data: Path) -> list[str]:
+    """ParvaGPU's co-located processes (A100-80GB, 1-5 per MIG instance) against the footprints on their
+    instance. Where a count ran, the footprints must say it fits (asserted). Where the next count is
+    ``0,0`` (not run, or out of memory), the lines say where the footprints would fit it: ParvaGPU's
+    processes run the forward pass with autograd on, so they hold more per image than a worker."""
     mem_80 = {1: 10240, 2: 20480, 3: 40960, 4: 40960, 7: 81920}   # A100-80GB 1g.10gb ... 7g.80gb, MiB
-    worst = 0.0
+    worst: tuple[float, str] = (0.0, "")
+    fits_unrun: list[tuple[int, float, str]] = []
+    first_unrun: dict[str, int] = {}
+    unrun = 0
     for f in MEASURED_GPU:
+        ran: dict[tuple[int, int, int], bool] = {}
         with open(data / "parvagpu" / "prof_data" / f"{f}.csv", newline="") as fh:
             for row in csv.DictReader(fh):
-                if float(row["Latency"]) > 0:
-                    g, b, n = int(row["Mig instance"]), int(row["Batch size"]), int(row["Workload Number"])
-                    worst = max(worst, n * footprint_mib(f, b) / mem_80[g])
-    assert worst <= 1.0, worst
-    lines.append(f"ParvaGPU co-located processes x footprint, largest share of the instance: {worst:.2f}")
-    return lines
+                key = int(row["Mig instance"]), int(row["Batch size"]), int(row["Workload Number"])
+                ran[key] = float(row["Latency"]) > 0
+        for (g, b, n), ok in sorted(ran.items()):
+            p = PROFILE_80[g]
+            share = n * footprint_mib(f, b, p) / mem_80[g]
+            what = f"{n} x {f} at batch {b} on {p}"
+            if ok:
+                worst = max(worst, (share, what))
+            elif n == 1 or ran[(g, b, n - 1)]:
+                first_unrun[p] = min(first_unrun.get(p, 1 << 30), b)
+                unrun += 1
+                if share <= 1.0:
+                    fits_unrun.append((b, share, what))
+    assert worst[0] <= 1.0, worst
+    assert min(first_unrun.values()) > 8, first_unrun    # batches <= 8: every count ran, on every profile
+    small = sorted((t for t in fits_unrun if t[0] <= max(GPU_BATCHES)), key=lambda t: -t[1])
+    return [f"ParvaGPU counts that ran: footprints x count, largest share of the instance {worst[0]:.2f} ({worst[1]})",
+            "ParvaGPU's first count not run (0,0) at a model, instance and batch, smallest batch per profile: "
+            + ", ".join(f"{p} {b}" for p, b in sorted(first_unrun.items(), key=lambda t: compute_slices(t[0])))
+            + f"; the footprints fit {len(fits_unrun)} of those {unrun}, at the tables' batches (<= {max(GPU_BATCHES)}) "
+            + (", ".join(f"{w} ({s:.2f})" for _, s, w in small) or "none")]
 
 
 def miso_crosscheck(data: Path) -> dict[str, float]:
@@ -305,8 +394,9 @@ def main() -> None:
     print("resnet50 batch-32 latency relative to 7g: ParvaGPU", parva, "MISO (training)", miso_crosscheck(data))
     for line in memory_checks(data):
         print(line)
-    print("gpu_memory_mb at batch", GPU_BATCHES, {f: [row_gpu_memory_mb(f, b) for b in GPU_BATCHES]
-                                                   for f in PARAMS})
+    for p in SLICES:
+        print(f"gpu_memory_mb on {p} at batch", GPU_BATCHES, {f: [row_gpu_memory_mb(f, p, b) for b in GPU_BATCHES]
+                                                             for f in PARAMS})
     assert all(math.isfinite(c["latency_ms"]) for t in build(data).values() for c in t["configs"])
 
 

@@ -17,9 +17,10 @@ started, and binds the batch with the rules here, the same for every policy (ESG
    worker the scale-out rule starts (below) stops none while any placement needs none, nor while a batch
    of the function runs (the queue waits for it).
 4. **Scale-out rule**: otherwise a new worker is started (the placement that starts soonest) only when
-   the placer's scale-out rule allows it -- the shared one (:func:`may_scale_out`): no batch of this
-   queue runs, or more jobs wait than the running batches can take next; else the queue waits for a
-   worker to free up.
+   the placer's scale-out gate allows it, asked with that placement's start-up (its cold start and MIG
+   changes, by the cluster's figures) -- every policy's gate is :func:`worth_starting`: no batch of this
+   queue runs, or the running batches would take longer than that start-up to clear the queue; else
+   the queue waits for a worker to free up.
 5. **Fallback** (:func:`fallback`): when none of the policy's configurations fits on any node, the
    function's four fastest other configurations (batch at most the queue length) are tried the same way.
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from esg.cluster import ClusterSnapshot, Fit
@@ -58,17 +59,24 @@ class HeadBatch:
     budget_ms: float
     """What the head job has left for this function's start-up and run time."""
     startup: StartupCosts
-    may_scale_out: bool
+    gate: Callable[[float], bool]
+    """Whether the scale-out gate lets a new worker start, given the start-up (ms) the soonest placement
+    would pay: its cold start and MIG changes."""
     busy: int
     """The function's batches in flight, over all its queues."""
+    soonest: tuple[str, float, float] | None = field(default=None, init=False)
+    """What :func:`place` found: the node, the start-up plus run time, and the start-up (ms) of the
+    soonest placement that stops no other function's worker (None: none; set by the walk, read by the
+    wait it answers)."""
 
     def __init__(self, function: str, priorities: tuple[Config, ...], latency_of: Callable[[Config], float],
-                 preferred: Sequence[str], budget_ms: float, startup: StartupCosts, may_scale_out: bool,
+                 preferred: Sequence[str], budget_ms: float, startup: StartupCosts, gate: Callable[[float], bool],
                  busy: int = 0) -> None:
         # written out (the dataclass keeps it, and ``dataclasses.replace`` calls it): compiled, an __init__
         # the dataclass generates stays interpreted Python, and a frozen one cannot be written natively
         self.function, self.priorities, self.latency_of, self.preferred = function, priorities, latency_of, preferred
-        self.budget_ms, self.startup, self.may_scale_out, self.busy = budget_ms, startup, may_scale_out, busy
+        self.budget_ms, self.startup, self.gate, self.busy = budget_ms, startup, gate, busy
+        self.soonest = None
 
 
 def cap_batches(priorities: Sequence[Config], queued: int, profile: Profile) -> tuple[Config, ...]:
@@ -152,8 +160,9 @@ def place(snapshot: ClusterSnapshot, req: HeadBatch, no_fit: set[Config],
         # which would otherwise never run (one with a batch running waits for it instead: two
         # functions' starts stopping each other's workers would leave both cold)
         soonest = soonest_evicting
+    req.soonest = None if soonest is None else (soonest[2].node, soonest[0], req.startup.of(soonest[2]))
     chosen = in_time if in_time is not None else evicting
-    if chosen is None and soonest is not None and req.may_scale_out:
+    if chosen is None and soonest is not None and req.gate(req.startup.of(soonest[2])):
         chosen = soonest[1:]
     if chosen is None:
         if soonest is None and soonest_evicting is None:
@@ -214,9 +223,11 @@ def worth_starting(running: int, queued: int, priorities: Sequence[Config],
                    latency_of: Callable[[Config], float], startup: StartupCosts) -> bool:
     """Start another worker only when none of this queue runs, or when the running batches would take
     longer to work off the backlog (rounds of the largest planned batch) than a new worker takes to
-    start (a cold start on an idle instance, the least start-up there is). A backlog that the running
-    workers clear within a cold start is served by them: a start-up would only take an instance from
-    another function and leave its jobs waiting."""
+    start: ``startup.cold_start_ms``, which the placer sets to the start-up the soonest placement would
+    pay (its cold start and MIG changes, by the cluster's figures: :meth:`Placer.may_scale_out
+    <esg.policies.placer.Placer.may_scale_out>`). A backlog that the running workers clear within that
+    is served by them: a start-up would only take an instance from another function and leave its jobs
+    waiting."""
     if running == 0:
         return True
     if not may_scale_out(running, queued, priorities):

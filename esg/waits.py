@@ -45,12 +45,12 @@ class Until:
     """The events that can end one wait (the module says which, and why no others)."""
 
     __slots__ = ("function", "deadline_ms", "rest_ms", "startup", "parts", "scale_out", "answers", "deep",
-                 "starts")
+                 "soonest")
 
     def __init__(self, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
                  parts: list[tuple[tuple, set[str] | None]], deep: int,
                  scale_out: Callable[[int, int], tuple[bool, ...]] | None, answers: tuple[bool, ...],
-                 starts: tuple[bool, ...] = ()):
+                 soonest: tuple[tuple[str, float, float] | None, ...] = ()):
         self.function = function
         self.deadline_ms = deadline_ms
         self.rest_ms = rest_ms
@@ -66,17 +66,19 @@ class Until:
         """Those answers when the wait began."""
         self.deep = deep
         """The queue length from which more jobs change nothing (the lists, capped to it, stay)."""
-        self.starts = starts
-        """Per list walked, whether the scale-out rule let it start a worker: a head that waited all the
-        same found only starts that stop other functions' idle workers (:mod:`esg.memory`), so a start
-        that stops none ends the wait."""
+        self.soonest = soonest
+        """Per list walked, the soonest start the walk found that stops no other function's worker (node,
+        start-up plus run time, start-up; None: none), which the scale-out gate weighed: a change of
+        that node, a sooner start elsewhere, or (with none) any start that stops no worker ends the
+        wait."""
 
     @classmethod
     def placed(cls, function: str, deadline_ms: float, rest_ms: float, startup: StartupCosts,
                lists: Sequence[tuple[Sequence[Config], Callable[[Config], float] | None | tuple, bool]],
                snapshot: ClusterSnapshot, deep: int = 0,
                scale_out: Callable[[int, int], tuple[bool, ...]] | None = None,
-               answers: tuple[bool, ...] = (), starts: tuple[bool, ...] = ()) -> Until:
+               answers: tuple[bool, ...] = (),
+               soonest: tuple[tuple[str, float, float] | None, ...] = ()) -> Until:
         """The events that end a placement's wait. ``lists``: (configurations, their latency (None: any
         fit places) or their :func:`profile_groups` already made, whether one fits somewhere); ``deep``:
         see :attr:`deep`."""
@@ -87,7 +89,7 @@ class Until:
             if fits_somewhere:
                 found = {n for n in snapshot.nodes if _fits(snapshot, n, groups)}
             parts.append((tuple(groups), found))
-        return cls(function, deadline_ms, rest_ms, startup, parts, deep, scale_out, answers, starts)
+        return cls(function, deadline_ms, rest_ms, startup, parts, deep, scale_out, answers, soonest)
 
     def same_scale_out(self, running: int, queued: int) -> bool:
         """Whether the placer's scale-out rule answers as it did when the wait began."""
@@ -99,7 +101,9 @@ class Until:
         free = snapshot.nodes[node].vcpus_free if node in snapshot.nodes else -1
         budget = self.deadline_ms - now_ms - self.rest_ms
         for i, (groups, fits) in enumerate(self.parts):
-            starts = i < len(self.starts) and self.starts[i]
+            soonest = self.soonest[i] if i < len(self.soonest) else None
+            if soonest is not None and soonest[0] == node:
+                return True  # the soonest start's node changed: the gate may answer otherwise
             found = False
             for probe, vcpus, best in groups:
                 if free < probe.vcpus or snapshot.fit(node, probe) is None:
@@ -110,10 +114,11 @@ class Until:
                     continue  # no room for the function's GPU memory there
                 if fit.warm_worker is not None:
                     return True  # a worker freed
-                if self.startup.of(fit) + best[bisect.bisect_right(vcpus, free) - 1] <= budget:
+                t = self.startup.of(fit) + best[bisect.bisect_right(vcpus, free) - 1]
+                if t <= budget:
                     return True  # a slice (or vCPUs) freed in time
-                if starts and not fit.evict:
-                    return True  # a start that stops no other function's worker
+                if not fit.evict and (soonest is None or t < soonest[1]):
+                    return True  # a sooner start, or the first that stops no other function's worker
             if fits is None:
                 if found:
                     return True  # a list that fit nowhere fits: the placer would not fall back

@@ -77,9 +77,10 @@ class PackingOrder:
 
 
 class BacklogGate:
-    """Scale-out gate plugin: the generic rule for policies whose papers specify no autoscaler of their
-    own (Orion and Aquatope leave scaling to the platform): a new worker only when none of the queue's
-    batches runs, or when the running ones would take longer than a cold start to work the backlog off
+    """Scale-out gate plugin: the generic rule for the baselines (Orion's and Aquatope's papers leave
+    scaling to the platform; INFless's and FaST-GShare's autoscalers are not ported): a new worker only
+    when none of the queue's batches runs, or when the running ones would take longer than a new
+    worker's start-up (cold start and MIG changes) to work the backlog off
     (:func:`esg.placement.worth_starting`). A start-up of seconds for a backlog the running workers clear
     in milliseconds only takes an instance from another function."""
 

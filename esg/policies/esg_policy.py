@@ -246,8 +246,8 @@ class LocalityOrder:
 
 
 class WorthStarting:
-    """ESG's scale-out gate: a new worker only when the running batches would take longer than a cold
-    start to work the queue off (:func:`esg.placement.worth_starting`)."""
+    """ESG's scale-out gate: a new worker only when the running batches would take longer than its
+    start-up (cold start and MIG changes) to work the queue off (:func:`esg.placement.worth_starting`)."""
 
     def may_scale_out(self, running: int, queued: int, priorities: Sequence[Config],
                       latency_of: Callable[[Config], float], startup: StartupCosts) -> bool:

@@ -77,7 +77,9 @@ class Placer:
     def may_scale_out(self, running: int, queued: int, priorities: Sequence[Config],
                       latency_of: Callable[[Config], float], startup: StartupCosts) -> bool:
         """Whether the head batch may start a new worker when no idle one takes it: the shared scale-out
-        rule (:func:`esg.placement.may_scale_out`)."""
+        rule (:func:`esg.placement.may_scale_out`). ``startup``: what the new worker would pay before it
+        runs -- its ``cold_start_ms`` is the whole start-up of the soonest placement (cold start and MIG
+        changes, by the cluster's figures), which a gate weighs the backlog against."""
         return placement.may_scale_out(running, queued, priorities)
 
     def place(self, app: App, queue: AfwQueue, choice: Choice, snapshot: ClusterSnapshot,
@@ -99,7 +101,7 @@ class Placer:
         budget = queue.head.deadline_ms - now_ms - rest
         latency_of = placement.latency_lookup(choice.latencies, profile)
         head = placement.HeadBatch(function, own, latency_of, preferred, budget, startup,
-                                   self.may_scale_out(running, queued, own, latency_of, startup), busy)
+                                   self._gate_for(running, queued, own, latency_of), busy)
         seen: set[str] = set()
         placed = placement.place(snapshot, head, no_fit, seen)
         if not isinstance(placed, Wait):
@@ -107,19 +109,21 @@ class Placer:
         if not all(c in no_fit for c in own):
             if not seen:
                 return placed  # (no node looked at: nothing to watch, placed again next step)
-            return placed.ending(self._until(head, [(own, True)], snapshot, queue.head.deadline_ms, rest,
-                                             choice.latencies, running, queued))
+            return placed.ending(self._until(head, [(own, True, head.soonest)], snapshot, queue.head.deadline_ms,
+                                             rest, choice.latencies, running, queued))
         spare = placement.fallback(self._fastest_first(function), queued, set(own))
         if not spare:
-            return placed.ending(self._until(head, [(own, False)], snapshot, queue.head.deadline_ms, rest,
-                                             choice.latencies, running, queued))
+            return placed.ending(self._until(head, [(own, False, head.soonest)], snapshot, queue.head.deadline_ms,
+                                             rest, choice.latencies, running, queued))
+        walked = head.soonest
         head = replace(head, priorities=spare,
-                       may_scale_out=self.may_scale_out(running, queued, spare, latency_of, startup))
+                       gate=self._gate_for(running, queued, spare, latency_of))
         seen2: set[str] = set()
         placed = placement.place(snapshot, head, no_fit, seen2)
         if isinstance(placed, Wait):
-            return placed.ending(self._until(head, [(own, False), (spare, bool(seen2))], snapshot,
-                                             queue.head.deadline_ms, rest, choice.latencies, running, queued))
+            return placed.ending(self._until(head, [(own, False, walked), (spare, bool(seen2), head.soonest)],
+                                             snapshot, queue.head.deadline_ms, rest, choice.latencies, running,
+                                             queued))
         return placed
 
     def _until(self, head: placement.HeadBatch, lists, snapshot: ClusterSnapshot, deadline_ms: float,
@@ -127,7 +131,7 @@ class Placer:
         """The events that end the wait of ``head`` after walking ``lists`` (configurations, whether one
         fits somewhere)."""
         made = []
-        for configs, fits in lists:
+        for configs, fits, _ in lists:
             if not snapshot.tracks_workers:
                 groups = profile_groups(configs, None)  # untracked: any fit places
             else:
@@ -141,14 +145,24 @@ class Placer:
             made.append((configs, groups, fits))
         # from the table's largest batch on, a longer queue caps and falls back to the same lists
         deep = max(e.config.batch for e in self.ctx.profiles[head.function].entries)
-        lists_ = tuple(configs for configs, _ in lists)
+        walks = tuple((configs, soonest) for configs, _, soonest in lists)
 
         def scale_out(r: int, q: int) -> tuple[bool, ...]:
-            """This placer's scale-out answer for each list the walk used, with these counts."""
-            return tuple([self.may_scale_out(r, q, configs, head.latency_of, head.startup) for configs in lists_])
+            """This placer's scale-out answer for each list the walk used, with these counts and the
+            soonest placement's start-up the walk found (none found: the gate is not asked)."""
+            return tuple([soonest is not None and self.may_scale_out(r, q, configs, head.latency_of,
+                                                                     StartupCosts(0.0, soonest[2]))
+                          for configs, soonest in walks])
         answers = scale_out(running, queued)
         return Until.placed(head.function, deadline_ms, rest_ms, head.startup, made, snapshot, deep,
-                            scale_out, answers, answers)
+                            scale_out, answers, tuple(soonest for _, soonest in walks))
+
+    def _gate_for(self, running: int, queued: int, configs: tuple[Config, ...],
+              latency_of: Callable[[Config], float]) -> Callable[[float], bool]:
+        """The scale-out gate for ``configs``, asked with the start-up of the placement a start would take."""
+        def gate(start_ms: float) -> bool:
+            return self.may_scale_out(running, queued, configs, latency_of, StartupCosts(0.0, start_ms))
+        return gate
 
     def _capped(self, priorities: tuple[Config, ...], queued: int, profile) -> tuple[Config, ...]:
         """:func:`placement.cap_batches`, remembered per (priorities, queue length, profile): a policy's

@@ -95,7 +95,8 @@ def test_reserving_an_evicting_fit_stops_the_workers_it_names():
 
 
 def _head(function: str, budget: float = 1e9) -> placement.HeadBatch:
-    return placement.HeadBatch(function, (SMALL,), lambda c: 10.0, [], budget, StartupCosts(2000.0, 1000.0), True)
+    return placement.HeadBatch(function, (SMALL,), lambda c: 10.0, [], budget, StartupCosts(2000.0, 1000.0),
+                               lambda start_ms: True)
 
 
 def test_a_batch_goes_elsewhere_rather_than_stop_another_functions_workers():
@@ -106,7 +107,7 @@ def test_a_batch_goes_elsewhere_rather_than_stop_another_functions_workers():
     snap = ClusterSnapshot({"n0": full, "n1": room}, tracks_workers=True)
     snap.use_memory(MEMORY)
     placed = placement.place(snap, placement.HeadBatch("b", (SMALL,), lambda c: 10.0, ["n0"], 1e9,
-                                                       StartupCosts(2000.0, 1000.0), True), set())
+                                                       StartupCosts(2000.0, 1000.0), lambda start_ms: True), set())
     assert placed.fit.node == "n1" and placed.fit.evict == ()
     # with nowhere else to go, it stops one of a's idle workers
     alone = _node([Slice(ONE), Slice(ONE_B, busy=True), *BUSY], {("a", ONE): 2})

@@ -78,17 +78,21 @@ def test_every_policy_falls_back_when_its_configuration_fits_nowhere(name):
 
 @pytest.mark.parametrize("name", POLICIES)
 def test_every_policy_waits_for_a_running_worker_rather_than_start_one_past_the_budget(name):
-    """Every policy scales out once the running batches would take longer than a cold start to clear the
-    queue (the start-up-against-backlog gate, ESG's and the baselines' alike)."""
+    """Every policy scales out once the running batches would take longer to clear the queue than the
+    soonest placement's start-up -- cold start and MIG changes -- (the start-up-against-backlog gate,
+    ESG's and the baselines' alike)."""
     pol = make(name, cold_ms=3000.0)
     pol.running[("one", "f")] = 1
     placed = place(pol, Choice((Config(1, 1, "1g.5gb"),)), queue(1), cluster())
     assert isinstance(placed, Wait) and "warm worker" in placed.reason
-    # two jobs on one running batch of one (10 ms each): the gate waits 20 ms rather than pay a 3 s cold
-    # start, and starts one for a backlog of 301 (3.01 s > 3 s)
+    # two jobs on one running batch of one (10 ms each): the gate waits 20 ms rather than pay the start-up
+    # of a new instance (a 2 s MIG change and a 3 s cold start), still waits for a backlog of 301
+    # (3.01 s: more than the cold start alone), and starts one for 501 (5.01 s > 5 s)
     placed = place(pol, Choice((Config(1, 1, "1g.5gb"),)), queue(2), cluster())
     assert isinstance(placed, Wait) and "warm worker" in placed.reason
     placed = place(pol, Choice((Config(1, 1, "1g.5gb"),)), queue(301), cluster())
+    assert isinstance(placed, Wait) and "warm worker" in placed.reason
+    placed = place(pol, Choice((Config(1, 1, "1g.5gb"),)), queue(501), cluster())
     assert isinstance(placed, Placement) and placed.fit.create
 
 

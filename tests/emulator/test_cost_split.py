@@ -16,7 +16,7 @@ from esg.policies import make_policy
 from esg.policies.base import PolicyContext
 from esg.policies.esg_policy import esg_policy
 from esg.policies.points import WarmUps
-from tests.core.helpers import profile
+from tests.core.helpers import profile, with_worker_memory
 
 APP = App("one", 500.0, ("f",), ())
 
@@ -112,8 +112,9 @@ def test_a_live_decision_log_is_charged_idle_instances_as_the_emulator_charges_t
     # and stops an idle worker for a new one's GPU memory (ESG, which keeps to the instances it has, and
     # Orion and Aquatope, whose batch-1 plans fit the layout they start with, do neither in so short a
     # run): the accounting is the same
-    em = Logging(apps, profiles, make_policy("infless", PolicyContext(apps, profiles, mig_reconfig_ms=100.0,
-                                                                    cold_start_scale=0.2)),
+    tables = with_worker_memory(profiles, 3000)  # one GPU worker to a 1g.5gb instance: some are stopped
+    em = Logging(apps, tables, make_policy("infless", PolicyContext(apps, tables, mig_reconfig_ms=100.0,
+                                                                  cold_start_scale=0.2)),
                  requests, np.random.default_rng(2), ClusterSpec(nodes=2), params)
     m = em.run().metrics
     assert not sent, "every batch finished"

@@ -57,11 +57,15 @@ def test_a_backlog_the_running_worker_clears_within_a_cold_start_waits_for_it():
     assert out.dispatches == [] and "warm worker" in out.waiting[("one", "f")]
 
 
-def test_a_backlog_longer_to_clear_than_a_cold_start_scales_out():
+def test_a_backlog_longer_to_clear_than_a_start_up_scales_out():
     s = scheduler()
     s.step(0.0, cluster(), [Arrival(Request("r0", "one", 0.0))])
-    # 600 jobs, batch 1, at least 6 ms each on the one running worker: 3.6 s or more, against 3 s
+    # 600 jobs, batch 1, at least 6 ms each on the one running worker: 3.6 s or more -- more than the 3 s
+    # cold start, less than a new instance's start-up (a 2 s MIG change and the cold start): it waits
     out = s.step(1.0, cluster(), [Arrival(Request(f"q{i}", "one", 1.0)) for i in range(600)])
+    assert not out.dispatches
+    # 400 more: 6 s or more, against 5 s: it starts a worker
+    out = s.step(2.0, cluster(), [Arrival(Request(f"p{i}", "one", 2.0)) for i in range(400)])
     assert len(out.dispatches) >= 1 and all(d.fit.warm_worker is None for d in out.dispatches)
 
 

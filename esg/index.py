@@ -339,8 +339,7 @@ class ClusterIndex:
             if busy or profile != ref.profile:
                 continue
             here = SliceRef(profile, start)
-            idle = idle_on(node, here)
-            stop = evictions(idle, {f: worker_mb(self.memory, f, profile) for f in idle}, capacity, need)
+            stop = self.stops_for(node_name, here, function)
             if stop is None:
                 continue
             if not stop:
@@ -354,6 +353,17 @@ class ClusterIndex:
         if beside is not None and need <= capacity:
             return Fit(node_name, SliceRef(ref.profile, beside), True)
         return None if best is None else Fit(node_name, best[1], False, (), None, best[2])
+
+    def stops_for(self, node_name: str, ref: SliceRef, function: str) -> tuple[tuple[str, int], ...] | None:
+        """The idle workers to stop on instance ``ref`` of the node so that a new worker of ``function``
+        fits its GPU memory (:func:`esg.memory.evictions`: () when it fits already, None when it cannot)."""
+        node = self.nodes[node_name]
+        need = worker_mb(self.memory, function, ref.profile)
+        if not need or node.gpu_model is None:
+            return ()
+        idle = idle_on(node, ref)
+        return evictions(idle, {f: worker_mb(self.memory, f, ref.profile) for f in idle},
+                         instance_memory_mb(node.gpu_model, ref.profile), need)
 
     @staticmethod
     def _idle_worker(node: NodeState, function: str, slice_: SliceRef | None) -> Worker | None:

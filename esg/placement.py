@@ -162,7 +162,7 @@ def place(snapshot: ClusterSnapshot, req: HeadBatch, no_fit: set[Config],
         soonest = soonest_evicting
     req.soonest = None if soonest is None else (soonest[2].node, soonest[0], req.startup.of(soonest[2]))
     chosen = in_time if in_time is not None else evicting
-    if chosen is None and soonest is not None and req.gate(req.startup.of(soonest[2])):
+    if chosen is None and soonest is not None and req.soonest is not None and req.gate(req.soonest[2]):
         chosen = soonest[1:]
     if chosen is None:
         if soonest is None and soonest_evicting is None:

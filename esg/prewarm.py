@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 from esg.cluster import ClusterSnapshot, Fit, NodeState, SliceRef
 from esg.events import Prewarm
-from esg.memory import evictions, idle_on, instance_memory_mb, worker_mb
 from esg.model import Config
 from esg.profiles import Profile
 
@@ -83,13 +82,8 @@ def _on_instance(snapshot: ClusterSnapshot, want: WarmUp) -> Fit | None:
             or not any(s.ref == ref and not s.busy for s in node.slices)):
         return None
     fit = Fit(node.name, ref)
-    memory = snapshot.index.memory
-    need = worker_mb(memory, want.function, ref.profile)
-    if need and node.gpu_model is not None:
-        idle = idle_on(node, ref)
-        if evictions(idle, {f: worker_mb(memory, f, ref.profile) for f in idle},
-                     instance_memory_mb(node.gpu_model, ref.profile), need) != ():
-            return None  # no room for its GPU memory there
+    if snapshot.index.stops_for(node.name, ref, want.function) != ():
+        return None  # no room for its GPU memory there
     snapshot.reserve(want.config, fit)
     return fit
 

@@ -150,8 +150,7 @@ class Placer:
         def scale_out(r: int, q: int) -> tuple[bool, ...]:
             """This placer's scale-out answer for each list the walk used, with these counts and the
             soonest placement's start-up the walk found (none found: the gate is not asked)."""
-            return tuple([soonest is not None and self.may_scale_out(r, q, configs, head.latency_of,
-                                                                     StartupCosts(0.0, soonest[2]))
+            return tuple([soonest is not None and self._gate_for(r, q, configs, head.latency_of)(soonest[2])
                           for configs, soonest in walks])
         answers = scale_out(running, queued)
         return Until.placed(head.function, deadline_ms, rest_ms, head.startup, made, snapshot, deep,

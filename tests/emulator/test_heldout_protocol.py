@@ -1,0 +1,82 @@
+"""benchmarks/protocol.py: the held-out comparison's intervals, verdicts and files."""
+
+from __future__ import annotations
+
+import csv
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import protocol
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_interval_is_students_t_at_95_percent():
+    # [1, 2, 3, 4]: mean 2.5, sample sd sqrt(5/3); t(0.975, 3) = 3.182446 (printed tables)
+    i = protocol.interval([1.0, 2.0, 3.0, 4.0])
+    assert i.mean == pytest.approx(2.5)
+    assert i.half == pytest.approx(3.182446 * math.sqrt(5 / 3) / 2, rel=1e-6)
+    # ten seeds: t(0.975, 9) = 2.262157
+    ten = protocol.interval([0.1 * k for k in range(10)])
+    assert ten.half == pytest.approx(2.262157 * math.sqrt(sum((0.1 * k - 0.45) ** 2 for k in range(10)) / 9)
+                                     / math.sqrt(10), rel=1e-6)
+    assert protocol.interval([0.7]).half == 0.0
+
+
+def test_a_lead_counts_only_when_its_interval_clears_zero():
+    assert protocol.Interval(0.05, 0.02).verdict() == "leads"
+    assert protocol.Interval(0.05, 0.06).verdict() == "ties"
+    assert protocol.Interval(-0.05, 0.02).verdict() == "loses"
+
+
+def _row(policy: str, hit: float, cost: float = 100.0) -> dict[str, str]:
+    return {"policy": policy, "slo": "moderate", "load": "normal", "slo_hit_rate": str(hit), "requests": "10",
+            "cost": str(cost), "cost_exec": str(cost / 2), "cost_idle": str(cost / 4), "cost_cold": str(cost / 4),
+            "cost_mig": "0"}
+
+
+def test_esg_is_paired_with_the_rival_of_the_highest_mean_not_with_esg_paper_or_an_ablation():
+    runs = []
+    for seed_hits in ((0.90, 0.95, 0.99, 0.80, 0.70), (0.92, 0.96, 0.99, 0.84, 0.60), (0.91, 0.97, 0.99, 0.82, 0.65)):
+        e, paper, ablation, orion, infless = seed_hits
+        runs.append({(p, "moderate", "normal"): _row(p, h) for p, h in
+                     (("esg", e), ("esg-paper", paper), ("esg-without-pool-sizing", ablation),
+                      ("orion", orion), ("infless", infless))})
+    policies = ["esg", "esg-paper", "esg-without-pool-sizing", "orion", "infless"]
+    c = protocol.cell_stats(runs, policies, "moderate", "normal")
+    assert c["best"] == "orion"
+    assert c["vs_best"].mean == pytest.approx(0.09) and c["vs_best"].verdict() == "leads"
+    assert c["vs_paper"].mean == pytest.approx(-0.05) and c["vs_paper"].verdict() == "loses"
+    assert c["vs"]["esg-without-pool-sizing"].mean == pytest.approx(-0.08)
+    assert c["vs"]["esg-without-pool-sizing"].verdict() == "loses"
+    assert set(c["vs"]) == set(policies) - {"esg"}
+    assert c["cost"]["esg"].mean == pytest.approx(10.0)  # per measured request
+    assert c["split"]["esg"]["cost_idle"] == pytest.approx(2.5)
+
+
+def test_a_small_protocol_run_writes_its_table_csv_and_figure(tmp_path):
+    out = tmp_path / "protocol"
+    args = [sys.executable, "benchmarks/protocol.py", "--out", str(out), "--seeds", "0,1", "--nodes", "1",
+            "--arrivals", "synthetic", "--slo", "moderate", "--load", "light", "--policies", "esg,esg-paper,orion",
+            "--duration-s", "8", "--warmup-s", "2", "--jobs", "1"]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"})
+    assert done.returncode == 0, done.stderr
+    assert "1 nodes, synthetic arrivals (seeds 0–1, n = 2)" in done.stdout
+    assert "| moderate / light |" in done.stdout and "vs orion" in done.stdout
+    with open(out / "n1-synthetic" / "cells.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["policy"] for r in rows] == ["esg", "esg-paper", "orion"]
+    assert [r["best_rival"] for r in rows] == ["0", "0", "1"] and rows[0]["esg_minus_policy"] == ""
+    assert "ESG − esg-paper | ESG − orion |" in done.stdout
+    for r in rows:
+        assert 0.0 <= float(r["hit_rate"]) <= 1.0 and float(r["hit_ci95"]) >= 0.0
+    assert (out / "n1-synthetic" / "hit_rates.png").stat().st_size > 0
+    # the runs are kept: a second call only tabulates them
+    again = subprocess.run([*args, "--report-only"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"})
+    assert again.returncode == 0 and again.stdout == done.stdout

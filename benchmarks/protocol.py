@@ -210,7 +210,10 @@ def main() -> None:
     ap.add_argument("--jobs", default="2")
     ap.add_argument("--report-only", action="store_true", help="tabulate the runs already there")
     args = ap.parse_args()
-    seeds = seeds_of(args.seeds)
+    try:
+        seeds = seeds_of(args.seeds)
+    except ValueError:
+        ap.error(f"--seeds: {args.seeds!r} is neither FIRST-LAST nor a comma-separated list of integers")
     policies = args.policies.split(",")
     for arrivals in args.arrivals.split(","):
         if arrivals not in ("trace", "synthetic"):

@@ -80,3 +80,10 @@ def test_a_small_protocol_run_writes_its_table_csv_and_figure(tmp_path):
     again = subprocess.run([*args, "--report-only"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"})
     assert again.returncode == 0 and again.stdout == done.stdout
+
+
+def test_a_bad_seed_list_is_one_line_naming_it():
+    done = subprocess.run([sys.executable, "benchmarks/protocol.py", "--out", "unused", "--seeds", "1-x"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2 and "--seeds: '1-x'" in done.stderr and "Traceback" not in done.stderr
+    assert not (ROOT / "unused").exists()

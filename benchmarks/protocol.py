@@ -75,8 +75,13 @@ def seeds_of(text: str) -> list[int]:
     return [int(s) for s in text.split(",")]
 
 
+def setup_dir(args: argparse.Namespace, arrivals: str) -> Path:
+    """Where one cluster size and kind of arrivals keeps its runs and tables."""
+    return Path(args.out) / f"n{args.nodes}-{arrivals}"
+
+
 def run(args: argparse.Namespace, arrivals: str, seed: int) -> Path:
-    out = Path(args.out) / f"n{args.nodes}-{arrivals}" / f"seed{seed}"
+    out = setup_dir(args, arrivals) / f"seed{seed}"
     if not (out / "summary.csv").exists():
         trace = ["--trace", TRACE, "--trace-minute-s", args.trace_minute_s] if arrivals == "trace" else []
         subprocess.run([sys.executable, "-m", "esg_cli.main", "emulate", "--slo", args.slo, "--load", args.load,
@@ -215,25 +220,25 @@ def main() -> None:
     except ValueError:
         ap.error(f"--seeds: {args.seeds!r} is neither FIRST-LAST nor a comma-separated list of integers")
     policies = args.policies.split(",")
-    for arrivals in args.arrivals.split(","):
+    kinds = args.arrivals.split(",")
+    for arrivals in kinds:
         if arrivals not in ("trace", "synthetic"):
             ap.error(f"--arrivals: {arrivals!r} is neither trace nor synthetic")
+    for arrivals in kinds:
         runs: list[Rows] = []
+        done: list[int] = []
         for seed in seeds:
-            path = Path(args.out) / f"n{args.nodes}-{arrivals}" / f"seed{seed}" / "summary.csv"
-            if not args.report_only:
-                path = run(args, arrivals, seed)
+            path = run(args, arrivals, seed) if not args.report_only else setup_dir(args, arrivals) / f"seed{seed}" / "summary.csv"
             if path.exists():
                 with open(path) as fh:
                     runs.append({(r["policy"], r["slo"], r["load"]): r for r in csv.DictReader(fh)})
+                done.append(seed)
         if not runs:
             continue
-        done = [s for s in seeds if (Path(args.out) / f"n{args.nodes}-{arrivals}" / f"seed{s}" / "summary.csv").exists()]
         cells = {(slo, load): cell_stats(runs, policies, slo, load)
                  for load in args.load.split(",") for slo in args.slo.split(",")
                  if all((p, slo, load) in r for r in runs for p in policies)}
-        report(f"{args.nodes} nodes, {arrivals} arrivals", cells, policies, done,
-               Path(args.out) / f"n{args.nodes}-{arrivals}")
+        report(f"{args.nodes} nodes, {arrivals} arrivals", cells, policies, done, setup_dir(args, arrivals))
 
 
 if __name__ == "__main__":

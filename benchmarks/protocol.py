@@ -121,6 +121,12 @@ def cell_stats(runs: list[Rows], policies: list[str], slo: str, load: str) -> di
     return out
 
 
+def _cost_digits(mean: float) -> int:
+    """Decimals that show a cost per request with at least two significant digits (three decimals on
+    2 nodes; a 16-node cluster's costs per request are ten times smaller)."""
+    return 3 if not mean > 0 else max(3, 1 - math.floor(math.log10(mean)))
+
+
 def _fmt(i: Interval, digits: int = 3) -> str:
     return f"{i.mean:.{digits}f} ± {i.half:.{digits}f}"
 
@@ -157,7 +163,7 @@ def report(setup: str, cells: dict[tuple[str, str], dict], policies: list[str], 
             total = sum(c["split"][p].values()) or 1.0
             split = "/".join(f"{100 * c['split'][p][k] / total:.0f}" for k in SPLIT)
             ratio = f"{c['cost'][p].mean / c['cost']['esg'].mean:.2f}× ESG, " if "esg" in c["cost"] else ""
-            parts.append(f"{_fmt(c['cost'][p])} ({ratio}{split})")
+            parts.append(f"{_fmt(c['cost'][p], _cost_digits(c['cost'][p].mean))} ({ratio}{split})")
         print(f"| {slo} / {load} | " + " | ".join(parts) + " |")
     _write_csv(cells, policies, out / "cells.csv")
     _plot(setup, cells, policies, out / "hit_rates.png")
@@ -172,8 +178,8 @@ def _write_csv(cells: dict[tuple[str, str], dict], policies: list[str], path: Pa
             for p in policies:
                 h, k = c["hit"][p], c["cost"][p]
                 diff = c.get("vs", {}).get(p)
-                w.writerow([slo, load, p, f"{h.mean:.4f}", f"{h.half:.4f}", f"{k.mean:.3f}", f"{k.half:.3f}",
-                            *(f"{c['split'][p][s]:.3f}" for s in SPLIT),
+                w.writerow([slo, load, p, f"{h.mean:.4f}", f"{h.half:.4f}", f"{k.mean:.6f}", f"{k.half:.6f}",
+                            *(f"{c['split'][p][s]:.6f}" for s in SPLIT),
                             "" if diff is None else f"{diff.mean:.4f}", "" if diff is None else f"{diff.half:.4f}",
                             int(p == c.get("best"))])
 
@@ -194,7 +200,7 @@ def _plot(setup: str, cells: dict[tuple[str, str], dict], policies: list[str], p
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("SLO hit rate (mean, 95 % CI)")
     ax.set_title(setup)
-    ax.legend(ncol=len(policies), fontsize="small", loc="lower center", bbox_to_anchor=(0.5, 1.08))
+    ax.legend(ncol=min(len(policies), 5), fontsize="small", loc="lower center", bbox_to_anchor=(0.5, 1.08))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -27,6 +27,14 @@ def test_the_interval_is_students_t_at_95_percent():
     assert protocol.interval([0.7]).half == 0.0
 
 
+def test_a_cost_per_request_keeps_two_significant_digits():
+    # 2 nodes: three decimals as before; 16 nodes: a cost of 0.00512 must not print as 0.005 ± 0.000
+    assert protocol._fmt(protocol.Interval(0.471, 0.011), protocol._cost_digits(0.471)) == "0.471 ± 0.011"
+    assert protocol._fmt(protocol.Interval(0.056, 0.001), protocol._cost_digits(0.056)) == "0.056 ± 0.001"
+    assert protocol._fmt(protocol.Interval(0.00512, 0.00031), protocol._cost_digits(0.00512)) == "0.0051 ± 0.0003"
+    assert protocol._cost_digits(0.0) == 3 and protocol._cost_digits(math.nan) == 3
+
+
 def test_a_lead_counts_only_when_its_interval_clears_zero():
     assert protocol.Interval(0.05, 0.02).verdict() == "leads"
     assert protocol.Interval(0.05, 0.06).verdict() == "ties"

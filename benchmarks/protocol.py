@@ -21,16 +21,14 @@ from __future__ import annotations
 import argparse
 import csv
 import math
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
-TRACE = "data/traces/azure2019_sample_100_invocations.csv"
-POLICIES = "esg,esg-paper,infless,fastgshare,orion,aquatope"
+from benchmarks.emulate_runs import TRACE, add_run_flags, emulate_kept, is_rival
+
 SPLIT = ("cost_exec", "cost_idle", "cost_cold", "cost_mig")
 
 
@@ -63,10 +61,6 @@ def interval(values: list[float], confidence: float = 0.95) -> Interval:
     return Interval(float(x.mean()), t * float(x.std(ddof=1)) / math.sqrt(x.size))
 
 
-def is_rival(policy: str) -> bool:
-    return policy != "esg" and not policy.startswith("esg-")
-
-
 def seeds_of(text: str) -> list[int]:
     """``100-109`` or ``100,101``."""
     if "-" in text:
@@ -81,15 +75,12 @@ def setup_dir(args: argparse.Namespace, arrivals: str) -> Path:
 
 
 def run(args: argparse.Namespace, arrivals: str, seed: int) -> Path:
+    """One seed's ``summary.csv``: run unless kept (or, with ``--report-only``, only where it is kept)."""
     out = setup_dir(args, arrivals) / f"seed{seed}"
-    if not (out / "summary.csv").exists():
-        trace = ["--trace", TRACE, "--trace-minute-s", args.trace_minute_s] if arrivals == "trace" else []
-        subprocess.run([sys.executable, "-m", "esg_cli.main", "emulate", "--slo", args.slo, "--load", args.load,
-                        "--seed", str(seed), "--policies", args.policies, "--nodes", args.nodes,
-                        "--duration-s", args.duration_s, "--warmup-s", args.warmup_s, *trace,
-                        "--no-plots", "--jobs", args.jobs, "--out", str(out)],
-                       check=True, stdout=subprocess.DEVNULL)
-    return out / "summary.csv"
+    if args.report_only:
+        return out / "summary.csv"
+    trace = ["--trace", TRACE, "--trace-minute-s", args.trace_minute_s] if arrivals == "trace" else []
+    return emulate_kept(args, out, "--slo", args.slo, "--load", args.load, "--seed", str(seed), *trace)
 
 
 Rows = dict[tuple[str, str, str], dict[str, str]]
@@ -208,17 +199,9 @@ def _plot(setup: str, cells: dict[tuple[str, str], dict], policies: list[str], p
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seeds", default="100-109")
-    ap.add_argument("--nodes", default="2")
+    add_run_flags(ap, seeds="100-109", slo="strict,moderate,relaxed", load="light,normal,heavy",
+                  duration_s="150", warmup_s="30")
     ap.add_argument("--arrivals", default="trace,synthetic")
-    ap.add_argument("--slo", default="strict,moderate,relaxed")
-    ap.add_argument("--load", default="light,normal,heavy")
-    ap.add_argument("--policies", default=POLICIES)
-    ap.add_argument("--duration-s", default="150")
-    ap.add_argument("--warmup-s", default="30")
-    ap.add_argument("--trace-minute-s", default="5")
-    ap.add_argument("--jobs", default="2")
     ap.add_argument("--report-only", action="store_true", help="tabulate the runs already there")
     args = ap.parse_args()
     try:
@@ -234,7 +217,7 @@ def main() -> None:
         runs: list[Rows] = []
         done: list[int] = []
         for seed in seeds:
-            path = run(args, arrivals, seed) if not args.report_only else setup_dir(args, arrivals) / f"seed{seed}" / "summary.csv"
+            path = run(args, arrivals, seed)
             if path.exists():
                 with open(path) as fh:
                     runs.append({(r["policy"], r["slo"], r["load"]): r for r in csv.DictReader(fh)})

@@ -15,50 +15,33 @@ from __future__ import annotations
 
 import argparse
 import csv
-import subprocess
-import sys
 from pathlib import Path
 from statistics import mean
 
-TRACE = "data/traces/azure2019_sample_100_invocations.csv"
-POLICIES = "esg,esg-paper,infless,fastgshare,orion,aquatope"
+from benchmarks.emulate_runs import TRACE, add_run_flags, emulate_kept, is_rival
 
 
 def run(args, load: str, seed: int, mig: float, cold: float) -> dict[str, tuple[float, float]]:
     """One setting's ``summary.csv`` as {policy: (hit rate, cost normalised to ESG)}, run if missing."""
     out = Path(args.out) / load / f"seed{seed}" / f"mig{mig:g}-cold{cold:g}"
-    if not (out / "summary.csv").exists():
-        subprocess.run([sys.executable, "-m", "esg_cli.main", "emulate", "--slo", args.slo, "--load", load,
-                        "--seed", str(seed), "--policies", args.policies,
-                        "--nodes", args.nodes, "--duration-s", args.duration_s, "--warmup-s", args.warmup_s,
-                        "--trace", TRACE, "--trace-minute-s", args.trace_minute_s,
-                        "--mig-reconfig-ms", f"{mig:g}", "--cold-start-scale", f"{cold:g}",
-                        "--no-plots", "--jobs", args.jobs, "--out", str(out)],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with open(out / "summary.csv") as fh:
+    summary = emulate_kept(args, out, "--slo", args.slo, "--load", load, "--seed", str(seed), "--trace", TRACE,
+                           "--trace-minute-s", args.trace_minute_s, "--mig-reconfig-ms", f"{mig:g}",
+                           "--cold-start-scale", f"{cold:g}", quiet=True)
+    with open(summary) as fh:
         return {r["policy"]: (float(r["slo_hit_rate"]), float(r["cost_norm_esg"])) for r in csv.DictReader(fh)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--slo", default="moderate")
-    ap.add_argument("--load", default="normal,heavy")
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--policies", default=POLICIES)
-    ap.add_argument("--nodes", default="2")
-    ap.add_argument("--duration-s", default="40")
-    ap.add_argument("--warmup-s", default="20")
+    add_run_flags(ap, seeds="0,1,2", slo="moderate", load="normal,heavy", duration_s="40", warmup_s="20")
     ap.add_argument("--mig-ms", default="500,1000,2000,4000,6000")
     ap.add_argument("--cold", default="0,0.5,1,2")
-    ap.add_argument("--trace-minute-s", default="5")
-    ap.add_argument("--jobs", default="2")
     args = ap.parse_args()
     grid = [(float(m), 1.0) for m in args.mig_ms.split(",")]
     grid += [(2000.0, float(c)) for c in args.cold.split(",") if (2000.0, float(c)) not in grid]
     seeds = [int(s) for s in args.seeds.split(",")]
     policies = args.policies.split(",")
-    rivals = [p for p in policies if p != "esg" and not p.startswith("esg-")]
+    rivals = [p for p in policies if is_rival(p)]
     for load in args.load.split(","):
         print(f"\n### {args.slo} SLO, {load} load (mean hit rate over seeds {args.seeds} / cost normalised to ESG)\n")
         print("| MIG ms | cold-start scale | " + " | ".join(policies) + " | ESG ≥ best rival |")

@@ -18,6 +18,21 @@ def is_rival(policy: str) -> bool:
     return policy != "esg" and not policy.startswith("esg-")
 
 
+def seeds_of(ap: argparse.ArgumentParser, text: str) -> list[int]:
+    """``--seeds``: ``100-109`` or ``100,101`` (anything else is the parser's error, naming the flag)."""
+    try:
+        if "-" in text:
+            lo, hi = text.split("-", 1)
+            seeds = list(range(int(lo), int(hi) + 1))
+        else:
+            seeds = [int(s) for s in text.split(",")]
+    except ValueError:
+        seeds = []
+    if not seeds:
+        ap.error(f"--seeds: {text!r} is neither FIRST-LAST nor a comma-separated list of integers")
+    return seeds
+
+
 def add_run_flags(ap: argparse.ArgumentParser, *, seeds: str, slo: str, load: str, duration_s: str,
                   warmup_s: str) -> None:
     """The flags every script passes on to ``esg emulate``, with the script's own defaults."""

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from benchmarks.emulate_runs import TRACE, add_run_flags, emulate_kept, is_rival
+from benchmarks.emulate_runs import TRACE, add_run_flags, emulate_kept, is_rival, seeds_of
 
 SPLIT = ("cost_exec", "cost_idle", "cost_cold", "cost_mig")
 
@@ -59,14 +59,6 @@ def interval(values: list[float], confidence: float = 0.95) -> Interval:
         return Interval(float(x.mean()) if x.size else math.nan, 0.0)
     t = float(stats.t.ppf(0.5 + confidence / 2, x.size - 1))
     return Interval(float(x.mean()), t * float(x.std(ddof=1)) / math.sqrt(x.size))
-
-
-def seeds_of(text: str) -> list[int]:
-    """``100-109`` or ``100,101``."""
-    if "-" in text:
-        lo, hi = text.split("-", 1)
-        return list(range(int(lo), int(hi) + 1))
-    return [int(s) for s in text.split(",")]
 
 
 def setup_dir(args: argparse.Namespace, arrivals: str) -> Path:
@@ -204,10 +196,7 @@ def main() -> None:
     ap.add_argument("--arrivals", default="trace,synthetic")
     ap.add_argument("--report-only", action="store_true", help="tabulate the runs already there")
     args = ap.parse_args()
-    try:
-        seeds = seeds_of(args.seeds)
-    except ValueError:
-        ap.error(f"--seeds: {args.seeds!r} is neither FIRST-LAST nor a comma-separated list of integers")
+    seeds = seeds_of(ap, args.seeds)
     policies = args.policies.split(",")
     kinds = args.arrivals.split(",")
     for arrivals in kinds:

@@ -2,7 +2,7 @@
 ``--mig-reconfig-ms`` and ``--cold-start-scale``, every policy, per load and seed.
 
 Usage: ``PYTHONPATH=. python benchmarks/startup_sweep.py --out DIR [--slo moderate] [--load normal,heavy]
-[--seeds 0,1,2] [--nodes 2] [--duration-s 40] [--warmup-s 20] [--mig-ms 500,1000,2000,4000,6000]
+[--seeds 0,1,2 or 0-2] [--nodes 2] [--duration-s 40] [--warmup-s 20] [--mig-ms 500,1000,2000,4000,6000]
 [--cold 0,0.5,1,2] [--policies ...]``. Runs the MIG values at cold-start scale 1 and the cold-start
 scales at 2000 ms (the defaults), each an ``esg emulate`` run into
 ``DIR/<load>/seed<seed>/mig<ms>-cold<scale>/`` (a run already there is read, not made again), then
@@ -18,7 +18,7 @@ import csv
 from pathlib import Path
 from statistics import mean
 
-from benchmarks.emulate_runs import TRACE, add_run_flags, emulate_kept, is_rival
+from benchmarks.emulate_runs import TRACE, add_run_flags, emulate_kept, is_rival, seeds_of
 
 
 def run(args, load: str, seed: int, mig: float, cold: float) -> dict[str, tuple[float, float]]:
@@ -39,7 +39,7 @@ def main() -> None:
     args = ap.parse_args()
     grid = [(float(m), 1.0) for m in args.mig_ms.split(",")]
     grid += [(2000.0, float(c)) for c in args.cold.split(",") if (2000.0, float(c)) not in grid]
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = seeds_of(ap, args.seeds)
     policies = args.policies.split(",")
     rivals = [p for p in policies if is_rival(p)]
     for load in args.load.split(","):

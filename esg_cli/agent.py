@@ -21,6 +21,7 @@ from esg.defaults import KEEP_ALIVE_MS
 from esg.mig import GEOMETRIES, MAX_GPU_SHARE
 from esg_cli import checks, service_gc
 from esg_cli.errors import CliError
+from esg_cli.stop_signals import StopSignals
 
 RUNNERS = ("process", "docker", "twin")
 
@@ -276,11 +277,10 @@ def run_agent(args: argparse.Namespace) -> int:
             raise CliError(f"--metrics-port {args.metrics_port}: {e.strerror or e}") from None
         logging.getLogger("esg.agent").info("metrics on %s", url)
 
-    def on_signal(signum, _frame):
+    def on_signal(signum: int) -> None:
         logging.getLogger("esg.agent").info("signal %d: draining", signum)
         service.stop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, on_signal)
+    StopSignals(on_signal, (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)).install()
     logging.getLogger("esg.agent").info(
         "agent %s up: %d vCPUs, %d MB, GPU %s, runner %s, Redis %s, OpenWhisk %s", args.name, vcpus, memory_mb,
         slices.gpu_model or "none", args.runner, redact_url(args.redis), fetcher)

@@ -9,12 +9,12 @@ import signal
 import sys
 import threading
 import uuid
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from esg_cli import checks, service_gc
 from esg_cli.errors import CliError
+from esg_cli.stop_signals import StopSignals
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 #: How long the scheduler may take to stop once told to (SIGTERM, SIGHUP, its parent's death) before it
@@ -215,13 +215,14 @@ def run(args: argparse.Namespace) -> int:
     stopping = threading.Event()
     current: list = []
 
-    def stop() -> None:
+    def stop() -> None:  # from the stop-signals thread, while the main thread runs the service
         stopping.set()
-        if current:
-            current[-1].stop()
-    on_stop = stop_within(stop, STOP_GRACE_S, _exit_now)
-    for sig in (signal.SIGTERM, signal.SIGHUP):  # a hang-up stops it as cleanly as a kill
-        signal.signal(sig, lambda *_: on_stop())
+        for svc in current[-1:]:  # one slice: the main thread may clear the list meanwhile
+            svc.stop()
+    # a hang-up stops it as cleanly as a kill
+    StopSignals(lambda _sig: stop(), (signal.SIGTERM, signal.SIGHUP), STOP_GRACE_S,
+                f"esg scheduler: did not stop within {STOP_GRACE_S:.0f} s; exiting (the ledger keeps what it "
+                f"did not finish)").install()
     while not stopping.is_set():
         # one service per term: a leader that lost its lease stepped down and stopped acting; a fresh one
         # (a new incarnation, nothing kept of the old one's state) stands by in its place
@@ -251,20 +252,3 @@ def run(args: argparse.Namespace) -> int:
         settings = replace(settings, incarnation=uuid.uuid4().hex[:12])
         logging.getLogger("esg.scheduler").warning("rejoining as a standby (incarnation %s)", settings.incarnation)
     return 0
-
-
-def stop_within(stop: Callable[[], None], grace_s: float, exit_now: Callable[[], None]) -> Callable[[], None]:
-    """A stop request: ``stop`` now, and ``exit_now`` unless the process has ended ``grace_s`` later."""
-    def request() -> None:
-        stop()
-        timer = threading.Timer(grace_s, exit_now)
-        timer.daemon = True
-        timer.start()
-    return request
-
-
-def _exit_now() -> None:
-    logging.getLogger("esg.scheduler").error(
-        "the scheduler did not stop within %.0f s; exiting (the ledger keeps what it did not finish)", STOP_GRACE_S)
-    logging.shutdown()
-    os._exit(1)

@@ -181,7 +181,8 @@ class AgentService:
 
     # --- control ---------------------------------------------------------------------------------
     def stop(self) -> None:
-        """Begin draining (safe from a signal handler): no new dispatches; running ones finish."""
+        """Begin draining: no new dispatches; running ones finish. From any thread, but not from a signal
+        handler (it sets an event, whose lock the interrupted thread may hold)."""
         self._draining = True
         self._stop.set()
 

@@ -90,8 +90,17 @@ def test_a_small_protocol_run_writes_its_table_csv_and_figure(tmp_path):
     assert again.returncode == 0 and again.stdout == done.stdout
 
 
-def test_a_bad_seed_list_is_one_line_naming_it():
-    done = subprocess.run([sys.executable, "benchmarks/protocol.py", "--out", "unused", "--seeds", "1-x"], cwd=ROOT,
+@pytest.mark.parametrize("script", ["benchmarks/protocol.py", "benchmarks/startup_sweep.py"])
+@pytest.mark.parametrize("seeds", ["1-x", "3-1", "1,,2"])
+def test_a_bad_seed_list_is_one_line_naming_it(script, seeds):
+    done = subprocess.run([sys.executable, script, "--out", "unused", "--seeds", seeds], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    assert done.returncode == 2 and "--seeds: '1-x'" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2 and f"--seeds: {seeds!r}" in done.stderr and "Traceback" not in done.stderr
     assert not (ROOT / "unused").exists()
+
+
+def test_both_scripts_read_a_seed_range_and_a_list_alike():
+    from argparse import ArgumentParser
+
+    from benchmarks.emulate_runs import seeds_of
+    assert seeds_of(ArgumentParser(), "100-103") == [100, 101, 102, 103] == seeds_of(ArgumentParser(), "100,101,102,103")

@@ -24,8 +24,8 @@ from contextlib import contextmanager
 
 from agent_channel.streams import Entry
 
-#: How often a waiting thread looks at the stop flag (it is set from a signal handler, which must not
-#: take the lock to wake it).
+#: How often a waiting thread looks at the stop flag (the agent's stop sets it without notifying this
+#: intake's condition).
 WAIT_S = 0.2
 
 

@@ -215,12 +215,12 @@ def run(args: argparse.Namespace) -> int:
     stopping = threading.Event()
     current: list = []
 
-    def stop() -> None:  # from the stop-signals thread, while the main thread runs the service
+    def stop(_signum: int) -> None:  # from the stop-signals thread, while the main thread runs the service
         stopping.set()
         for svc in current[-1:]:  # one slice: the main thread may clear the list meanwhile
             svc.stop()
     # a hang-up stops it as cleanly as a kill
-    StopSignals(lambda _sig: stop(), (signal.SIGTERM, signal.SIGHUP), STOP_GRACE_S,
+    StopSignals(stop, (signal.SIGTERM, signal.SIGHUP), STOP_GRACE_S,
                 f"esg scheduler: did not stop within {STOP_GRACE_S:.0f} s; exiting (the ledger keeps what it "
                 f"did not finish)").install()
     while not stopping.is_set():

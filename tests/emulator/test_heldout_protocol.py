@@ -6,11 +6,13 @@ import csv
 import math
 import subprocess
 import sys
+from argparse import ArgumentParser
 from pathlib import Path
 
 import pytest
 
 from benchmarks import protocol
+from benchmarks.emulate_runs import seeds_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,16 +102,10 @@ def test_a_bad_seed_list_is_one_line_naming_it(script):
 
 @pytest.mark.parametrize("seeds", ["3-1", "1,,2", "", "a,b"])
 def test_a_seed_list_that_names_no_seed_is_refused(seeds, capsys):
-    from argparse import ArgumentParser
-
-    from benchmarks.emulate_runs import seeds_of
     with pytest.raises(SystemExit) as stopped:
         seeds_of(ArgumentParser(prog="protocol.py"), seeds)
     assert stopped.value.code == 2 and f"--seeds: {seeds!r}" in capsys.readouterr().err
 
 
 def test_both_scripts_read_a_seed_range_and_a_list_alike():
-    from argparse import ArgumentParser
-
-    from benchmarks.emulate_runs import seeds_of
     assert seeds_of(ArgumentParser(), "100-103") == [100, 101, 102, 103] == seeds_of(ArgumentParser(), "100,101,102,103")

@@ -236,6 +236,22 @@ def test_stop_ends_the_process_and_frees_the_port():
     server.stop()  # idempotent
 
 
+def test_a_broker_stops_by_itself_while_a_client_is_still_connected():
+    """Stopping ``esg up``'s or a test's broker ends it cleanly (status 0) even while a client still holds
+    a connection: on SIGTERM tansu waits about 5 s for its connections, the whole grace period, and was
+    then killed."""
+    with start_broker() as broker:
+        topic = new_topic(broker.address)
+        produce(broker.address, topic, [b"hello"])
+        consumer = group_consumer(broker.address, topic, f"g-{topic}")
+        try:
+            assert take(consumer, 1) == [b"hello"]
+            broker.stop()
+        finally:
+            consumer.close()
+    assert broker.process.returncode == 0, broker.log_tail()
+
+
 def test_missing_redis_binary_is_reported_by_name(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ServerError, match="redis-server not found"):

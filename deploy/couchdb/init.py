@@ -21,7 +21,8 @@ Configuration (environment): ``COUCHDB_URL`` (default ``http://db:5984``), ``COU
 ``COUCHDB_PASSWORD``, ``DB_PREFIX`` (default ``local_``), ``OPENWHISK_GUEST_AUTH`` and
 ``OPENWHISK_SYSTEM_AUTH`` (``uuid:key``; default: OpenWhisk's public keys in ``auth/``),
 ``COUCHDB_WAIT_S`` (how long to wait for CouchDB to answer, default 120). A bad setting
-is one line naming it, exit 2, before any request; an unreachable or failing CouchDB is one line, exit 1.
+is one line naming it, exit 2, before any request; an unreachable or failing CouchDB is one line, exit 1,
+and so is a CouchDB that refuses the admin account (HTTP 401 or 403), at once rather than after the wait.
 """
 
 from __future__ import annotations
@@ -147,15 +148,19 @@ class CouchDB:
 
 
 def wait_until_up(db: CouchDB, timeout_s: float) -> None:
+    """Wait for CouchDB to answer; a refused admin account ends the wait at once (the server is up)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             status, _ = db.request("GET", "")
-            if status == 200:
-                return
-            last = f"HTTP {status}"
         except InitError as exc:
-            last = str(exc)
+            status, last = None, str(exc)
+        if status == 200:
+            return
+        if status in (401, 403):
+            raise InitError(f"CouchDB at {db.url} refused the admin account: HTTP {status}", status=1)
+        if status is not None:
+            last = f"HTTP {status}"
         if time.monotonic() > deadline:
             raise InitError(f"CouchDB at {db.url} not up within {timeout_s:.0f} s ({last})", status=1)
         time.sleep(1)

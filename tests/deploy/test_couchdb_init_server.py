@@ -97,7 +97,9 @@ def test_a_changed_document_is_restored_and_a_new_key_replaces_the_old(couchdb, 
     assert [f"{n['uuid']}:{n['key']}" for n in ns] == [new_key]
 
 
-def test_a_wrong_password_is_one_line_and_exit_1(couchdb, prefix):
-    r = run_init(couchdb, prefix, COUCHDB_PASSWORD="not-the-password")
+def test_a_wrong_password_is_one_line_and_exit_1_without_waiting_for_the_server(couchdb, prefix):
+    # The server answered: a wait longer than run_init's 120 s timeout would only delay the same error.
+    r = run_init(couchdb, prefix, COUCHDB_PASSWORD="not-the-password", COUCHDB_WAIT_S="600")
     assert r.returncode == 1
     assert r.stderr.count("\n") == 1 and "HTTP 401" in r.stderr and "Traceback" not in r.stderr
+    assert "refused the admin account" in r.stderr

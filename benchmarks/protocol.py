@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from benchmarks.emulate_runs import TRACE, add_run_flags, emulate_kept, is_rival, seeds_of
+from benchmarks.emulate_runs import TRACE, add_run_flags, check_emulate, emulate_kept, is_rival, seeds_of
+from esg_cli.cliparse import Parser
 
 SPLIT = ("cost_exec", "cost_idle", "cost_cold", "cost_mig")
 
@@ -71,8 +72,13 @@ def run(args: argparse.Namespace, arrivals: str, seed: int) -> Path:
     out = setup_dir(args, arrivals) / f"seed{seed}"
     if args.report_only:
         return out / "summary.csv"
+    return emulate_kept(args, out, *run_flags(args, arrivals, seed))
+
+
+def run_flags(args: argparse.Namespace, arrivals: str, seed: int) -> list[str]:
+    """What one seed's run passes to ``esg emulate`` besides the common flags."""
     trace = ["--trace", TRACE, "--trace-minute-s", args.trace_minute_s] if arrivals == "trace" else []
-    return emulate_kept(args, out, "--slo", args.slo, "--load", args.load, "--seed", str(seed), *trace)
+    return ["--slo", args.slo, "--load", args.load, "--seed", str(seed), *trace]
 
 
 Rows = dict[tuple[str, str, str], dict[str, str]]
@@ -190,10 +196,11 @@ def _plot(setup: str, cells: dict[tuple[str, str], dict], policies: list[str], p
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
     add_run_flags(ap, seeds="100-109", slo="strict,moderate,relaxed", load="light,normal,heavy",
                   duration_s="150", warmup_s="30")
-    ap.add_argument("--arrivals", default="trace,synthetic")
+    ap.add_argument("--arrivals", default="trace,synthetic",
+                    help="trace, synthetic or both, comma-separated (default: %(default)s)")
     ap.add_argument("--report-only", action="store_true", help="tabulate the runs already there")
     args = ap.parse_args()
     seeds = seeds_of(ap, args.seeds)
@@ -202,6 +209,9 @@ def main() -> None:
     for arrivals in kinds:
         if arrivals not in ("trace", "synthetic"):
             ap.error(f"--arrivals: {arrivals!r} is neither trace nor synthetic")
+    if not args.report_only:
+        for arrivals in kinds:
+            check_emulate(ap, args, *run_flags(args, arrivals, seeds[0]))
     for arrivals in kinds:
         runs: list[Rows] = []
         done: list[int] = []

@@ -18,28 +18,46 @@ import csv
 from pathlib import Path
 from statistics import mean
 
-from benchmarks.emulate_runs import TRACE, add_run_flags, emulate_kept, is_rival, seeds_of
+from benchmarks.emulate_runs import TRACE, add_run_flags, check_emulate, emulate_kept, is_rival, seeds_of
+from esg_cli.cliparse import Parser
 
 
 def run(args, load: str, seed: int, mig: float, cold: float) -> dict[str, tuple[float, float]]:
     """One setting's ``summary.csv`` as {policy: (hit rate, cost normalised to ESG)}, run if missing."""
     out = Path(args.out) / load / f"seed{seed}" / f"mig{mig:g}-cold{cold:g}"
-    summary = emulate_kept(args, out, "--slo", args.slo, "--load", load, "--seed", str(seed), "--trace", TRACE,
-                           "--trace-minute-s", args.trace_minute_s, "--mig-reconfig-ms", f"{mig:g}",
-                           "--cold-start-scale", f"{cold:g}", quiet=True)
+    summary = emulate_kept(args, out, *run_flags(args, load, seed, mig, cold), quiet=True)
     with open(summary) as fh:
         return {r["policy"]: (float(r["slo_hit_rate"]), float(r["cost_norm_esg"])) for r in csv.DictReader(fh)}
 
 
+def run_flags(args, load: str, seed: int, mig: float, cold: float) -> list[str]:
+    """What one setting's run passes to ``esg emulate`` besides the common flags."""
+    return ["--slo", args.slo, "--load", load, "--seed", str(seed), "--trace", TRACE,
+            "--trace-minute-s", args.trace_minute_s, "--mig-reconfig-ms", f"{mig:g}", "--cold-start-scale", f"{cold:g}"]
+
+
+def numbers_of(ap: argparse.ArgumentParser, flag: str, text: str) -> list[float]:
+    """A comma-separated list of numbers (anything else is the parser's error, naming ``flag``)."""
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        ap.error(f"{flag}: {text!r} is not a comma-separated list of numbers")
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
     add_run_flags(ap, seeds="0,1,2", slo="moderate", load="normal,heavy", duration_s="40", warmup_s="20")
-    ap.add_argument("--mig-ms", default="500,1000,2000,4000,6000")
-    ap.add_argument("--cold", default="0,0.5,1,2")
+    ap.add_argument("--mig-ms", default="500,1000,2000,4000,6000",
+                    help="MIG change times swept at cold-start scale 1, comma-separated (default: %(default)s)")
+    ap.add_argument("--cold", default="0,0.5,1,2",
+                    help="cold-start scales swept at 2000 ms, comma-separated (default: %(default)s)")
     args = ap.parse_args()
-    grid = [(float(m), 1.0) for m in args.mig_ms.split(",")]
-    grid += [(2000.0, float(c)) for c in args.cold.split(",") if (2000.0, float(c)) not in grid]
+    grid = [(m, 1.0) for m in numbers_of(ap, "--mig-ms", args.mig_ms)]
+    grid += [(2000.0, c) for c in numbers_of(ap, "--cold", args.cold) if (2000.0, c) not in grid]
     seeds = seeds_of(ap, args.seeds)
+    for load in args.load.split(","):
+        for mig, cold in grid:  # esg emulate refuses a negative or absurd cost by name
+            check_emulate(ap, args, *run_flags(args, load, seeds[0], mig, cold))
     policies = args.policies.split(",")
     rivals = [p for p in policies if is_rival(p)]
     for load in args.load.split(","):

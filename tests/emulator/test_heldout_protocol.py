@@ -1,4 +1,5 @@
-"""benchmarks/protocol.py: the held-out comparison's intervals, verdicts and files."""
+"""benchmarks/protocol.py: the held-out comparison's intervals, verdicts and files; and the flags it and
+benchmarks/startup_sweep.py refuse."""
 
 from __future__ import annotations
 
@@ -6,13 +7,13 @@ import csv
 import math
 import subprocess
 import sys
-from argparse import ArgumentParser
 from pathlib import Path
 
 import pytest
 
-from benchmarks import protocol
-from benchmarks.emulate_runs import seeds_of
+from benchmarks import protocol, startup_sweep
+from benchmarks.emulate_runs import add_run_flags, check_emulate, emulate_kept, seeds_of
+from esg_cli.cliparse import Parser
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,16 +97,58 @@ def test_a_small_protocol_run_writes_its_table_csv_and_figure(tmp_path):
 def test_a_bad_seed_list_is_one_line_naming_it(script):
     done = subprocess.run([sys.executable, script, "--out", "unused", "--seeds", "1-x"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
-    assert done.returncode == 2 and "--seeds: '1-x'" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "--seeds: '1-x'" in done.stderr and done.stderr.count("\n") == 1
     assert not (ROOT / "unused").exists()
 
 
 @pytest.mark.parametrize("seeds", ["3-1", "1,,2", "", "a,b"])
 def test_a_seed_list_that_names_no_seed_is_refused(seeds, capsys):
     with pytest.raises(SystemExit) as stopped:
-        seeds_of(ArgumentParser(prog="protocol.py"), seeds)
+        seeds_of(Parser(prog="protocol.py"), seeds)
     assert stopped.value.code == 2 and f"--seeds: {seeds!r}" in capsys.readouterr().err
 
 
 def test_both_scripts_read_a_seed_range_and_a_list_alike():
-    assert seeds_of(ArgumentParser(), "100-103") == [100, 101, 102, 103] == seeds_of(ArgumentParser(), "100,101,102,103")
+    assert seeds_of(Parser(), "100-103") == [100, 101, 102, 103] == seeds_of(Parser(), "100,101,102,103")
+
+
+def _parsed(tmp_path: Path, *argv: str):
+    ap = Parser(prog="protocol.py")
+    add_run_flags(ap, seeds="0", slo="moderate", load="light", duration_s="8", warmup_s="2")
+    return ap, ap.parse_args(["--out", str(tmp_path / "out"), *argv])
+
+
+@pytest.mark.parametrize("flag,value,named", [
+    ("--slo", "moderate,bogus", "unknown SLO level bogus"),
+    ("--policies", "esg,nope", "unknown policy nope"),
+    ("--nodes", "0", "--nodes"),
+    ("--nodes", "two", "--nodes"),            # esg emulate's parser refuses it
+    ("--duration-s", "-3", "--duration-s"),
+])
+def test_what_esg_emulate_refuses_is_refused_before_the_first_run(flag, value, named, tmp_path, capsys):
+    ap, args = _parsed(tmp_path, flag, value)
+    with pytest.raises(SystemExit) as stopped:
+        check_emulate(ap, args, "--slo", args.slo, "--load", args.load, "--seed", "0")
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and named in err and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_flags_esg_emulate_takes_pass_the_check(tmp_path):
+    ap, args = _parsed(tmp_path, "--policies", "esg,orion", "--nodes", "16")
+    assert check_emulate(ap, args, "--slo", args.slo, "--load", args.load, "--seed", "0") is None
+
+
+def test_a_run_that_fails_stops_the_script_with_its_reason(tmp_path, capsys):
+    _, args = _parsed(tmp_path, "--nodes", "0")   # past the check: as if esg emulate failed on its own
+    with pytest.raises(SystemExit) as stopped:
+        emulate_kept(args, tmp_path / "out" / "seed0", "--slo", args.slo, "--load", args.load, "--seed", "0")
+    assert "esg emulate into" in str(stopped.value.code) and "failed (exit 2)" in str(stopped.value.code)
+    assert "--nodes" in capsys.readouterr().err
+
+
+def test_a_sweep_value_that_is_no_number_is_refused_by_its_flag(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        startup_sweep.numbers_of(Parser(prog="startup_sweep.py"), "--mig-ms", "500,fast")
+    assert stopped.value.code == 2 and "--mig-ms: '500,fast'" in capsys.readouterr().err
+    assert startup_sweep.numbers_of(Parser(), "--cold", "0,0.5,2") == [0.0, 0.5, 2.0]

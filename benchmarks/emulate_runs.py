@@ -73,14 +73,15 @@ def check_emulate(ap: argparse.ArgumentParser, args: argparse.Namespace, *flags:
 
 def emulate_kept(args: argparse.Namespace, out: Path, *flags: str, quiet: bool = False) -> Path:
     """``out/summary.csv``, after one ``esg emulate`` run with the common flags and ``flags`` unless
-    it is there already; ``quiet`` also drops the run's warnings. A run that fails stops the script with
-    its last line of errors (the runs kept so far stay)."""
+    it is there already; ``quiet`` also drops the run's warnings. A run that fails stops the script after
+    its errors (even when quiet); the runs kept so far stay."""
     summary = out / "summary.csv"
     if not summary.exists():
+        # not quiet: the run's progress and warnings show as they come
         done = subprocess.run([sys.executable, "-m", "esg_cli.main", *emulate_argv(args, out, *flags)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if not quiet or done.returncode != 0:
-            sys.stderr.write(done.stderr)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE if quiet else None, text=True)
         if done.returncode != 0:
+            if quiet:
+                sys.stderr.write(done.stderr)
             sys.exit(f"esg emulate into {out} failed (exit {done.returncode})")
     return summary

@@ -139,12 +139,14 @@ def test_flags_esg_emulate_takes_pass_the_check(tmp_path):
     assert check_emulate(ap, args, "--slo", args.slo, "--load", args.load, "--seed", "0") is None
 
 
-def test_a_run_that_fails_stops_the_script_with_its_reason(tmp_path, capsys):
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_run_that_fails_stops_the_script_with_its_reason(quiet, tmp_path, capfd):
     _, args = _parsed(tmp_path, "--nodes", "0")   # past the check: as if esg emulate failed on its own
     with pytest.raises(SystemExit) as stopped:
-        emulate_kept(args, tmp_path / "out" / "seed0", "--slo", args.slo, "--load", args.load, "--seed", "0")
+        emulate_kept(args, tmp_path / "out" / "seed0", "--slo", args.slo, "--load", args.load, "--seed", "0",
+                     quiet=quiet)
     assert "esg emulate into" in str(stopped.value.code) and "failed (exit 2)" in str(stopped.value.code)
-    assert "--nodes" in capsys.readouterr().err
+    assert "--nodes" in capfd.readouterr().err
 
 
 def test_a_sweep_value_that_is_no_number_is_refused_by_its_flag(capsys):

@@ -57,6 +57,7 @@ def emulate_argv(args: argparse.Namespace, out: Path, *flags: str) -> list[str]:
 def check_emulate(ap: argparse.ArgumentParser, args: argparse.Namespace, *flags: str) -> None:
     """Refuse what ``esg emulate`` would refuse (a bad policy, level, count...) before the first run: one
     line naming it, exit 2, instead of a failed run after others have taken minutes."""
+    # imported here: the parser loads every subcommand, which --report-only and the tests' helpers skip
     from esg.errors import EsgError
     from esg_cli import emulate
     from esg_cli.cliparse import UsageError

@@ -194,8 +194,8 @@ def start_broker(port: int | None = None, host: str = "127.0.0.1",
     listener = f"tcp://{host}:{port}"
     cmd = [binary, "broker", "--listener-url", listener, "--advertised-listener-url", listener,
            "--storage-engine", "memory://tansu/"]
-    # Once a consumer group has met, tansu takes about 5 s to act on SIGTERM (the whole grace period, so
-    # it was killed) and exits at once on SIGINT, with status 0 either way; its storage is memory, so
+    # While a client still holds a connection, tansu takes about 5 s to act on SIGTERM (the whole grace
+    # period, so it was killed); on SIGINT it exits at once with status 0. Its storage is memory, so
     # nothing is lost that SIGTERM would have kept.
     server = _spawn("tansu broker", cmd, host, port, f"{host}:{port}", stop_signal=signal.SIGINT)
     _wait_ready(server, _kafka_ready, timeout_s)

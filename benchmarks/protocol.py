@@ -4,7 +4,7 @@ confidence interval, and per cell whether ESG's lead over the best rival is sign
 Usage: ``PYTHONPATH=. python benchmarks/protocol.py --out DIR [--seeds 100-109] [--nodes 2]
 [--arrivals trace,synthetic] [--slo strict,moderate,relaxed] [--load light,normal,heavy]
 [--policies esg,esg-paper,infless,fastgshare,orion,aquatope] [--duration-s 150] [--warmup-s 30]
-[--jobs 2] [--report-only]``.
+[--jobs 2] [--with DIR ...] [--report-only]``.
 
 Each (arrivals, seed) is one ``esg emulate`` run into ``DIR/n<nodes>-<arrivals>/seed<seed>/`` (a run
 already there is read, not made again). Then, per cell and policy over the seeds: the mean hit rate and
@@ -14,6 +14,11 @@ rival (the rival with the highest mean; ``esg-paper`` and the ``esg-without-*`` 
 rivals), each difference with its interval: *leads* when the interval lies above 0, *loses* when below,
 else *ties*. Writes ``DIR/n<nodes>-<arrivals>/cells.csv`` and ``.../hit_rates.png`` and prints the
 Markdown tables.
+
+``--with DIR`` also tabulates the policies that another protocol directory's runs of the same setup and
+seeds hold and ``--out``'s lack: a second port of some rivals, run alone beside ``esg`` into a directory
+of its own, is judged against the whole table. Both runs of a seed must give ``esg`` the same row (the
+same code, flags and seed); a seed where they differ stops the report.
 """
 
 from __future__ import annotations
@@ -195,6 +200,29 @@ def _plot(setup: str, cells: dict[tuple[str, str], dict], policies: list[str], p
     plt.close(fig)
 
 
+def read_rows(path: Path) -> Rows:
+    with open(path) as fh:
+        return {(r["policy"], r["slo"], r["load"]): r for r in csv.DictReader(fh)}
+
+
+def merged(ap: argparse.ArgumentParser, rows: Rows, path: Path, other: Path) -> Rows:
+    """``rows`` (the run at ``path``) and the rows of the run at ``other`` that it lacks (a policy, SLO
+    and load it did not run); the two must agree on every ``esg`` row they share."""
+    theirs = read_rows(other)
+    for key, row in theirs.items():
+        mine = rows.get(key)
+        if key[0] == "esg" and mine is not None and mine != row:
+            ap.error(f"--with: {path} and {other} differ in esg's {key[1]}/{key[2]} row: not the same runs")
+    return {**theirs, **rows}
+
+
+def extra_policies(runs: list[Rows], named: list[str], cells: list[tuple[str, str]]) -> list[str]:
+    """The policies besides ``named`` (what ``--with`` brought) that every run holds in every one of
+    ``cells``, in their first run's order (an ablation run at one load only is left out of the others)."""
+    return [p for p in dict.fromkeys(p for p, _slo, _load in runs[0])
+            if p not in named and all((p, slo, load) in r for r in runs for slo, load in cells)]
+
+
 def main() -> None:
     ap = Parser(description=__doc__.splitlines()[0])
     add_run_flags(ap, seeds="100-109", slo="strict,moderate,relaxed", load="light,normal,heavy",
@@ -202,9 +230,12 @@ def main() -> None:
     ap.add_argument("--arrivals", default="trace,synthetic",
                     help="trace, synthetic or both, comma-separated (default: %(default)s)")
     ap.add_argument("--report-only", action="store_true", help="tabulate the runs already there")
+    ap.add_argument("--with", dest="with_dirs", action="append", default=[], metavar="DIR",
+                    help="also tabulate the policies another protocol directory's runs of the same setup and "
+                         "seeds hold (repeatable; esg's rows must match)")
     args = ap.parse_args()
     seeds = seeds_of(ap, args.seeds)
-    policies = args.policies.split(",")
+    named = args.policies.split(",")
     kinds = args.arrivals.split(",")
     for arrivals in kinds:
         if arrivals not in ("trace", "synthetic"):
@@ -218,14 +249,19 @@ def main() -> None:
         for seed in seeds:
             path = run(args, arrivals, seed)
             if path.exists():
-                with open(path) as fh:
-                    runs.append({(r["policy"], r["slo"], r["load"]): r for r in csv.DictReader(fh)})
+                rows = read_rows(path)
+                for other_dir in args.with_dirs:
+                    other = Path(other_dir) / setup_dir(args, arrivals).name / path.parent.name / path.name
+                    if other.exists():
+                        rows = merged(ap, rows, path, other)
+                runs.append(rows)
                 done.append(seed)
         if not runs:
             continue
-        cells = {(slo, load): cell_stats(runs, policies, slo, load)
-                 for load in args.load.split(",") for slo in args.slo.split(",")
-                 if all((p, slo, load) in r for r in runs for p in policies)}
+        asked = [(slo, load) for load in args.load.split(",") for slo in args.slo.split(",")
+                 if all((p, slo, load) in r for r in runs for p in named)]
+        policies = [*named, *extra_policies(runs, named, asked)]
+        cells = {(slo, load): cell_stats(runs, policies, slo, load) for slo, load in asked}
         report(f"{args.nodes} nodes, {arrivals} arrivals", cells, policies, done, setup_dir(args, arrivals))
 
 

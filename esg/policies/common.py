@@ -34,11 +34,16 @@ def app_latency(app: App, latency: Mapping[str, float]) -> float:
     return longest_path([latency[f] for f in fs], [tuple(pos[p] for p in app.predecessors(f)) for f in fs])
 
 
-def stage_shares(app: App, profiles: Mapping[str, Profile], slo_ms: float) -> dict[str, float]:
+def stage_shares(app: App, profiles: Mapping[str, Profile], slo_ms: float,
+                 overhead_ms: float = 0.0) -> dict[str, float]:
     """Per-function SLO shares for DAG-unaware policies: proportional to each function's fastest
-    profiled latency, scaled so the critical path of shares equals the SLO."""
+    profiled latency, scaled so the critical path of shares equals the SLO less ``overhead_ms`` per
+    function on its longest path (in functions): what the system adds to every batch beyond its run
+    time, which the ports of INFless and FaST-GShare leave out unless asked (``docs/baselines.md``)."""
     fastest = {f: min(e.latency_ms for e in profiles[f].entries) for f in app.functions}
     total = app_latency(app, fastest)
+    if overhead_ms:
+        slo_ms = max(slo_ms - overhead_ms * app_latency(app, dict.fromkeys(app.functions, 1.0)), 0.0)
     return {f: slo_ms * fastest[f] / total for f in app.functions}
 
 

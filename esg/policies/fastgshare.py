@@ -21,9 +21,12 @@ from esg.queues import AfwQueue
 class FastGShareProposer:
     """FaST-Scheduler's configuration rule per function."""
 
-    def __init__(self, ctx: PolicyContext):
+    def __init__(self, ctx: PolicyContext, overhead_ms: float = 0.0):
         self.ctx = ctx
         self.expanded = 0
+        self.overhead_ms = overhead_ms
+        """Taken off the SLO per function on the app's longest path before it is shared out (0: the
+        shares on run times alone, as INFless's)."""
         self._ranked = {(a, f): self.ranked(app, f) for a, app in ctx.apps.items() for f in app.functions}
 
     def work_units(self) -> int:
@@ -38,7 +41,7 @@ class FastGShareProposer:
     def ranked(self, app: App, function: str) -> list[tuple[Config, float]]:
         """Batch-1 configs meeting the stage target, best throughput per resource first; if none meets
         it, the fastest ones."""
-        target = stage_shares(app, self.ctx.profiles, app.slo_ms)[function]
+        target = stage_shares(app, self.ctx.profiles, app.slo_ms, self.overhead_ms)[function]
         prof = self.ctx.profiles[function]
         ones = [e for e in prof.entries if e.config.batch == 1 and self.ctx.spec(function).allows(e.config)]
 
@@ -63,3 +66,11 @@ def fastgshare_policy(ctx: PolicyContext) -> Policy:
     """FaST-GShare: its configuration rule, placed to pack GPU nodes; the generic backlog scale-out gate
     (its autoscaler is not ported: docs/baselines.md)."""
     return Policy("fastgshare", ctx, FastGShareProposer(ctx), [PackingOrder(), BacklogGate()])
+
+
+@register("fastgshare-hop-shares")
+def fastgshare_hop_shares_policy(ctx: PolicyContext) -> Policy:
+    """FaST-GShare with its latency targets taken from the SLO less the per-batch overhead of every
+    function on the app's longest path (as ``infless-hop-shares``)."""
+    return Policy("fastgshare-hop-shares", ctx, FastGShareProposer(ctx, ctx.stage_overhead_ms),
+                  [PackingOrder(), BacklogGate()])

@@ -105,10 +105,13 @@ class InflessProposer:
     """INFless's estimator: configurations by CRE within the function's throughput window, batches that
     wait at most their timeout."""
 
-    def __init__(self, ctx: PolicyContext):
+    def __init__(self, ctx: PolicyContext, overhead_ms: float = 0.0):
         self.ctx = ctx
         self.expanded = 0
-        self.shares = {a: stage_shares(app, ctx.profiles, app.slo_ms) for a, app in ctx.apps.items()}
+        self.overhead_ms = overhead_ms
+        """Taken off the SLO per function on the app's longest path before it is shared out (0: INFless's
+        own shares, on run times alone)."""
+        self.shares = {a: stage_shares(app, ctx.profiles, app.slo_ms, overhead_ms) for a, app in ctx.apps.items()}
         self._arrivals: dict[str, deque[float]] = {a: deque() for a in ctx.apps}
         self._candidates = {(a, f): self.candidates(a, f) for a, app in ctx.apps.items() for f in app.functions}
 
@@ -119,7 +122,7 @@ class InflessProposer:
         self.ctx = ctx
         self._arrivals.setdefault(app.name, deque())
         for a in apps_sharing(ctx, app):
-            self.shares[a.name] = stage_shares(a, ctx.profiles, a.slo_ms)
+            self.shares[a.name] = stage_shares(a, ctx.profiles, a.slo_ms, self.overhead_ms)
             self._candidates = {k: v for k, v in self._candidates.items() if k[0] != a.name}
             self._candidates.update({(a.name, f): self.candidates(a.name, f) for f in a.functions})
     def candidates(self, app: str, function: str) -> list[tuple[float, float, float, Config]]:
@@ -244,6 +247,18 @@ class LsthWarmPool:
 def infless_policy(ctx: PolicyContext) -> Policy:
     """INFless: its estimator, bin-packing, LSTH pre-warming and keep-alive; the generic backlog
     scale-out gate (its rate-based autoscaler is not ported: docs/baselines.md)."""
+    return _infless("infless", ctx, 0.0)
+
+
+@register("infless-hop-shares")
+def infless_hop_shares_policy(ctx: PolicyContext) -> Policy:
+    """INFless with its SLO shares taken from the SLO less the per-batch overhead of every function on
+    the app's longest path (``PolicyContext.stage_overhead_ms``, which ESG and Aquatope plan with): the
+    comparison's second port of INFless, so that ESG is measured against the stronger of the two."""
+    return _infless("infless-hop-shares", ctx, ctx.stage_overhead_ms)
+
+
+def _infless(name: str, ctx: PolicyContext, overhead_ms: float) -> Policy:
     starting = Starting(ctx)
-    return Policy("infless", ctx, InflessProposer(ctx), [PackingOrder(), BacklogGate(), starting,
-                                                          LsthWarmPool(ctx, starting)])
+    return Policy(name, ctx, InflessProposer(ctx, overhead_ms),
+                  [PackingOrder(), BacklogGate(), starting, LsthWarmPool(ctx, starting)])

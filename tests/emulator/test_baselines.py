@@ -50,6 +50,41 @@ def test_infless_holds_a_filling_batch_until_its_timeout(apps, profiles):
         assert choice.retry_at_ms is not None and choice.retry_at_ms > 10_000.0
 
 
+def test_hop_shares_keep_the_per_batch_overhead_of_the_longest_path_out_of_the_slo(apps, profiles):
+    for app in apps.values():
+        plain = stage_shares(app, profiles, app.slo_ms)
+        stages = app_latency(app, dict.fromkeys(app.functions, 1.0))
+        hop = stage_shares(app, profiles, app.slo_ms, 2.5)
+        assert math.isclose(app_latency(app, plain), app.slo_ms)
+        assert math.isclose(app_latency(app, hop), app.slo_ms - 2.5 * stages)
+        for f in app.functions:  # shared out in the same proportions
+            assert math.isclose(hop[f] / plain[f], (app.slo_ms - 2.5 * stages) / app.slo_ms)
+    one = App("one", 4.0, ("resnet50",))
+    assert stage_shares(one, profiles, one.slo_ms, 5.0) == {"resnet50": 0.0}  # never below nothing
+
+
+@pytest.mark.parametrize("name", ["infless", "fastgshare"])
+def test_a_hop_shares_port_plans_on_the_slo_less_the_overhead_and_is_the_original_without_one(apps, profiles, name):
+    for overhead in (0.0, 2.5):
+        ctx = PolicyContext(apps, profiles, stage_overhead_ms=overhead)
+        original, variant = make_policy(name, ctx), make_policy(f"{name}-hop-shares", ctx)
+        assert variant.name == f"{name}-hop-shares"
+        changed = 0
+        for app in apps.values():
+            shares = stage_shares(app, profiles, app.slo_ms, overhead)
+            for f in app.functions:
+                if name == "infless":
+                    plan, before = variant.proposer.candidates(app.name, f), original.proposer.candidates(app.name, f)
+                    assert all(t <= (shares[f] / 2 if c.batch > 1 else shares[f]) for _cre, t, _w, c in plan)
+                    assert all(math.isclose(w, shares[f] - t) for _cre, t, w, _c in plan)
+                else:
+                    plan, before = variant.proposer.ranked(app, f), original.proposer.ranked(app, f)
+                    meets = [c for c, _lat in plan if profiles[f].latency(c) <= shares[f]]
+                    assert len(meets) in (0, len(plan))  # those that meet, or (none does) the fastest
+                changed += plan != before
+        assert (changed > 0) == (overhead > 0), (overhead, changed)
+
+
 def test_fastgshare_batch_one_best_throughput_per_resource(apps, profiles):
     from esg.policies.common import weighted_resource
     pol = make_policy("fastgshare", PolicyContext(apps, profiles))

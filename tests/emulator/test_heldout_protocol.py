@@ -69,6 +69,17 @@ def test_esg_is_paired_with_the_rival_of_the_highest_mean_not_with_esg_paper_or_
     assert c["split"]["esg"]["cost_idle"] == pytest.approx(2.5)
 
 
+def test_with_brings_only_the_policies_every_run_holds_in_every_cell_asked_for():
+    cells = [("moderate", "light"), ("moderate", "normal")]
+    run = {(p, slo, load): {} for p in ("esg", "orion", "infless-hop-shares") for slo, load in cells}
+    run[("esg-without-pool-sizing", "moderate", "normal")] = {}  # an ablation run at one load only
+    other = {k: v for k, v in run.items() if k[0] != "orion"}  # a seed without orion
+    assert protocol.extra_policies([run, run], ["esg"], cells) == ["orion", "infless-hop-shares"]
+    assert protocol.extra_policies([run, other], ["esg"], cells) == ["infless-hop-shares"]
+    assert protocol.extra_policies([run], ["esg"], cells[1:]) == ["orion", "infless-hop-shares",
+                                                                   "esg-without-pool-sizing"]
+
+
 def test_a_small_protocol_run_writes_its_table_csv_and_figure(tmp_path):
     out = tmp_path / "protocol"
     args = [sys.executable, "benchmarks/protocol.py", "--out", str(out), "--seeds", "0,1", "--nodes", "1",
@@ -91,6 +102,24 @@ def test_a_small_protocol_run_writes_its_table_csv_and_figure(tmp_path):
     again = subprocess.run([*args, "--report-only"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"})
     assert again.returncode == 0 and again.stdout == done.stdout
+    # a second port of a rival, run beside esg into a directory of its own, is judged with the whole table
+    second = tmp_path / "second"
+    args2 = [*args[:3], str(second), *args[4:]]
+    args2[args2.index("--policies") + 1] = "esg,infless-hop-shares"
+    both = subprocess.run([*args2, "--with", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"})
+    assert both.returncode == 0, both.stderr
+    with open(second / "n1-synthetic" / "cells.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["policy"] for r in rows] == ["esg", "infless-hop-shares", "esg-paper", "orion"]
+    rival = max(rows[1::2], key=lambda r: (float(r["hit_rate"]), r["policy"]))  # infless-hop-shares, orion
+    assert [r["policy"] for r in rows if r["best_rival"] == "1"] == [rival["policy"]]
+    # the same seed's esg rows must be the same runs
+    kept = second / "n1-synthetic" / "seed1" / "summary.csv"
+    kept.write_text(kept.read_text().replace("esg,moderate,light,", "esg,moderate,light,1", 1))
+    differ = subprocess.run([*args2, "--with", str(out), "--report-only"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"})
+    assert differ.returncode == 2 and "differ in esg's moderate/light row" in differ.stderr, differ.stderr
 
 
 @pytest.mark.parametrize("script", ["benchmarks/protocol.py", "benchmarks/startup_sweep.py"])

@@ -216,6 +216,17 @@ def merged(ap: argparse.ArgumentParser, rows: Rows, path: Path, other: Path) -> 
     return {**theirs, **rows}
 
 
+def seed_rows(ap: argparse.ArgumentParser, args: argparse.Namespace, arrivals: str, path: Path) -> Rows:
+    """One seed's rows (the run at ``path``), with what the same seed's runs in the ``--with``
+    directories add."""
+    rows = read_rows(path)
+    for other_dir in args.with_dirs:
+        other = Path(other_dir) / setup_dir(args, arrivals).name / path.parent.name / path.name
+        if other.exists():
+            rows = merged(ap, rows, path, other)
+    return rows
+
+
 def extra_policies(runs: list[Rows], named: list[str], cells: list[tuple[str, str]]) -> list[str]:
     """The policies besides ``named`` (what ``--with`` brought) that every run holds in every one of
     ``cells``, in their first run's order (an ablation run at one load only is left out of the others)."""
@@ -249,12 +260,7 @@ def main() -> None:
         for seed in seeds:
             path = run(args, arrivals, seed)
             if path.exists():
-                rows = read_rows(path)
-                for other_dir in args.with_dirs:
-                    other = Path(other_dir) / setup_dir(args, arrivals).name / path.parent.name / path.name
-                    if other.exists():
-                        rows = merged(ap, rows, path, other)
-                runs.append(rows)
+                runs.append(seed_rows(ap, args, arrivals, path))
                 done.append(seed)
         if not runs:
             continue

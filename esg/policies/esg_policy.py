@@ -68,9 +68,10 @@ class EsgProposer:
         """ESG_1Q per app on the profiled latencies alone."""
         self._plans = PlanCache()
         self._before: dict[tuple[str, str, bool], float] = {}
-        self._rest: dict[tuple[str, str], float] = {}
+        self._rest: dict[tuple[str, str, bool], float] = {}
         self._gpu_kinds: dict[str, tuple[str, ...]] = {}
         self._startups: dict[str, tuple[float, float]] = {}
+        self._on_demand: dict[str, bool] = {}
         self._warm: dict[str, tuple[ClusterSnapshot, tuple[int, int], Kinds]] = {}
         """Per function, :meth:`warm_kinds` with the marks it was worked out at (the snapshot, its index's
         ``idle_generation`` of the function, the function's moves in flight): kept while the marks stay."""
@@ -94,7 +95,7 @@ class EsgProposer:
         names = {a.name for a in changed}
         self._before = {k: v for k, v in self._before.items() if k[0] not in names}
         self._rest = {k: v for k, v in self._rest.items() if k[0] not in names}
-        self._gpu_kinds, self._startups, self._warm = {}, {}, {}
+        self._gpu_kinds, self._startups, self._warm, self._on_demand = {}, {}, {}, {}
 
     def work_units(self) -> int:
         return self.expanded
@@ -195,14 +196,16 @@ class EsgProposer:
             found = self._before[key] = group_latency(app, before, fastest) if before else 0.0
         return found
 
-    def rest_ms(self, app: App, function: str) -> float:
-        """The fastest the functions after ``function`` can run (what the head must leave them)."""
-        key = (app.name, function)
+    def rest_ms(self, app: App, function: str, padded: bool = False) -> float:
+        """The fastest the functions after ``function`` can run (what the head must leave them), each with
+        the per-batch overhead when ``padded``."""
+        key = (app.name, function, padded)
         found = self._rest.get(key)
         if found is None:
             after = tuple(f for f in app.descendants(function) if f != function)
             fastest = {f: min(e.latency_ms for e in self.ctx.profiles[f].entries
-                              if self.ctx.spec(f).allows(e.config)) for f in after}
+                              if self.ctx.spec(f).allows(e.config)) + self.ctx.stage_overhead_ms * padded
+                       for f in after}
             found = self._rest[key] = group_latency(app, after, fastest) if after else 0.0
         return found
 
@@ -212,6 +215,27 @@ class EsgProposer:
         if found is None:
             cold = cold_start_ms(self.ctx.profiles[function], self.ctx.cold_start_scale)
             found = self._startups[function] = (cold, cold + self.ctx.mig_reconfig_ms)
+        return found
+
+    def cold_start_in_time(self, function: str) -> bool:
+        """Whether a worker of ``function`` started on demand, on an instance that exists, still lets a
+        fresh request of every app with it meet its SLO: the functions before it at their fastest, then
+        its cold start, then it and the rest at their fastest, each batch with the per-batch overhead.
+        Then a head that finds no idle worker starts one in time (:meth:`_kinds_within`), and a worker
+        started ahead of the jobs saves none of them anything. (With cold starts of seconds against SLOs
+        of milliseconds this is never so; with cold starts near zero it always is.)"""
+        found = self._on_demand.get(function)
+        if found is None:
+            cold = self.startup_ms(function)[0]
+            spec = self.ctx.spec(function)
+            own = min(e.latency_ms for e in self.ctx.profiles[function].entries if spec.allows(e.config))
+            found = True
+            for app in self.ctx.apps.values():
+                if function in app.functions:
+                    path = (self.before_ms(app, function, True) + cold + own + self.ctx.stage_overhead_ms
+                            + self.rest_ms(app, function, True))
+                    found = found and path <= app.slo_ms
+            self._on_demand[function] = found
         return found
 
     def gpu_kinds(self, function: str) -> tuple[str, ...]:

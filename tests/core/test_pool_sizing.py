@@ -60,6 +60,17 @@ def test_no_pool_start_when_switched_off():
     assert out.dispatches and not out.prewarms
 
 
+def test_no_pool_for_a_function_whose_cold_start_fits_its_slo():
+    """A worker started on demand serves a fresh request in time when the cold start plus the run fits
+    the SLO (90 + 10 <= 100 ms): then no pool; 1 ms more and the pool grows as before."""
+    def prewarms(cold_ms: float):
+        out = scheduler(10.0, cold_ms=cold_ms).step(0.0, snapshot(), [Arrival(Request("r0", "a", 0.0))])
+        assert out.dispatches[0].fit.warm_worker == ("f", F_REF)
+        return [p.function for p in out.prewarms]
+    assert prewarms(0.0) == [] and prewarms(90.0) == []
+    assert prewarms(91.0) == ["f"]
+
+
 def test_no_pool_start_while_the_load_keeps_the_instances_busy():
     # f's jobs take 900 ms each, counted over a re-warm (a 2000 ms cold start, MIG changes free): one job
     # keeps 0.45 of an instance busy, 0.15 of the three; three jobs 0.45 of them, above FILL_BUSY (the

@@ -50,16 +50,16 @@ def test_a_prewarm_named_for_an_instance_takes_that_instance_or_nothing():
 
 
 # -- ESG's rule in the scheduler step -----------------------------------------------------------------
-def step_with_busy_worker(**flags):
-    """f's one worker is busy with r0 when r1 comes; g has idle workers on G1 and G2."""
+def step_with_busy_worker(cold_ms: float = 1000.0, at_ms: float = 1.0, **flags):
+    """f's one worker is busy with r0 when r1 comes (placed at ``at_ms``); g has idle workers on G1 and G2."""
     app = App("a", 100.0, ("f",), ())
-    ctx = PolicyContext({"a": app}, {"f": profile("f", [(1, 1, "1g.5gb", 10.0)], cold_start_ms=1000.0)},
+    ctx = PolicyContext({"a": app}, {"f": profile("f", [(1, 1, "1g.5gb", 10.0)], cold_start_ms=cold_ms)},
                         mig_reconfig_ms=2000.0)
     s = Scheduler({"a": app}, esg(ctx, **{"pool_sizing": False, **flags}))  # the spare rule alone
     snap = ClusterSnapshot({"n0": node({("f", F_REF): 1, ("g", G1): 1, ("g", G2): 1})}, tracks_workers=True)
     first = s.step(0.0, snap, [Arrival(Request("r0", "a", 0.0))])
     assert first.dispatches[0].fit.warm_worker == ("f", F_REF) and not first.prewarms
-    return s.step(1.0, snap, [Arrival(Request("r1", "a", 1.0))])
+    return s.step(at_ms, snap, [Arrival(Request("r1", "a", 1.0))])
 
 
 def test_a_head_waiting_for_a_busy_worker_gets_its_function_a_worker_on_a_spare_instance():
@@ -72,3 +72,14 @@ def test_a_head_waiting_for_a_busy_worker_gets_its_function_a_worker_on_a_spare_
 def test_no_spare_instance_start_when_switched_off():
     out = step_with_busy_worker(spare_instances=False)
     assert not out.dispatches and not out.prewarms
+
+
+def test_no_spare_instance_start_for_a_function_whose_cold_start_fits_its_slo():
+    """r1 (100 ms SLO, 10 ms run) is placed 49 ms after it came: a worker started now would not be in time
+    for it, so it waits for f's busy one. With a 50 ms cold start a later request's head starts a worker
+    of its own on demand in time (50 + 10 <= 100 ms): none is started ahead of it. With 1000 ms, one is."""
+    fits = step_with_busy_worker(cold_ms=50.0, at_ms=50.0)
+    assert not fits.dispatches and fits.waiting[("a", "f")].startswith(WAITING_FOR_A_WORKER)
+    assert not fits.prewarms
+    slow = step_with_busy_worker(cold_ms=1000.0, at_ms=50.0)
+    assert [p.function for p in slow.prewarms] == ["f"]

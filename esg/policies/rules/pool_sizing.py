@@ -8,6 +8,9 @@ for a fresh request would use for it (:meth:`PoolSizing.pool_profiles`), the mos
 first, until every instance of that profile holds one. The held instances then serve ESG's functions as
 one pool: a burst finds a worker of each function on every idle instance. An idle instance costs the
 same with one warm worker or several: a pool costs cold starts, no MIG change and no instance more.
+A function whose cold start fits in its apps' SLOs
+(:meth:`~esg.policies.esg_policy.EsgProposer.cold_start_in_time`) gets no pool: a worker started on
+demand is in time, and a pool would only take GPU memory other functions' starts need.
 
 One start per node per step, shared with the spare-instance rule; while the load keeps at most
 ``burst_busy`` of the instances busy, up to ``burst_starts`` may be starting per node at once (the
@@ -151,7 +154,7 @@ class PoolSizing:
         in_flight = self.parts.in_flight
         pools = []
         for function in self._served:
-            if load[function] <= 0.0 or function in wanted:
+            if load[function] <= 0.0 or function in wanted or self.parts.proposer.cold_start_in_time(function):
                 continue
             profiles = self.pool_profiles(function)
             if not profiles:

@@ -8,6 +8,9 @@ start only -- no MIG change, no function's last idle worker taken. The node is t
 ESG_Dispatch's order (the locality node, then the rest by free capacity); one such start at a time per
 node (:class:`~esg.policies.rules.shared.SpareStarts`), none while one of the function's kind is
 starting. No spare instance, no start: at high load, when instances are busy, the rule does nothing.
+Nor for a function whose cold start fits in its apps' SLOs
+(:meth:`~esg.policies.esg_policy.EsgProposer.cold_start_in_time`): its head starts a worker on demand in
+time, and one started ahead would only take GPU memory other functions' starts need.
 """
 
 from __future__ import annotations
@@ -50,8 +53,8 @@ class SpareInstances:
         waited, self._waited = self._waited, {}
         starts = self.parts.spare_starts
         for function, (app, head, config) in waited.items():
-            if config.gpu is None or asked.has_function(function):
-                continue
+            if config.gpu is None or asked.has_function(function) or self.parts.proposer.cold_start_in_time(function):
+                continue  # (a worker started on demand is in time: one started now saves nothing)
             if self.parts.starting.warming.count(function, now_ms, config.gpu) > 0:
                 continue  # one is starting already
             for node in snapshot.route(tuple(locality_order(app, head, snapshot.nodes)), True):

@@ -190,9 +190,7 @@ class EsgProposer:
         found = self._before.get(key)
         if found is None:
             before = tuple(f for f in app.functions if f != function and function in app.descendants(f))
-            fastest = {f: min(e.latency_ms for e in self.ctx.profiles[f].entries
-                              if self.ctx.spec(f).allows(e.config)) + self.ctx.stage_overhead_ms * padded
-                       for f in before}
+            fastest = {f: self._fastest_ms(f, padded) for f in before}
             found = self._before[key] = group_latency(app, before, fastest) if before else 0.0
         return found
 
@@ -203,11 +201,15 @@ class EsgProposer:
         found = self._rest.get(key)
         if found is None:
             after = tuple(f for f in app.descendants(function) if f != function)
-            fastest = {f: min(e.latency_ms for e in self.ctx.profiles[f].entries
-                              if self.ctx.spec(f).allows(e.config)) + self.ctx.stage_overhead_ms * padded
-                       for f in after}
+            fastest = {f: self._fastest_ms(f, padded) for f in after}
             found = self._rest[key] = group_latency(app, after, fastest) if after else 0.0
         return found
+
+    def _fastest_ms(self, function: str, padded: bool) -> float:
+        """``function``'s fastest allowed run time, with the per-batch overhead when ``padded``."""
+        spec = self.ctx.spec(function)
+        return (min(e.latency_ms for e in self.ctx.profiles[function].entries if spec.allows(e.config))
+                + self.ctx.stage_overhead_ms * padded)
 
     def startup_ms(self, function: str) -> tuple[float, float]:
         """The least start-up of a new worker of ``function``: (on CPU, on a new MIG instance)."""
@@ -226,16 +228,10 @@ class EsgProposer:
         of milliseconds this is never so; with cold starts near zero it always is.)"""
         found = self._on_demand.get(function)
         if found is None:
-            cold = self.startup_ms(function)[0]
-            spec = self.ctx.spec(function)
-            own = min(e.latency_ms for e in self.ctx.profiles[function].entries if spec.allows(e.config))
-            found = True
-            for app in self.ctx.apps.values():
-                if function in app.functions:
-                    path = (self.before_ms(app, function, True) + cold + own + self.ctx.stage_overhead_ms
-                            + self.rest_ms(app, function, True))
-                    found = found and path <= app.slo_ms
-            self._on_demand[function] = found
+            cold, own = self.startup_ms(function)[0], self._fastest_ms(function, True)
+            found = self._on_demand[function] = all(
+                self.before_ms(app, function, True) + cold + own + self.rest_ms(app, function, True) <= app.slo_ms
+                for app in self.ctx.apps.values() if function in app.functions)
         return found
 
     def gpu_kinds(self, function: str) -> tuple[str, ...]:

@@ -6,15 +6,14 @@ rules run as before)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from esg.emulator.levels import SLO_LEVELS, slo_ms
-from esg.model import App, app_from_dict
+from esg.model import App
 from esg.policies import PolicyContext, make_policy
-from esg.profiles import profile_from_dict
+from esg_files import load_app, load_profiles
 
 from .helpers import profile
 
@@ -25,11 +24,8 @@ OVERHEAD = 2.5
 
 
 def shipped() -> tuple[dict[str, App], dict]:
-    apps = {a.name: a for a in (app_from_dict(json.loads(p.read_text()), str(p)) for p in (ROOT / "apps").glob("*.json"))}
-    tables = ROOT / "profiles" / "tables" / "a100"
-    profs = {f: profile_from_dict(json.loads((tables / f"{f}.json").read_text()), f)
-             for f in {f for a in apps.values() for f in a.functions}}
-    return apps, profs
+    apps = {a.name: a for a in (load_app(p) for p in sorted((ROOT / "apps").glob("*.json")))}
+    return apps, load_profiles(ROOT / "profiles" / "tables" / "a100", sorted({f for a in apps.values() for f in a.functions}))
 
 
 def proposer(cold: dict[str, float], apps=(CHAIN,)):

@@ -77,6 +77,8 @@ LOG_READ = 1 << 16
 #: sandbox's file-size limit, :class:`invoker_agent.sandbox.Limits`).
 LOG_KEEP = 1 << 20
 _INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+#: The error of a batch or pre-warm whose new worker's start was under way when the pool was shut down.
+SHUT_DOWN = "the worker pool was shut down while the worker started"
 #: What a worker's MIG slice needs mounted: its device nodes, by MIG UUID (:func:`invoker_agent.sandbox.gpu_devices`).
 DeviceLookup = Callable[[str], list[Mount]]
 
@@ -283,6 +285,8 @@ class _Entry:
     busy: bool = False
     ttl_s: float | None = None
     """How long it may stay idle (None: the pool's ``idle_ttl_s``)."""
+    epoch: int = 0
+    """The pool's :attr:`WorkerPool._epoch` when it started (an older one: a shutdown killed it)."""
 
 
 @dataclass(frozen=True)
@@ -358,6 +362,9 @@ class WorkerPool:
         self._busy: Counter[str] = Counter()
         self.cold_starts = 0
         self._starts = StartLog()
+        self._epoch = 0
+        """Counts :meth:`shutdown` calls: a worker whose start began before one is killed as its start
+        ends (shutdown could not see it), instead of joining a pool nobody will stop again."""
 
     # --- what the reconciler and heartbeats ask ---------------------------------------------------
     def busy_slices(self) -> set[str]:
@@ -431,7 +438,10 @@ class WorkerPool:
         return len(gone)
 
     def shutdown(self) -> None:
+        """Kill every worker, busy or idle; a start under way is killed as it ends. (The pool may be used
+        again: ``esg profile`` empties it between configurations.)"""
         with self._lock:
+            self._epoch += 1
             workers = [e.worker for s in self._workers.values() for e in s.entries]
             self._workers.clear()
         for w in workers:
@@ -462,6 +472,8 @@ class WorkerPool:
     def _checkin(self, key: WorkerKey, entry: _Entry, keep: bool, ttl_s: float | None = None) -> None:
         with self._lock:
             entry.busy = False
+            if entry.epoch != self._epoch:
+                return      # a shutdown killed it, busy or not, and emptied the pool
             entry.last_used = self.clock()
             entry.ttl_s = ttl_s
             slots = self._workers.setdefault(key, _Slots())
@@ -583,6 +595,7 @@ class WorkerPool:
         if before_start is not None:
             before_start()
         t0 = time.perf_counter()
+        epoch = self._epoch
         worker = None
         try:
             worker = self.factory(spec, action)
@@ -617,9 +630,14 @@ class WorkerPool:
             return None, init_ms, (STATUS_DEVELOPER_ERROR, {"error": msg or f"Initialization failed (HTTP {status})."},
                                    False)
         worker.init_ms = init_ms
-        entry = _Entry(worker, self.clock(), busy=True)
+        entry = _Entry(worker, self.clock(), busy=True, epoch=epoch)
         with self._lock:
-            self._workers.setdefault(key, _Slots()).entries.append(entry)
+            closed = self._epoch != epoch
+            if not closed:
+                self._workers.setdefault(key, _Slots()).entries.append(entry)
+        if closed:      # shut down while it started: the pool's shutdown never saw it
+            worker.kill()
+            return None, init_ms, (STATUS_WHISK_ERROR, {"error": SHUT_DOWN}, False)
         return entry, init_ms, None
 
     def _run_one(self, worker, action, req, limit_ms, init_ms, batch_size) -> RuntimeResult:

@@ -442,3 +442,41 @@ def test_each_run_gets_the_lines_it_printed_however_long_and_the_worker_replies_
     conn.close()
     worker.kill()
     assert worker._log_fd is None
+
+
+def test_a_worker_whose_start_ends_after_the_pool_shut_down_is_killed_and_the_pool_serves_again():
+    """A pool shut down while a worker starts (a pre-warm under way as the agent stops) kills that worker
+    as its start ends -- shutdown could not see it -- and keeps nothing. The pool serves again after it (``esg profile`` empties it between configurations)."""
+    import threading
+
+    from invoker_agent.workers import SHUT_DOWN
+    starting, release = threading.Event(), threading.Event()
+    made: list[ProcessWorker] = []
+
+    class Slow(ProcessWorker):
+        def start(self) -> None:
+            made.append(self)
+            starting.set()
+            assert release.wait(10)
+            super().start()
+
+    slow = WorkerPool(factory=Slow, idle_ttl_s=60)
+    a = action(ECHO)
+    outcome = []
+    t = threading.Thread(target=lambda: outcome.append(slow.prewarm(key(a), WorkerSpec(CPU), a, None)))
+    t.start()
+    try:
+        assert starting.wait(10)
+        slow.shutdown()
+    finally:
+        release.set()
+        t.join(20)
+    try:
+        assert outcome and outcome[0].error == SHUT_DOWN and not outcome[0].started
+        assert len(made) == 1 and not made[0].alive() and slow.warm_count() == 0
+        out = slow.run(key(a), WorkerSpec(CPU), a, reqs({"x": 1}))
+        assert out[0].status_code == 0 and out[0].result["x"] == 1
+        assert len(made) == 2 and made[1].alive() and slow.warm_count() == 1
+    finally:
+        slow.shutdown()
+    assert not made[1].alive() and slow.warm_count() == 0

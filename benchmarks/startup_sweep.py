@@ -7,8 +7,10 @@ Usage: ``PYTHONPATH=. python benchmarks/startup_sweep.py --out DIR [--slo modera
 scales at 2000 ms (the defaults), each an ``esg emulate`` run into
 ``DIR/<load>/seed<seed>/mig<ms>-cold<scale>/`` (a run already there is read, not made again), then
 prints a Markdown table per load: per setting, each policy's hit rate (mean over the seeds) and cost
-normalised to ESG, and whether ESG's hit rate is at least the best rival's (``esg-paper`` and the
-ablations are not rivals).
+normalised to ESG, whether ESG's mean hit rate is at least the best rival's (``esg-paper`` and the
+ablations are not rivals), and ESG's hit rate less the best rival's paired by seed with its 95 %
+Student's t interval: *leads* when it lies above 0, *loses* when below, else *ties* (as
+``benchmarks/protocol.py`` judges a held-out cell).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from statistics import mean
 
 from benchmarks.emulate_runs import TRACE, add_run_flags, check_emulate, emulate_kept, is_rival, seeds_of
+from benchmarks.protocol import interval
 from esg_cli.cliparse import Parser
 
 
@@ -62,8 +65,9 @@ def main() -> None:
     rivals = [p for p in policies if is_rival(p)]
     for load in args.load.split(","):
         print(f"\n### {args.slo} SLO, {load} load (mean hit rate over seeds {args.seeds} / cost normalised to ESG)\n")
-        print("| MIG ms | cold-start scale | " + " | ".join(policies) + " | ESG ≥ best rival |")
-        print("|---|---|" + "---|" * (len(policies) + 1))
+        print("| MIG ms | cold-start scale | " + " | ".join(policies) + " | ESG ≥ best rival | ESG − best rival, "
+              "paired [95 %] |")
+        print("|---|---|" + "---|" * (len(policies) + 2))
         for mig, cold in grid:
             by_seed = [run(args, load, s, mig, cold) for s in seeds]
             hit = {p: mean(b[p][0] for b in by_seed) for p in policies}
@@ -73,7 +77,15 @@ def main() -> None:
                 f"yes (+{hit['esg'] - hit[best]:.3f} over {best})" if hit["esg"] >= hit[best]
                 else f"**no** ({hit['esg'] - hit[best]:.3f} to {best})")
             cells = " | ".join(f"{hit[p]:.3f} / {cost[p]:.2f}" for p in policies)
-            print(f"| {mig:g} | {cold:g} | {cells} | {verdict} |", flush=True)
+            print(f"| {mig:g} | {cold:g} | {cells} | {verdict} | {paired(by_seed, best)} |", flush=True)
+
+
+def paired(by_seed: list[dict[str, tuple[float, float]]], best: str | None) -> str:
+    """ESG's hit rate less ``best``'s, paired by seed: mean [95 % interval] and the verdict."""
+    if best is None:
+        return ""
+    d = interval([b["esg"][0] - b[best][0] for b in by_seed])
+    return f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}] {d.verdict()}"
 
 
 if __name__ == "__main__":

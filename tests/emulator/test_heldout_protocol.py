@@ -183,3 +183,15 @@ def test_a_sweep_value_that_is_no_number_is_refused_by_its_flag(capsys):
         startup_sweep.numbers_of(Parser(prog="startup_sweep.py"), "--mig-ms", "500,fast")
     assert stopped.value.code == 2 and "--mig-ms: '500,fast'" in capsys.readouterr().err
     assert startup_sweep.numbers_of(Parser(), "--cold", "0,0.5,2") == [0.0, 0.5, 2.0]
+
+
+def test_a_sweep_point_pairs_esg_with_the_best_rival_by_seed():
+    """ESG less the best rival per seed, with the protocol's interval: a lead on every seed by different
+    amounts leads; one that changes sign ties; the verdict is the interval's, not the mean's."""
+    def seeds(*pairs):
+        return [{"esg": (e, 1.0), "orion": (o, 1.0)} for e, o in pairs]
+    # differences 0.10, 0.10, 0.15: mean 0.1167, sd 0.02887, t(0.975, 2) = 4.302653 -> half-width 0.0717
+    assert startup_sweep.paired(seeds((0.9, 0.8), (0.8, 0.7), (0.85, 0.7)), "orion") == "+0.117 [+0.045, +0.188] leads"
+    assert startup_sweep.paired(seeds((0.9, 0.5), (0.2, 0.7)), "orion").endswith(" ties")
+    assert startup_sweep.paired(seeds((0.5, 0.6), (0.4, 0.55), (0.3, 0.42)), "orion").endswith(" loses")
+    assert startup_sweep.paired(seeds((0.5, 0.6)), None) == ""

@@ -125,7 +125,8 @@ def _fmt(i: Interval, digits: int = 3) -> str:
     return f"{i.mean:.{digits}f} ± {i.half:.{digits}f}"
 
 
-def _signed(i: Interval) -> str:
+def signed(i: Interval) -> str:
+    """A difference as ``+mean [+low, +high]`` (three decimals)."""
     return f"{i.mean:+.3f} [{i.low:+.3f}, {i.high:+.3f}]"
 
 
@@ -135,8 +136,8 @@ def report(setup: str, cells: dict[tuple[str, str], dict], policies: list[str], 
     print("| SLO / load | " + " | ".join(policies) + " | ESG − best rival | ESG − esg-paper |")
     print("|---|" + "---|" * (len(policies) + 2))
     for (slo, load), c in cells.items():
-        vs = f"{_signed(c['vs_best'])} vs {c['best']}: **{c['vs_best'].verdict()}**" if "vs_best" in c else "-"
-        paper = f"{_signed(c['vs_paper'])}: {c['vs_paper'].verdict()}" if "vs_paper" in c else "-"
+        vs = f"{signed(c['vs_best'])} vs {c['best']}: **{c['vs_best'].verdict()}**" if "vs_best" in c else "-"
+        paper = f"{signed(c['vs_paper'])}: {c['vs_paper'].verdict()}" if "vs_paper" in c else "-"
         print(f"| {slo} / {load} | " + " | ".join(_fmt(c["hit"][p]) for p in policies) + f" | {vs} | {paper} |")
     others = [p for p in policies if p != "esg"]
     if "esg" in policies and others:
@@ -145,7 +146,7 @@ def report(setup: str, cells: dict[tuple[str, str], dict], policies: list[str], 
         print("| SLO / load | " + " | ".join(f"ESG − {p}" for p in others) + " |")
         print("|---|" + "---|" * len(others))
         for (slo, load), c in cells.items():
-            print(f"| {slo} / {load} | " + " | ".join(f"{_signed(c['vs'][p])} {c['vs'][p].verdict()}" for p in others)
+            print(f"| {slo} / {load} | " + " | ".join(f"{signed(c['vs'][p])} {c['vs'][p].verdict()}" for p in others)
                   + " |")
     print("\nCost per measured request (relative price units, docs/emulator.md; mean ± 95 % half-width), against ESG's "
           "mean, and its split (execution / idle / cold starts / MIG changes, % of the mean):\n")

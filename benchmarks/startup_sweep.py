@@ -21,7 +21,7 @@ from pathlib import Path
 from statistics import mean
 
 from benchmarks.emulate_runs import TRACE, add_run_flags, check_emulate, emulate_kept, is_rival, seeds_of
-from benchmarks.protocol import interval
+from benchmarks.protocol import interval, signed
 from esg_cli.cliparse import Parser
 
 
@@ -85,7 +85,7 @@ def paired(by_seed: list[dict[str, tuple[float, float]]], best: str | None) -> s
     if best is None:
         return ""
     d = interval([b["esg"][0] - b[best][0] for b in by_seed])
-    return f"{d.mean:+.3f} [{d.low:+.3f}, {d.high:+.3f}] {d.verdict()}"
+    return f"{signed(d)} {d.verdict()}"
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import pytest
 from agent_channel.protocol import RunRequest
 from invoker_agent.actions import ActionCode
 from invoker_agent.reconcile import Reconciler
-from invoker_agent.workers import ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
+from invoker_agent.workers import SHUT_DOWN, ProcessWorker, WorkerKey, WorkerPool, WorkerSpec
 from tests.agent.agent_harness import orphan_worker_dir
 
 pytestmark = pytest.mark.timeout(60)
@@ -446,10 +446,10 @@ def test_each_run_gets_the_lines_it_printed_however_long_and_the_worker_replies_
 
 def test_a_worker_whose_start_ends_after_the_pool_shut_down_is_killed_and_the_pool_serves_again():
     """A pool shut down while a worker starts (a pre-warm under way as the agent stops) kills that worker
-    as its start ends -- shutdown could not see it -- and keeps nothing. The pool serves again after it (``esg profile`` empties it between configurations)."""
+    as its start ends -- shutdown could not see it -- and keeps nothing. The pool serves again after it
+    (``esg profile`` empties it between configurations)."""
     import threading
 
-    from invoker_agent.workers import SHUT_DOWN
     starting, release = threading.Event(), threading.Event()
     made: list[ProcessWorker] = []
 

@@ -13,6 +13,10 @@ once it listens, and serves, one request at a time:
   "transaction_id", "deadline"}`` → 200 with the action's dict; 502 ``{"error": ...}`` if it raised or
   did not return a dict.
 
+**Lifeline.** ``ESG_LIFELINE_FD`` names a pipe whose other end only the agent holds: when that end closes
+(the agent stopped the worker, or died) this process exits. It is what ends a sandbox whose outer
+``bwrap`` died before the sandbox's own parent-death signal was set (:mod:`invoker_agent.sandbox`).
+
 **Batch entry point.** If the action module defines ``<main>_batch`` (``main_batch`` for the default
 ``main``) taking a list of argument dicts and returning a list of result dicts of the same length, a
 batch is one ``/run`` whose value is ``{"__esg_batch__": [args, ...]}``; the reply is
@@ -37,6 +41,7 @@ import os
 import socketserver
 import sys
 import tempfile
+import threading
 import time
 import types
 import zipfile
@@ -213,7 +218,24 @@ class Server(socketserver.UnixStreamServer):
     """``http.server``'s handler on a Unix socket (one connection at a time, as the agent uses it)."""
 
 
+def watch_lifeline() -> None:
+    """Exit when the agent's end of the lifeline (``ESG_LIFELINE_FD``) closes; nothing without one."""
+    fd = os.environ.pop("ESG_LIFELINE_FD", None)
+    if fd is None or not fd.isdigit():
+        return
+
+    def watch() -> None:
+        try:
+            while os.read(int(fd), 1):
+                pass
+        except OSError:
+            pass
+        os._exit(0)
+    threading.Thread(target=watch, name="lifeline", daemon=True).start()
+
+
 def main() -> None:
+    watch_lifeline()
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", required=True, help="the Unix socket to listen on")
     ap.add_argument("--ready-file", required=True, help="created once the socket listens")

@@ -17,11 +17,13 @@
 // log store formats a container's line (as action_worker.py stamps them: the time, RFC 3339 with
 // nanoseconds, padded to 30 characters, then the stream); after each activation both streams get the
 // unstamped sentinel line. A module that also exports `<main>_batch` gets a batch as one /run, as in
-// action_worker.py.
+// action_worker.py. ESG_LIFELINE_FD names a pipe only the agent holds the other end of: when it closes
+// (the agent stopped the worker, or died) this process exits, as action_worker.py does.
 'use strict';
 
 const fs = require('fs');
 const http = require('http');
+const net = require('net');
 const os = require('os');
 const path = require('path');
 const { createRequire } = require('module');
@@ -176,7 +178,19 @@ function handle(req, res) {
   });
 }
 
+function watchLifeline() {
+  const fd = process.env.ESG_LIFELINE_FD;
+  delete process.env.ESG_LIFELINE_FD;
+  if (fd === undefined || !/^[0-9]+$/.test(fd)) return;
+  const line = new net.Socket({ fd: Number(fd), readable: true, writable: false });
+  line.on('data', () => {});
+  line.on('end', () => process.exit(0));
+  line.on('error', () => process.exit(0));
+  line.unref();   // the server keeps the process alive; the lifeline only ends it
+}
+
 function main() {
+  watchLifeline();
   const [socket, ready] = process.argv.slice(2);
   if (!socket || !ready) {
     process.stderr.write('usage: node node_runtime.js SOCKET READY_FILE\n');

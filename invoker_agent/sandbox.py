@@ -26,7 +26,14 @@ A worker is started as ``bwrap ... RUNTIME`` (Debian's ``bubblewrap``, the sandb
   size (what one activation can print), no core dumps, and its vCPUs (the affinity every process of the
   worker inherits, which the filter stops it from changing);
 - **its lifetime**: ``--die-with-parent`` and the PID namespace: when the worker's first process ends, is
-  killed, or its agent dies (even by ``kill -9``), the kernel kills every process of the worker.
+  killed, or its agent dies (even by ``kill -9``), the kernel kills every process of the worker. ``bwrap``
+  sets the sandbox's own parent-death signal only late in the sandbox's set-up, so two more things close
+  the gap before it: the runtime holds a **lifeline**, a pipe whose other end only the agent holds
+  (``ESG_LIFELINE_FD``), and exits when that end closes -- the agent stopped the worker or died; and the
+  outer ``bwrap`` is left to arm its own parent-death signal once the sandbox exists (armed before,
+  an agent dying a moment after the sandbox's creation would kill it while the sandbox still waits for
+  its word, leaving that sandbox blocked for ever). :func:`kill_tree` stops the outer ``bwrap`` before
+  it kills, so a sandbox being created is never left behind either.
 
 Resource limits hold per process; a cgroup would hold the whole worker's memory at once. Where the
 agent's cgroup v2 subtree is not delegated to it (a container's usually is not), the limits above are
@@ -44,11 +51,11 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from invoker_agent.lifetime import _PRCTL, PR_SET_PDEATHSIG
 from invoker_agent.runtime_client import WorkerStartError
 
 #: Workers' uids: far above any account's and any distribution's subordinate-uid ranges.
@@ -119,6 +126,16 @@ class UidPool:
             self._held.discard(uid)
 
 
+@dataclass(frozen=True)
+class Started:
+    """A sandbox just started: its outer ``bwrap``, the uid it runs as, and the agent's end of the runtime's
+    lifeline (a descriptor: close it, and the runtime exits)."""
+
+    proc: subprocess.Popen
+    uid: int
+    lifeline: int
+
+
 class Sandbox:
     """Starts runtimes inside bubblewrap; one per agent (:func:`sandbox`)."""
 
@@ -156,9 +173,10 @@ class Sandbox:
 
     # -- starting ------------------------------------------------------------------------------------
     def start(self, command: Sequence[str], run_dir: Path, mounts: Sequence[Mount], limits: Limits,
-              env: dict[str, str], log_fd: int) -> tuple[subprocess.Popen, int]:
-        """Start ``command`` in a new sandbox; the ``bwrap`` process (the worker: it lives as long as the
-        runtime does) and the uid it runs as. ``run_dir`` is the worker's directory for its socket.
+              env: dict[str, str], log_fd: int) -> Started:
+        """Start ``command`` in a new sandbox: the ``bwrap`` process (the worker: it lives as long as the
+        runtime does), the uid it runs as and the agent's end of its lifeline (``command`` gets the other
+        end's number as ``ESG_LIFELINE_FD``). ``run_dir`` is the worker's directory for its socket.
 
         ``bwrap`` finds what it mounts as the worker's uid. A source that uid cannot reach (a Python
         installed under ``/root``, a private temporary directory) is first bound, as root, onto a memory
@@ -173,24 +191,31 @@ class Sandbox:
                 mounts = [_staged(m, staged) for m in mounts]
                 run_dir = Path(_staged(Mount(str(run_dir), RUN_DIR, writable=True), staged).source)
             read_fd, write_fd = os.pipe()
+            life_in, life_out = os.pipe()               # both close on exec: only pass_fds reaches the worker
             try:
                 with os.fdopen(write_fd, "wb") as w:     # a filter is far smaller than a pipe's buffer
                     w.write(self.seccomp)
                 try:
                     proc = subprocess.Popen(
-                        self.argv(command, mounts, run_dir, limits, uid, read_fd), env=env, cwd="/",
-                        stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, pass_fds=(read_fd,),
+                        self.argv(command, mounts, run_dir, limits, uid, read_fd),
+                        env={**env, "ESG_LIFELINE_FD": str(life_in)}, cwd="/",
+                        stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, pass_fds=(read_fd, life_in),
                         start_new_session=True, preexec_fn=_enter(limits, uid if self.own_uids else None, staged))
                 except subprocess.SubprocessError as e:    # the hook failed in the child: say what it tried
+                    os.close(life_out)
                     hint = (f"; the worker's uid cannot reach {', '.join(s for s, _, _ in staged)}, and staging it "
                             "needs CAP_SYS_ADMIN (or make every directory above it searchable by all)") if staged else ""
                     raise SandboxUnavailable(f"cannot start a worker's sandbox: {e}{hint}") from None
+                except BaseException:
+                    os.close(life_out)
+                    raise
             finally:
                 os.close(read_fd)
+                os.close(life_in)
         except BaseException:
             self.uids.give_back(uid)
             raise
-        return proc, uid
+        return Started(proc, uid, life_out)
 
     def check(self) -> None:
         """Start one empty sandbox now, so that a machine where it cannot work is named at the agent's
@@ -203,10 +228,12 @@ class Sandbox:
         read_fd, write_fd = os.pipe()
         try:
             try:    # with the interpreter's mounts: a Python the workers' uids cannot reach is staged
-                proc, uid = self.start(["/usr/bin/true"], run_dir / "run", interpreter_mounts(),
-                                       Limits(64, (min(os.sched_getaffinity(0)),)), {"PATH": "/usr/bin"}, write_fd)
+                started = self.start(["/usr/bin/true"], run_dir / "run", interpreter_mounts(),
+                                     Limits(64, (min(os.sched_getaffinity(0)),)), {"PATH": "/usr/bin"}, write_fd)
             finally:
                 os.close(write_fd)
+            proc, uid = started.proc, started.uid
+            os.close(started.lifeline)
             try:
                 code: int | None = proc.wait(30)
             except subprocess.TimeoutExpired:
@@ -265,8 +292,9 @@ def _explain(said: str, code: int | None) -> str:
 
 def _enter(limits: Limits, uid: int | None, staged: Sequence[tuple[str, str, bool]] = ()) -> Callable[[], None]:
     """The ``preexec_fn`` of ``bwrap``: between fork and exec, in the child -- pin it, set its limits,
-    stage the sources the worker's uid cannot reach (:func:`_stage`), give up root for that uid, and have
-    it killed when the agent's starting thread ends."""
+    stage the sources the worker's uid cannot reach (:func:`_stage`), give up root for that uid, and stop
+    if the agent is gone already. Its parent-death signal is left to ``bwrap --die-with-parent``, which arms
+    it once the sandbox exists (the module docstring says why not sooner)."""
     parent = os.getpid()
     memory = limits.memory_mb * 1_048_576
     address = (limits.memory_mb + ADDRESS_SLACK_MB) * 1_048_576
@@ -290,8 +318,6 @@ def _enter(limits: Limits, uid: int | None, staged: Sequence[tuple[str, str, boo
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
-        if _PRCTL is not None:      # set after the uid change, which clears it
-            _PRCTL(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)
     return hook
@@ -400,6 +426,36 @@ def _scanned_tree(root: int) -> list[int]:
         out.append(pid)
         todo += children.get(pid, [])
     return out
+
+
+def kill_tree(root: int, settle_s: float = 1.0) -> None:
+    """Kill every process of the sandbox whose outer ``bwrap`` is ``root``, leaving none behind.
+
+    ``root`` is stopped first: a child it is creating is then in ``/proc`` before the walk (killed
+    without it, the outer would leave that child, whose own parent-death signal is not armed yet,
+    running or blocked for ever). Then every process is killed, deepest first; the sandbox's first
+    process goes before ``root``, and with it, by the kernel, everything in its PID namespace."""
+    try:
+        os.kill(root, signal.SIGSTOP)
+    except OSError:
+        return
+    deadline = time.monotonic() + settle_s
+    while _state(root) not in (None, "T", "t", "Z", "X") and time.monotonic() < deadline:
+        time.sleep(0.001)
+    for pid in reversed(tree(root)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _state(pid: int) -> str | None:
+    """The state letter of ``pid`` (``/proc/PID/stat``), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return None
 
 
 def pin_tree(root: int, cpus: Sequence[int]) -> None:

@@ -36,7 +36,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -67,7 +66,7 @@ from invoker_agent.runtime_client import (
     timeout_result,
 )
 from invoker_agent.runtimes import runtime_for
-from invoker_agent.sandbox import Limits, Mount, pin_tree, sandbox, tree
+from invoker_agent.sandbox import Limits, Mount, kill_tree, pin_tree, sandbox
 from invoker_agent.whole_gpu import cuda_device
 from openwhisk_status import STATUS_DEVELOPER_ERROR, STATUS_WHISK_ERROR
 
@@ -156,6 +155,9 @@ class ProcessWorker:
         self._log_offset = 0
         self._log_fd: int | None = None
         self._sandbox = None
+        self._lifeline: int | None = None
+        """The agent's end of the runtime's lifeline: closed, the runtime exits (:mod:`invoker_agent.sandbox`)."""
+        self._closing = threading.Lock()
 
     def start(self) -> None:
         check_vcpus(self.spec.vcpus)
@@ -165,10 +167,11 @@ class ProcessWorker:
         devices = self.devices(self.spec.mig_uuid) if self.devices is not None and self.spec.mig_uuid else []
         log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         try:
-            self.proc, self.uid = box.start(self.runtime.command, self.run_dir, [*self.runtime.mounts, *devices],
-                                            limits, env, log)
+            started = box.start(self.runtime.command, self.run_dir, [*self.runtime.mounts, *devices], limits, env,
+                                log)
         finally:
             os.close(log)
+        self.proc, self.uid, self._lifeline = started.proc, started.uid, started.lifeline
         self._sandbox = box
         ready = self.run_dir / "ready"
         deadline = time.monotonic() + self.start_timeout_s
@@ -245,17 +248,15 @@ class ProcessWorker:
     def kill(self) -> None:
         if self.client is not None:
             self.client.close()
-        if self._log_fd is not None:
-            os.close(self._log_fd)
-            self._log_fd = None
+        with self._closing:         # two threads may kill it at once (a shutdown, a crash): one closes each
+            fds = [fd for fd in (self._log_fd, self._lifeline) if fd is not None]
+            self._log_fd = self._lifeline = None
+        for fd in fds:
+            os.close(fd)
         if self.proc is not None and self.proc.poll() is None:
-            # bwrap's death kills the sandbox's first process, and with it the whole PID namespace; each
-            # is killed here too, so none is left when this returns (the kernel's part is asynchronous)
-            for pid in reversed(tree(self.proc.pid)):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            # every process of the sandbox is killed here, so none is left when this returns (the kernel's
+            # part is asynchronous), not even one bwrap is still creating
+            kill_tree(self.proc.pid)
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from esg_cli.servers import ServerError, start_broker, start_couchdb, start_redis
-from tests.leaks import Watch
+from tests.leaks import Span, Watch, now_s
 
 SERVER_FIXTURES = {"kafka_bootstrap", "redis_url", "redis_auth", "couch_url"}
 
@@ -39,6 +39,15 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["TMPDIR"] = str(root)
     tempfile.tempdir = str(root)
     _watch = Watch.start(root)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Keep the test's time span, so a process left behind is reported with the test that started it."""
+    start = now_s()
+    yield
+    if _watch is not None:
+        _watch.spans.append(Span(item.nodeid, start, now_s()))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

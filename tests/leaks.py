@@ -8,7 +8,9 @@
 * the whole run gets a private temporary directory (``TMPDIR``, inherited by every child), so anything
   left in it besides pytest's own ``pytest-of-*`` directories was left by the project;
 * listening TCP sockets are read from ``/proc/net/tcp{,6}`` and matched to the descendants' and pytest's
-  own file descriptors.
+  own file descriptors;
+* every test's time span (set-up and tear-down included) is kept, so a process left behind is reported
+  with the test it was started in, read from its start time in ``/proc/PID/stat``.
 
 Linux only (``/proc``); elsewhere the checks find nothing.
 """
@@ -48,6 +50,45 @@ def _stat(pid: int) -> tuple[str, int] | None:
         return None
     fields = text.rsplit(")", 1)[-1].split()
     return fields[0], int(fields[1])
+
+
+def now_s() -> float:
+    """Seconds since boot, the clock ``/proc/PID/stat`` gives a process's start time in."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def started_s(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since boot (field 22 of ``/proc/PID/stat``), or None when it is
+    gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(text.rsplit(")", 1)[-1].split()[19]) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Span:
+    """One test's time span in seconds since boot."""
+
+    nodeid: str
+    start_s: float
+    end_s: float
+
+
+def started_in(pid: int, spans: list[Span]) -> str:
+    """Which test ``pid`` was started in: the span holding its start time (the clock ticks in 10 ms
+    steps, so a start on a boundary may name the test before or after), or the last test that began
+    before it."""
+    t = started_s(pid)
+    if t is None:
+        return "gone"
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    inside = [s.nodeid for s in spans if s.start_s - tick <= t <= s.end_s + tick]
+    if inside:
+        return "started in " + " or ".join(inside)
+    before = [s for s in spans if s.start_s <= t]
+    return f"started after {before[-1].nodeid}" if before else "started before the first test"
 
 
 def alive(pid: int) -> bool:
@@ -166,6 +207,7 @@ class Watch:
     tmp_root: Path
     own_ports: set[int] = field(default_factory=set)
     failed: bool = False
+    spans: list[Span] = field(default_factory=list)
 
     @classmethod
     def start(cls, tmp_root: Path) -> Watch:
@@ -182,7 +224,7 @@ class Watch:
                 break
             time.sleep(0.1)
         leaks = Leaks()
-        leaks.processes = [f"pid {p}: {cmdline(p)[:200]}" for p in kids]
+        leaks.processes = [f"pid {p}: {cmdline(p)[:200]} ({started_in(p, self.spans)})" for p in kids]
         ports = listening_ports([me, *kids])
         leaks.ports = [f"{port} (pid {pid}{', this pytest process' if pid == me else ''}: {cmdline(pid)[:120]})"
                        for pid, ps in ports.items() for port in ps

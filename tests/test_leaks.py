@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.leaks import Watch, alive, descendants
+from tests.leaks import Span, Watch, alive, descendants, now_s
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -46,3 +46,23 @@ def test_a_listening_port_and_a_left_file_are_found(tmp_path):
         assert any(line.startswith(f"{port} ") for line in leaks.ports), leaks
     assert leaks.paths == [f"{tmp_path / 'esg-action-x'} []"]
     assert not any(line.startswith(f"{port} ") for line in watch.check(grace_s=0).ports)
+
+
+def test_a_process_left_behind_is_reported_with_the_test_that_started_it(tmp_path):
+    watch = Watch(tmp_path)
+    watch.spans.append(Span("tests/a.py::earlier", now_s() - 60, now_s() - 30))
+    start = now_s()
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        time.sleep(0.05)
+        watch.spans.append(Span("tests/b.py::starts_it", start, now_s()))
+        watch.spans.append(Span("tests/c.py::later", now_s() + 30, now_s() + 60))
+        leaks = watch.check(grace_s=0)
+        line = next(p for p in leaks.processes if f"pid {proc.pid}:" in p)
+        assert line.endswith("(started in tests/b.py::starts_it)"), line
+        watch.spans[1:2] = []                           # no span holds it: the last test begun before it
+        line = next(p for p in watch.check(grace_s=0).processes if f"pid {proc.pid}:" in p)
+        assert line.endswith("(started after tests/a.py::earlier)"), line
+    finally:
+        proc.kill()
+        proc.wait()

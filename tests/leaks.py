@@ -42,14 +42,19 @@ def become_subreaper() -> bool:
         return False
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, ppid) of ``pid`` from ``/proc/PID/stat``, or None when it is gone."""
+def _fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` from the third (the state) on, or None when it is gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text.rsplit(")", 1)[-1].split()
-    return fields[0], int(fields[1])
+    return text.rsplit(")", 1)[-1].split()
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, ppid) of ``pid`` from ``/proc/PID/stat``, or None when it is gone."""
+    fields = _fields(pid)
+    return None if fields is None else (fields[0], int(fields[1]))
 
 
 def now_s() -> float:
@@ -60,11 +65,8 @@ def now_s() -> float:
 def started_s(pid: int) -> float | None:
     """When ``pid`` started, in seconds since boot (field 22 of ``/proc/PID/stat``), or None when it is
     gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(text.rsplit(")", 1)[-1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    fields = _fields(pid)
+    return None if fields is None else int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ def test_a_worker_killed_at_any_moment_of_its_start_leaves_nothing_running():
 @pytest.mark.parametrize("kind", ["python:3", pytest.param("nodejs:20", marks=pytest.mark.skipif(
     shutil.which("node") is None, reason="needs Node.js"))])
 def test_a_runtime_whose_lifeline_closes_exits_with_its_sandbox(kind):
-    # the sandbox's own parent-death signal is armed here (the start has ended): only the lifeline can end it
+    # the agent (this process) lives on and kills nothing: only the closed lifeline can end the worker
     worker = ProcessWorker(WorkerSpec((CPU,)), ActionCode("/guest/a", "1", kind, ""))
     worker.start()
     try:

@@ -1,9 +1,11 @@
 """Child processes that die with their parent.
 
-Every process the project starts (the broker, Redis, the scheduler and agents of ``esg up``, action
-workers) is started with :func:`die_with_parent` as its ``preexec_fn``: Linux's parent-death signal
+Every process the project starts (the broker, Redis, the scheduler and agents of ``esg up``) is started
+with :func:`die_with_parent` as its ``preexec_fn``: Linux's parent-death signal
 (``prctl(PR_SET_PDEATHSIG)``) delivers ``sig`` to the child when its parent goes away, however it goes
 (SIGTERM, SIGHUP, Ctrl-C, ``kill -9``, a crash), so nothing is left running re-parented to PID 1.
+Action workers die with their agent by ``bwrap --die-with-parent`` and a lifeline instead
+(:mod:`invoker_agent.sandbox` says why).
 The children are also started in a session of their own, so a terminal's Ctrl-C reaches only the
 parent, which stops them in order.
 

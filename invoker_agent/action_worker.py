@@ -220,13 +220,14 @@ class Server(socketserver.UnixStreamServer):
 
 def watch_lifeline() -> None:
     """Exit when the agent's end of the lifeline (``ESG_LIFELINE_FD``) closes; nothing without one."""
-    fd = os.environ.pop("ESG_LIFELINE_FD", None)
-    if fd is None or not fd.isdigit():
+    named = os.environ.pop("ESG_LIFELINE_FD", "")
+    if not named.isdigit():
         return
+    fd = int(named)
 
     def watch() -> None:
         try:
-            while os.read(int(fd), 1):
+            while os.read(fd, 1):
                 pass
         except OSError:
             pass

@@ -195,20 +195,19 @@ class Sandbox:
             try:
                 with os.fdopen(write_fd, "wb") as w:     # a filter is far smaller than a pipe's buffer
                     w.write(self.seccomp)
-                try:
-                    proc = subprocess.Popen(
-                        self.argv(command, mounts, run_dir, limits, uid, read_fd),
-                        env={**env, "ESG_LIFELINE_FD": str(life_in)}, cwd="/",
-                        stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, pass_fds=(read_fd, life_in),
-                        start_new_session=True, preexec_fn=_enter(limits, uid if self.own_uids else None, staged))
-                except subprocess.SubprocessError as e:    # the hook failed in the child: say what it tried
-                    os.close(life_out)
-                    hint = (f"; the worker's uid cannot reach {', '.join(s for s, _, _ in staged)}, and staging it "
-                            "needs CAP_SYS_ADMIN (or make every directory above it searchable by all)") if staged else ""
-                    raise SandboxUnavailable(f"cannot start a worker's sandbox: {e}{hint}") from None
-                except BaseException:
-                    os.close(life_out)
-                    raise
+                proc = subprocess.Popen(
+                    self.argv(command, mounts, run_dir, limits, uid, read_fd),
+                    env={**env, "ESG_LIFELINE_FD": str(life_in)}, cwd="/",
+                    stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, pass_fds=(read_fd, life_in),
+                    start_new_session=True, preexec_fn=_enter(limits, uid if self.own_uids else None, staged))
+            except subprocess.SubprocessError as e:    # the hook failed in the child: say what it tried
+                os.close(life_out)
+                hint = (f"; the worker's uid cannot reach {', '.join(s for s, _, _ in staged)}, and staging it "
+                        "needs CAP_SYS_ADMIN (or make every directory above it searchable by all)") if staged else ""
+                raise SandboxUnavailable(f"cannot start a worker's sandbox: {e}{hint}") from None
+            except BaseException:
+                os.close(life_out)
+                raise
             finally:
                 os.close(read_fd)
                 os.close(life_in)
@@ -232,16 +231,15 @@ class Sandbox:
                                      Limits(64, (min(os.sched_getaffinity(0)),)), {"PATH": "/usr/bin"}, write_fd)
             finally:
                 os.close(write_fd)
-            proc, uid = started.proc, started.uid
             os.close(started.lifeline)
             try:
-                code: int | None = proc.wait(30)
+                code: int | None = started.proc.wait(30)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                started.proc.kill()
+                started.proc.wait()
                 code = None
             finally:
-                self.uids.give_back(uid)
+                self.uids.give_back(started.uid)
             with os.fdopen(read_fd, "rb", closefd=False) as r:
                 said = r.read().decode(errors="replace").strip()
         finally:
@@ -414,12 +412,9 @@ def _scanned_tree(root: int) -> list[int]:
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(d))
+        fields = _stat_fields(int(d))
+        if fields is not None and len(fields) > 1 and fields[1].isdigit():
+            children.setdefault(int(fields[1]), []).append(int(d))
     out, todo = [], [root]
     while todo:
         pid = todo.pop()
@@ -451,9 +446,15 @@ def kill_tree(root: int, settle_s: float = 1.0) -> None:
 
 def _state(pid: int) -> str | None:
     """The state letter of ``pid`` (``/proc/PID/stat``), or None when it is gone."""
+    fields = _stat_fields(pid)
+    return fields[0].decode() if fields else None
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` from the third (the state) on, or None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+            return f.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
 
